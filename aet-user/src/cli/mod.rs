@@ -1,0 +1,111 @@
+//! The command line: argument parsing and dispatch. Each subcommand lives in its own file.
+//!
+//! Exit codes (also in the README):
+//! - `aet run`: the command's own exit status (128+N if a signal N ended it); 125 when aet itself
+//!   fails (bad arguments, the monitor cannot attach, the ledger cannot be written), in which case
+//!   the command is not run or its record is not trusted; 126/127 when the command cannot be
+//!   executed / is not found.
+//! - `aet monitor`: 0 when the record is complete, 1 when it is incomplete, 125 when aet fails.
+//! - every other subcommand: 0 success, 1 a negative answer (`doctor`: aet cannot run here;
+//!   `ledger summary --check`: the record is incomplete), 4 a usage or input error.
+
+mod doctor;
+mod ledger;
+mod monitor;
+mod run;
+
+use std::{io::Write as _, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+
+/// Exit code for a usage or input error (not `aet run`).
+pub const EXIT_USAGE: u8 = 4;
+/// Exit code of `aet run` when aet itself fails.
+pub const EXIT_AET_FAILED: u8 = 125;
+
+/// aet: prove what an AI coding agent touched.
+#[derive(Debug, Parser)]
+#[command(name = "aet", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command under the eBPF monitor and record what its process tree opens and executes.
+    Run(run::Args),
+    /// Attach the monitor to work something else started (a cgroup, a uid, or a process tree).
+    Monitor(monitor::Args),
+    /// Read ledgers.
+    #[command(subcommand)]
+    Ledger(ledger::Command),
+    /// Report what this machine supports and whether `aet run` can work here.
+    Doctor(doctor::Args),
+}
+
+/// Parses the arguments, runs the subcommand, and returns the process exit code.
+pub fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let is_run = args.get(1).is_some_and(|a| a == "run");
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ if is_run => ExitCode::from(EXIT_AET_FAILED),
+                _ => ExitCode::from(EXIT_USAGE),
+            };
+        }
+    };
+    let (result, failure_code) = match cli.command {
+        Command::Run(a) => (run::run(a), EXIT_AET_FAILED),
+        Command::Monitor(a) => (monitor::run(a), EXIT_AET_FAILED),
+        Command::Ledger(c) => (ledger::run(c), EXIT_USAGE),
+        Command::Doctor(a) => (doctor::run(a), EXIT_USAGE),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("aet: error: {e:#}");
+            ExitCode::from(failure_code)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Writes to stdout, turning a closed pipe into an error `main` treats as a clean exit.
+pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A current-thread tokio runtime for the subcommands that wait on processes and signals.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Parses a ring buffer size in MiB (a power of two).
+pub(crate) fn ringbuf_mb(s: &str) -> Result<u32, String> {
+    let mb: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    if mb == 0 || !mb.is_power_of_two() || mb > 1024 {
+        return Err("must be a power of two between 1 and 1024".into());
+    }
+    Ok(mb << 20)
+}

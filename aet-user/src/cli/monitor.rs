@@ -1,0 +1,52 @@
+//! `aet monitor`.
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+use crate::runner::{self, ScopeKind, Target};
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["cgroup", "uid", "pid"])))]
+pub struct Args {
+    /// Monitor the processes of a cgroup v2 (absolute, or relative to the cgroup2 mount).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Monitor the processes of a real uid.
+    #[arg(long, value_name = "UID")]
+    pub uid: Option<u32>,
+    /// Monitor a process and every process it starts.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// How the kernel side selects events (default: cgroup for --cgroup, uid for --uid, tree for
+    /// --pid). With --pid, `cgroup` and `uid` mean the process's cgroup or uid.
+    #[arg(long, value_enum)]
+    pub scope: Option<ScopeKind>,
+    /// Run directory: the ledger is written to DIR/ledger.arrow.
+    #[arg(long, short, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Ring buffer size in MiB (a power of two).
+    #[arg(long = "ringbuf-mb", value_parser = super::ringbuf_mb, default_value = "64", value_name = "MIB")]
+    pub ringbuf_bytes: u32,
+    /// Only print aet's messages when something is wrong.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<u8> {
+    let target = match (a.cgroup, a.uid, a.pid) {
+        (Some(c), _, _) => Target::Cgroup(c),
+        (_, Some(u), _) => Target::Uid(u),
+        (_, _, Some(p)) => Target::Pid(p),
+        _ => unreachable!("clap requires one target"),
+    };
+    let report = super::runtime()?
+        .block_on(runner::monitor(runner::MonitorOptions {
+            target,
+            scope: a.scope,
+            out: a.out,
+            ringbuf_bytes: a.ringbuf_bytes,
+            quiet: a.quiet,
+        }))
+        .context("aet monitor failed")?;
+    Ok(if report.complete() { 0 } else { 1 })
+}

@@ -1,0 +1,245 @@
+//! Kernel struct layouts from the running kernel's BTF (`/sys/kernel/btf/vmlinux`).
+//!
+//! The eBPF programs read kernel structs with `bpf_probe_read_kernel` at offsets computed here at
+//! load time, so one `aet` binary works on any kernel with BTF. This module must never fall back
+//! to a guessed offset: a member that cannot be found is an error that stops the load.
+
+use std::path::{Path, PathBuf};
+
+use aet_common::Offsets;
+use btf_rs::{Btf, Type};
+
+/// Where the kernel publishes its BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Errors reading kernel layouts.
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    /// The BTF file could not be opened or parsed.
+    #[error("cannot read kernel BTF {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: btf_rs::Error,
+    },
+    /// The kernel has no struct (or union) of this name.
+    #[error("kernel BTF has no struct {0}")]
+    NoStruct(String),
+    /// The struct has no member of this name (searched through anonymous members).
+    #[error("kernel BTF: struct {strukt} has no member {member}")]
+    NoMember { strukt: String, member: String },
+    /// The member is a bitfield or not byte-aligned, so it cannot be read as a whole value.
+    #[error("kernel BTF: {strukt}.{member} is not byte-aligned")]
+    Unaligned { strukt: String, member: String },
+    /// A BTF lookup failed.
+    #[error("kernel BTF lookup failed: {0}")]
+    Lookup(#[from] btf_rs::Error),
+}
+
+/// The running kernel's type information.
+pub struct KernelBtf {
+    btf: Btf,
+}
+
+impl KernelBtf {
+    /// Reads `/sys/kernel/btf/vmlinux`.
+    pub fn load() -> Result<Self, BtfError> {
+        Self::load_from(Path::new(VMLINUX_BTF))
+    }
+
+    /// Reads a BTF file.
+    pub fn load_from(path: &Path) -> Result<Self, BtfError> {
+        // One read: btf-rs parses from a reader in small pieces otherwise.
+        let bytes = std::fs::read(path).map_err(|e| BtfError::Read {
+            path: path.to_owned(),
+            source: btf_rs::Error::IO(e),
+        })?;
+        let btf = Btf::from_bytes(&bytes).map_err(|source| BtfError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(Self { btf })
+    }
+
+    fn find_struct(&self, name: &str) -> Result<btf_rs::Struct, BtfError> {
+        for ty in self.btf.resolve_types_by_name(name).unwrap_or_default() {
+            if let Type::Struct(s) | Type::Union(s) = ty {
+                // Skip forward declarations and empty stand-ins.
+                if !s.members.is_empty() {
+                    return Ok(s);
+                }
+            }
+        }
+        Err(BtfError::NoStruct(name.to_owned()))
+    }
+
+    /// Strips typedefs and qualifiers.
+    fn resolve(&self, mut ty: Type) -> Result<Type, BtfError> {
+        for _ in 0..16 {
+            match ty {
+                Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) | Type::Restrict(_) => {
+                    let inner = ty.as_btf_type().expect("qualifier is a btf type");
+                    ty = self.btf.resolve_chained_type(inner)?;
+                }
+                other => return Ok(other),
+            }
+        }
+        Ok(ty)
+    }
+
+    /// Finds `member` in `s`, descending into anonymous structs and unions. Returns its bit
+    /// offset, whether it is a bitfield, and its type.
+    fn find_member(
+        &self,
+        s: &btf_rs::Struct,
+        member: &str,
+    ) -> Result<Option<(u32, bool, Type)>, BtfError> {
+        for m in &s.members {
+            let name = self.btf.resolve_name(m).unwrap_or_default();
+            if name == member {
+                let bitfield = m.bitfield_size().is_some_and(|b| b != 0);
+                let ty = self.resolve(self.btf.resolve_chained_type(m)?)?;
+                return Ok(Some((m.bit_offset(), bitfield, ty)));
+            }
+            if name.is_empty()
+                && let Type::Struct(inner) | Type::Union(inner) =
+                    self.resolve(self.btf.resolve_chained_type(m)?)?
+                && let Some((bits, bitfield, ty)) = self.find_member(&inner, member)?
+            {
+                return Ok(Some((m.bit_offset() + bits, bitfield, ty)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Byte offset of `strukt.member`; `member` may be a dotted path through embedded structs
+    /// (`f_path.dentry`).
+    pub fn offset_of(&self, strukt: &str, member: &str) -> Result<u32, BtfError> {
+        let not_found = || BtfError::NoMember {
+            strukt: strukt.to_owned(),
+            member: member.to_owned(),
+        };
+        let mut current = self.find_struct(strukt)?;
+        let mut total = 0u32;
+        let mut parts = member.split('.').peekable();
+        while let Some(part) = parts.next() {
+            let (bits, bitfield, ty) = self.find_member(&current, part)?.ok_or_else(not_found)?;
+            if bitfield || bits % 8 != 0 {
+                return Err(BtfError::Unaligned {
+                    strukt: strukt.to_owned(),
+                    member: member.to_owned(),
+                });
+            }
+            total += bits / 8;
+            if parts.peek().is_some() {
+                match ty {
+                    Type::Struct(s) | Type::Union(s) => current = s,
+                    _ => return Err(not_found()),
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// Number of arguments a raw tracepoint passes (its `TP_PROTO`), from the
+    /// `btf_trace_<name>` typedef; `None` if the kernel does not describe it.
+    pub fn raw_tracepoint_args(&self, name: &str) -> Option<usize> {
+        let typedef = format!("btf_trace_{name}");
+        for ty in self.btf.resolve_types_by_name(&typedef).ok()? {
+            let Type::Typedef(td) = ty else { continue };
+            let Ok(Type::Ptr(ptr)) = self.btf.resolve_chained_type(&td) else {
+                continue;
+            };
+            if let Ok(Type::FuncProto(proto)) = self.btf.resolve_chained_type(&ptr) {
+                // The first parameter is the tracepoint's private `void *`.
+                return Some(proto.parameters.len().saturating_sub(1));
+            }
+        }
+        None
+    }
+
+    /// The offsets of the kernel structs the eBPF programs read. The architecture-specific ones
+    /// (`pt_regs` members, `thread_info.status`) are left 0 for the loader to fill.
+    pub fn offsets(&self) -> Result<Offsets, BtfError> {
+        Ok(Offsets {
+            task_pid: self.offset_of("task_struct", "pid")?,
+            task_tgid: self.offset_of("task_struct", "tgid")?,
+            task_real_parent: self.offset_of("task_struct", "real_parent")?,
+            task_mm: self.offset_of("task_struct", "mm")?,
+            task_exit_code: self.offset_of("task_struct", "exit_code")?,
+            mm_arg_start: self.offset_of("mm_struct", "arg_start")?,
+            mm_arg_end: self.offset_of("mm_struct", "arg_end")?,
+            bprm_filename: self.offset_of("linux_binprm", "filename")?,
+            ..Offsets::default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn btf() -> Option<KernelBtf> {
+        if !Path::new(VMLINUX_BTF).exists() {
+            eprintln!("skipping: this kernel publishes no BTF at {VMLINUX_BTF}");
+            return None;
+        }
+        Some(KernelBtf::load().expect("vmlinux BTF parses"))
+    }
+
+    #[test]
+    fn offsets_are_inside_their_structs() {
+        let Some(btf) = btf() else { return };
+        let off = btf.offsets().unwrap();
+        let task = btf.find_struct("task_struct").unwrap().size() as u32;
+        for o in [
+            off.task_pid,
+            off.task_tgid,
+            off.task_real_parent,
+            off.task_mm,
+        ] {
+            assert!(
+                o > 0 && o < task,
+                "offset {o} outside task_struct ({task} bytes)"
+            );
+        }
+        // pid and tgid are adjacent pid_t members in every kernel since 2.6.
+        assert_eq!(off.task_tgid, off.task_pid + 4);
+        assert_eq!(off.mm_arg_end, off.mm_arg_start + 8);
+    }
+
+    #[test]
+    fn member_inside_anonymous_union_is_found() {
+        let Some(btf) = btf() else { return };
+        // `mm_struct` keeps all its members inside an anonymous struct.
+        assert!(btf.offset_of("mm_struct", "arg_start").unwrap() > 0);
+        // dotted paths go through named members: file.f_path.dentry
+        let f_path = btf.offset_of("file", "f_path").unwrap();
+        let dentry = btf.offset_of("path", "dentry").unwrap();
+        assert_eq!(
+            btf.offset_of("file", "f_path.dentry").unwrap(),
+            f_path + dentry
+        );
+    }
+
+    #[test]
+    fn missing_member_is_an_error_naming_it() {
+        let Some(btf) = btf() else { return };
+        let err = btf.offset_of("task_struct", "no_such_member").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("task_struct has no member no_such_member"),
+            "{err}"
+        );
+        assert!(matches!(
+            btf.offset_of("no_such_struct", "x"),
+            Err(BtfError::NoStruct(_))
+        ));
+    }
+
+    #[test]
+    fn sched_process_fork_has_two_args() {
+        let Some(btf) = btf() else { return };
+        assert_eq!(btf.raw_tracepoint_args("sched_process_fork"), Some(2));
+    }
+}

@@ -1,0 +1,126 @@
+//! Small readers of `/proc`: process names, parents, descendants, owners. Used outside the event
+//! path only (at attach, at teardown, for stop conditions).
+
+use std::{collections::HashMap, fs, path::Path};
+
+/// A process's `comm`, if it still exists.
+pub fn comm(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim_end_matches('\n').to_owned())
+}
+
+/// Does a task with this id (process or thread) exist?
+pub fn exists(tid: u32) -> bool {
+    Path::new(&format!("/proc/{tid}")).exists()
+}
+
+/// Parses the parent pid out of `/proc/PID/stat` text (the comm field may hold spaces and
+/// parentheses, so fields are counted from the last `)`).
+pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// All live processes with their parent pid.
+pub fn parents() -> HashMap<u32, u32> {
+    let mut out = HashMap::new();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(stat) = fs::read_to_string(entry.path().join("stat"))
+            && let Some(ppid) = parse_stat_ppid(&stat)
+        {
+            out.insert(pid, ppid);
+        }
+    }
+    out
+}
+
+/// `root` and every live process below it.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let parents = parents();
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (&pid, &ppid) in &parents {
+        children.entry(ppid).or_default().push(pid);
+    }
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        if let Some(c) = children.get(&out[i]) {
+            out.extend(c.iter().copied().filter(|p| *p != root));
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Thread ids of a process.
+pub fn threads(pid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect()
+}
+
+/// Real uid of a process (from `/proc/PID/status`).
+pub fn real_uid(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Live processes whose real uid is `uid`.
+pub fn processes_of_uid(uid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|&pid| real_uid(pid) == Some(uid))
+        .collect()
+}
+
+/// The running kernel's release (`uname -r`).
+pub fn kernel_release() -> String {
+    nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// The machine's host name.
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_ppid_survives_odd_comm() {
+        assert_eq!(parse_stat_ppid("42 (a) b) c) S 7 42 42 0"), Some(7));
+        assert_eq!(parse_stat_ppid("1 (init) S 0 1 1"), Some(0));
+        assert_eq!(parse_stat_ppid("garbage"), None);
+    }
+
+    #[test]
+    fn this_process_is_its_own_descendant_root() {
+        let me = std::process::id();
+        assert_eq!(descendants(me)[0], me);
+        assert!(exists(me));
+        assert!(threads(me).contains(&me));
+    }
+}

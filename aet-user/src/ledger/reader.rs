@@ -1,0 +1,208 @@
+//! Reads ledgers, finished or not.
+//!
+//! A finished ledger is an Arrow IPC file. An unfinished one (its monitor was killed before it
+//! wrote the footer) is read from its stream form, up to its last complete batch, and is reported
+//! as unfinished: whoever reads it must treat the record as incomplete. Anything else (not Arrow,
+//! not a ledger, a schema version this build does not know) is an error naming the file.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    io::{self, BufReader, Read, Seek, SeekFrom},
+    path::{Path, PathBuf},
+};
+
+use arrow_array::RecordBatch;
+use arrow_ipc::reader::{FileReader, StreamReader};
+use arrow_schema::{ArrowError, Schema, SchemaRef};
+
+use super::{
+    ipc::MAGIC,
+    schema::{self, SCHEMA_VERSION, meta},
+};
+
+/// Errors reading a ledger.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The file is not an Arrow IPC file.
+    #[error("{path}: not an aet ledger (no Arrow IPC magic at its start)")]
+    NotArrow { path: PathBuf },
+    /// The file is Arrow but cannot be decoded.
+    #[error("{path}: corrupt Arrow data: {source}")]
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        source: ArrowError,
+    },
+    /// The file is Arrow but not a ledger this build can read.
+    #[error("{path}: not an aet ledger this version can read: {reason}")]
+    Schema { path: PathBuf, reason: String },
+}
+
+/// How the ledger was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// A finished Arrow IPC file (footer present).
+    Finished,
+    /// An unfinished file read from its stream form: the monitor did not finish it.
+    Unfinished,
+}
+
+/// An open ledger.
+pub struct Ledger {
+    path: PathBuf,
+    form: Form,
+    schema: SchemaRef,
+    batches: Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>>>,
+    /// Set when reading an unfinished ledger stopped at a damaged (partly written) batch.
+    pub damaged_tail: Option<String>,
+}
+
+impl Ledger {
+    /// Opens a ledger and checks its schema.
+    pub fn open(path: &Path) -> Result<Self, ReadError> {
+        let io_err = |source| ReadError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut file = File::open(path).map_err(io_err)?;
+        let mut head = [0u8; 8];
+        let n = read_up_to(&mut file, &mut head).map_err(io_err)?;
+        if n < 6 || &head[..6] != MAGIC {
+            return Err(ReadError::NotArrow {
+                path: path.to_owned(),
+            });
+        }
+        file.seek(SeekFrom::Start(0)).map_err(io_err)?;
+        let corrupt = |source| ReadError::Corrupt {
+            path: path.to_owned(),
+            source,
+        };
+        let (form, schema, batches): (Form, SchemaRef, Box<dyn Iterator<Item = _>>) =
+            match FileReader::try_new(BufReader::new(file), None) {
+                Ok(r) => (Form::Finished, r.schema(), Box::new(r)),
+                Err(_) => {
+                    // No footer: read the stream that follows the 8-byte head.
+                    let mut file = File::open(path).map_err(io_err)?;
+                    file.seek(SeekFrom::Start(8)).map_err(io_err)?;
+                    let r = StreamReader::try_new(BufReader::new(file), None).map_err(corrupt)?;
+                    (Form::Unfinished, r.schema(), Box::new(r))
+                }
+            };
+        check_schema(path, &schema)?;
+        Ok(Self {
+            path: path.to_owned(),
+            form,
+            schema,
+            batches,
+            damaged_tail: None,
+        })
+    }
+
+    /// The ledger's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How it was read.
+    pub fn form(&self) -> Form {
+        self.form
+    }
+
+    /// The schema (with the file's metadata: final for a finished ledger, the head's otherwise).
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The file-level metadata.
+    pub fn metadata(&self) -> HashMap<String, String> {
+        self.schema
+            .metadata()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// A metadata value.
+    pub fn meta(&self, key: &str) -> Option<&str> {
+        self.schema.metadata().get(key).map(String::as_str)
+    }
+
+    /// The next batch. For an unfinished ledger, a damaged batch ends the reading (and is noted
+    /// in `damaged_tail`); for a finished one it is an error.
+    pub fn next_batch(&mut self) -> Result<Option<RecordBatch>, ReadError> {
+        match self.batches.next() {
+            None => Ok(None),
+            Some(Ok(b)) => Ok(Some(b)),
+            Some(Err(e)) if self.form == Form::Unfinished => {
+                self.damaged_tail = Some(e.to_string());
+                self.batches = Box::new(std::iter::empty());
+                Ok(None)
+            }
+            Some(Err(source)) => Err(ReadError::Corrupt {
+                path: self.path.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Reads every remaining batch.
+    pub fn read_all(&mut self) -> Result<Vec<RecordBatch>, ReadError> {
+        let mut out = Vec::new();
+        while let Some(b) = self.next_batch()? {
+            out.push(b);
+        }
+        Ok(out)
+    }
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Checks that `schema` is a ledger schema this build reads.
+fn check_schema(path: &Path, schema: &Schema) -> Result<(), ReadError> {
+    let bad = |reason: String| ReadError::Schema {
+        path: path.to_owned(),
+        reason,
+    };
+    match schema.metadata().get(meta::SCHEMA_VERSION) {
+        None => return Err(bad(format!("no {} metadata", meta::SCHEMA_VERSION))),
+        Some(v) if v != SCHEMA_VERSION => {
+            return Err(bad(format!(
+                "schema version {v}, this build reads version {SCHEMA_VERSION}"
+            )));
+        }
+        Some(_) => {}
+    }
+    let expected = schema::schema(HashMap::new());
+    for field in expected.fields() {
+        match schema.field_with_name(field.name()) {
+            Ok(f) if f.data_type() == field.data_type() => {}
+            Ok(f) => {
+                return Err(bad(format!(
+                    "column {} is {}, expected {}",
+                    field.name(),
+                    f.data_type(),
+                    field.data_type()
+                )));
+            }
+            Err(_) => return Err(bad(format!("column {} is missing", field.name()))),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,337 @@
+//! Streams ledger rows into `ledger.arrow` as the run goes.
+//!
+//! Rows accumulate in Arrow builders and go to disk as a record batch every [`BATCH_ROWS`] rows
+//! or when the caller flushes (the monitor flushes at least every
+//! [`FLUSH_INTERVAL`](crate::monitor::FLUSH_INTERVAL)), so a run of hours holds one batch in
+//! memory and a killed monitor leaves every flushed batch readable. The file is created with
+//! `O_EXCL`: an existing ledger is never overwritten.
+
+use std::{
+    collections::HashMap,
+    fs::{File, OpenOptions},
+    io::{self, BufWriter},
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use arrow_array::{
+    ArrayRef, RecordBatch,
+    builder::{
+        BinaryBuilder, BooleanBuilder, Int32Builder, Int64Builder, ListBuilder, StringBuilder,
+        UInt32Builder, UInt64Builder,
+    },
+};
+use arrow_schema::{ArrowError, SchemaRef};
+
+use super::{
+    ipc::IpcFileWriter,
+    schema::{self, meta},
+};
+
+/// Rows per record batch.
+pub const BATCH_ROWS: usize = 16 * 1024;
+
+/// Errors writing a ledger.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The ledger file could not be created (it may already exist).
+    #[error("cannot create ledger {path}: {source}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// Encoding or writing a batch failed.
+    #[error("writing ledger {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: ArrowError,
+    },
+}
+
+/// One ledger row. Optional fields are null in the ledger when `None`.
+#[derive(Clone, Debug, Default)]
+pub struct Row<'a> {
+    pub seq: u64,
+    pub ts_ns: i64,
+    pub kind: &'static str,
+    pub syscall: Option<&'static str>,
+    pub pid: u32,
+    pub tid: u32,
+    pub ppid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub cgroup_id: u64,
+    pub comm: [u8; 16],
+    pub path: Option<&'a [u8]>,
+    pub path_truncated: bool,
+    pub dirfd: Option<i32>,
+    pub flags: Option<u32>,
+    pub mode: Option<u32>,
+    pub resolve: Option<u64>,
+    pub ret: Option<i64>,
+    /// NUL-separated arguments.
+    pub argv: Option<&'a [u8]>,
+    pub argv_truncated: Option<bool>,
+    pub child_pid: Option<u32>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub capture: u32,
+}
+
+struct Builders {
+    seq: UInt64Builder,
+    ts: Int64Builder,
+    kind: StringBuilder,
+    syscall: StringBuilder,
+    pid: UInt32Builder,
+    tid: UInt32Builder,
+    ppid: UInt32Builder,
+    uid: UInt32Builder,
+    gid: UInt32Builder,
+    cgroup_id: UInt64Builder,
+    comm: StringBuilder,
+    path: StringBuilder,
+    path_raw: BinaryBuilder,
+    path_truncated: BooleanBuilder,
+    dirfd: Int32Builder,
+    flags: UInt32Builder,
+    mode: UInt32Builder,
+    resolve: UInt64Builder,
+    ret: Int64Builder,
+    errno: StringBuilder,
+    argv: ListBuilder<StringBuilder>,
+    argv_truncated: BooleanBuilder,
+    child_pid: UInt32Builder,
+    exit_code: Int32Builder,
+    exit_signal: Int32Builder,
+    capture: UInt32Builder,
+    len: usize,
+}
+
+impl Builders {
+    fn new() -> Self {
+        let n = BATCH_ROWS;
+        Self {
+            seq: UInt64Builder::with_capacity(n),
+            ts: Int64Builder::with_capacity(n),
+            kind: StringBuilder::with_capacity(n, n * 4),
+            syscall: StringBuilder::with_capacity(n, n * 6),
+            pid: UInt32Builder::with_capacity(n),
+            tid: UInt32Builder::with_capacity(n),
+            ppid: UInt32Builder::with_capacity(n),
+            uid: UInt32Builder::with_capacity(n),
+            gid: UInt32Builder::with_capacity(n),
+            cgroup_id: UInt64Builder::with_capacity(n),
+            comm: StringBuilder::with_capacity(n, n * 8),
+            path: StringBuilder::with_capacity(n, n * 48),
+            path_raw: BinaryBuilder::new(),
+            path_truncated: BooleanBuilder::with_capacity(n),
+            dirfd: Int32Builder::with_capacity(n),
+            flags: UInt32Builder::with_capacity(n),
+            mode: UInt32Builder::with_capacity(n),
+            resolve: UInt64Builder::with_capacity(n),
+            ret: Int64Builder::with_capacity(n),
+            errno: StringBuilder::new(),
+            argv: ListBuilder::new(StringBuilder::new()),
+            argv_truncated: BooleanBuilder::with_capacity(n),
+            child_pid: UInt32Builder::with_capacity(n),
+            exit_code: Int32Builder::with_capacity(n),
+            exit_signal: Int32Builder::with_capacity(n),
+            capture: UInt32Builder::with_capacity(n),
+            len: 0,
+        }
+    }
+
+    fn append(&mut self, r: &Row<'_>) {
+        self.seq.append_value(r.seq);
+        self.ts.append_value(r.ts_ns);
+        self.kind.append_value(r.kind);
+        self.syscall.append_option(r.syscall);
+        self.pid.append_value(r.pid);
+        self.tid.append_value(r.tid);
+        self.ppid.append_value(r.ppid);
+        self.uid.append_value(r.uid);
+        self.gid.append_value(r.gid);
+        self.cgroup_id.append_value(r.cgroup_id);
+        let comm = r.comm.split(|&b| b == 0).next().unwrap_or_default();
+        self.comm.append_value(String::from_utf8_lossy(comm));
+        match r.path {
+            None => {
+                self.path.append_null();
+                self.path_raw.append_null();
+            }
+            Some(p) => match std::str::from_utf8(p) {
+                Ok(s) => {
+                    self.path.append_value(s);
+                    self.path_raw.append_null();
+                }
+                Err(_) => {
+                    self.path.append_value(String::from_utf8_lossy(p));
+                    self.path_raw.append_value(p);
+                }
+            },
+        }
+        self.path_truncated.append_value(r.path_truncated);
+        self.dirfd.append_option(r.dirfd);
+        self.flags.append_option(r.flags);
+        self.mode.append_option(r.mode);
+        self.resolve.append_option(r.resolve);
+        self.ret.append_option(r.ret);
+        match r.ret {
+            Some(ret) if ret < 0 => self.errno.append_value(schema::errno_name((-ret) as i32)),
+            _ => self.errno.append_null(),
+        }
+        match r.argv {
+            Some(argv) => {
+                for arg in crate::monitor::decode::split_argv(argv) {
+                    self.argv
+                        .values()
+                        .append_value(String::from_utf8_lossy(arg));
+                }
+                self.argv.append(true);
+            }
+            None => self.argv.append(false),
+        }
+        self.argv_truncated.append_option(r.argv_truncated);
+        self.child_pid.append_option(r.child_pid);
+        self.exit_code.append_option(r.exit_code);
+        self.exit_signal.append_option(r.exit_signal);
+        self.capture.append_value(r.capture);
+        self.len += 1;
+    }
+
+    fn finish(&mut self, schema: SchemaRef) -> Result<RecordBatch, ArrowError> {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.seq.finish()),
+            Arc::new(self.ts.finish()),
+            Arc::new(self.kind.finish()),
+            Arc::new(self.syscall.finish()),
+            Arc::new(self.pid.finish()),
+            Arc::new(self.tid.finish()),
+            Arc::new(self.ppid.finish()),
+            Arc::new(self.uid.finish()),
+            Arc::new(self.gid.finish()),
+            Arc::new(self.cgroup_id.finish()),
+            Arc::new(self.comm.finish()),
+            Arc::new(self.path.finish()),
+            Arc::new(self.path_raw.finish()),
+            Arc::new(self.path_truncated.finish()),
+            Arc::new(self.dirfd.finish()),
+            Arc::new(self.flags.finish()),
+            Arc::new(self.mode.finish()),
+            Arc::new(self.resolve.finish()),
+            Arc::new(self.ret.finish()),
+            Arc::new(self.errno.finish()),
+            Arc::new(self.argv.finish()),
+            Arc::new(self.argv_truncated.finish()),
+            Arc::new(self.child_pid.finish()),
+            Arc::new(self.exit_code.finish()),
+            Arc::new(self.exit_signal.finish()),
+            Arc::new(self.capture.finish()),
+        ];
+        self.len = 0;
+        RecordBatch::try_new(schema, columns)
+    }
+}
+
+/// Writes one ledger file.
+pub struct LedgerWriter {
+    path: PathBuf,
+    file: IpcFileWriter<BufWriter<File>>,
+    head: HashMap<String, String>,
+    schema: SchemaRef,
+    rows: Builders,
+    total: u64,
+}
+
+impl LedgerWriter {
+    /// Creates `path` (which must not exist) and writes the head of the file with `metadata`.
+    pub fn create(path: &Path, metadata: HashMap<String, String>) -> Result<Self, WriteError> {
+        let create = |source| WriteError::Create {
+            path: path.to_owned(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(create)?;
+        let mut head = metadata;
+        head.insert(meta::SCHEMA_VERSION.into(), schema::SCHEMA_VERSION.into());
+        head.insert(meta::AET_VERSION.into(), env!("CARGO_PKG_VERSION").into());
+        head.insert(meta::FINISHED.into(), "false".into());
+        let schema = schema::schema(head.clone());
+        let file = IpcFileWriter::try_new(BufWriter::with_capacity(1 << 20, file), &schema)
+            .map_err(|source| WriteError::Write {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            head,
+            schema,
+            rows: Builders::new(),
+            total: 0,
+        })
+    }
+
+    /// The ledger's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Rows appended so far.
+    pub fn rows(&self) -> u64 {
+        self.total
+    }
+
+    /// Rows waiting in the current batch.
+    pub fn pending(&self) -> usize {
+        self.rows.len
+    }
+
+    /// Appends a row; writes a batch when one is full.
+    pub fn append(&mut self, row: &Row<'_>) -> Result<(), WriteError> {
+        self.rows.append(row);
+        self.total += 1;
+        if self.rows.len >= BATCH_ROWS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the pending rows (if any) as a batch and flushes it to the file.
+    pub fn flush(&mut self) -> Result<(), WriteError> {
+        if self.rows.len == 0 {
+            return Ok(());
+        }
+        self.rows
+            .finish(self.schema.clone())
+            .and_then(|b| self.file.write(&b))
+            .map_err(|source| WriteError::Write {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    /// Writes the pending rows and the footer, whose schema metadata is the head metadata
+    /// updated with `metadata` and `aet.finished = true`.
+    pub fn finish(mut self, metadata: HashMap<String, String>) -> Result<PathBuf, WriteError> {
+        self.flush()?;
+        let mut all = self.head.clone();
+        all.extend(metadata);
+        all.insert(meta::FINISHED.into(), "true".into());
+        all.insert(meta::EVENTS_RECORDED.into(), self.total.to_string());
+        let final_schema = schema::schema(all);
+        self.file
+            .finish(&final_schema)
+            .map_err(|source| WriteError::Write {
+                path: self.path.clone(),
+                source,
+            })?;
+        Ok(self.path)
+    }
+}

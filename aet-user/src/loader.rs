@@ -1,0 +1,469 @@
+//! Loads aet's eBPF programs, configured for one run, and attaches them.
+//!
+//! The object is embedded in the `aet` binary at build time. Loading configures the programs'
+//! `CONFIG` global (the scope and the kernel struct offsets from BTF) and the ring buffer's size,
+//! then attaches every program. Any program that fails to load or attach fails the whole load:
+//! aet never runs with a partial monitor.
+
+use aet_common::{Config, counter, scope};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{
+        RawTracePoint, TracePoint, raw_trace_point::RawTracePointLink, trace_point::TracePointLink,
+    },
+};
+
+use crate::kernel::{btf::KernelBtf, tracefs};
+
+/// The compiled eBPF object (built by `build.rs` from `aet-ebpf`).
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/aet"));
+
+/// How a program attaches.
+#[derive(Clone, Copy, Debug)]
+pub enum Attach {
+    /// A tracefs tracepoint `category/name`.
+    TracePoint(&'static str, &'static str),
+    /// A raw tracepoint by name.
+    RawTracePoint(&'static str),
+}
+
+/// Every program in the object and where it attaches, in attach order: the process-tree
+/// programs first (so tracking starts before anything else), then the syscall exits, then the
+/// exec entries.
+pub const PROGRAMS: &[(&str, Attach)] = &[
+    (
+        "sched_process_fork",
+        Attach::RawTracePoint("sched_process_fork"),
+    ),
+    (
+        "sched_process_exit",
+        Attach::RawTracePoint("sched_process_exit"),
+    ),
+    (
+        "sched_process_exec",
+        Attach::RawTracePoint("sched_process_exec"),
+    ),
+    ("sys_exit", Attach::RawTracePoint("sys_exit")),
+    (
+        "sys_enter_execve",
+        Attach::TracePoint("syscalls", "sys_enter_execve"),
+    ),
+    (
+        "sys_enter_execveat",
+        Attach::TracePoint("syscalls", "sys_enter_execveat"),
+    ),
+];
+
+/// The syscalls recorded through `raw_syscalls:sys_exit`, by number, for this architecture:
+/// `(native number, aet syscall)` and `(compat number, aet syscall)`. Syscall numbers are the
+/// architecture's ABI (fixed forever), not kernel struct layouts.
+#[cfg(target_arch = "x86_64")]
+mod abi {
+    use aet_common::Syscall;
+
+    pub const NATIVE: &[(i64, Syscall)] = &[
+        (libc::SYS_open, Syscall::Open),
+        (libc::SYS_creat, Syscall::Creat),
+        (libc::SYS_openat, Syscall::Openat),
+        (libc::SYS_openat2, Syscall::Openat2),
+        (libc::SYS_execve, Syscall::Execve),
+        (libc::SYS_execveat, Syscall::Execveat),
+    ];
+    /// i386 numbers (arch/x86/entry/syscalls/syscall_32.tbl).
+    pub const COMPAT: &[(i64, Syscall)] = &[
+        (5, Syscall::Open),
+        (8, Syscall::Creat),
+        (295, Syscall::Openat),
+        (437, Syscall::Openat2),
+        (11, Syscall::Execve),
+        (358, Syscall::Execveat),
+    ];
+    /// `pt_regs` members holding the syscall number and arguments 0..5 (native, then compat).
+    pub const REGS_NR: &str = "orig_ax";
+    pub const REGS_ARGS: [&str; 6] = ["di", "si", "dx", "r10", "r8", "r9"];
+    pub const REGS_ARGS_COMPAT: [&str; 6] = ["bx", "cx", "dx", "si", "di", "bp"];
+    /// `TS_COMPAT` in `thread_info.status` (arch/x86/include/asm/thread_info.h).
+    pub const TS_COMPAT: u32 = 0x0002;
+}
+
+/// Which tasks the monitor follows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Tasks in a cgroup v2 (by id), and their descendants.
+    Cgroup { path: std::path::PathBuf, id: u64 },
+    /// Tasks with this real uid, and their descendants.
+    Uid(u32),
+    /// A process (all its threads), and its descendants.
+    Pid(u32),
+}
+
+impl Scope {
+    /// Short name of the mode (`cgroup`, `uid`, `pid`).
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Self::Cgroup { .. } => "cgroup",
+            Self::Uid(_) => "uid",
+            Self::Pid(_) => "pid",
+        }
+    }
+
+    /// What the scope names, for people.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Cgroup { path, id } => format!("cgroup {} (id {id})", path.display()),
+            Self::Uid(uid) => format!("uid {uid}"),
+            Self::Pid(pid) => format!("pid {pid}"),
+        }
+    }
+}
+
+/// Errors loading or attaching the monitor.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// tracefs is missing and could not be mounted.
+    #[error(transparent)]
+    Tracefs(#[from] tracefs::TracefsError),
+    /// Kernel layouts could not be read.
+    #[error(transparent)]
+    Btf(#[from] crate::kernel::btf::BtfError),
+    /// The object could not be loaded (maps, relocations).
+    #[error("loading the eBPF object failed: {0}")]
+    Object(#[from] aya::EbpfError),
+    /// The kernel lacks a tracepoint aet needs.
+    #[error("the kernel has no tracepoint {0}")]
+    NoTracepoint(String),
+    /// A program failed to load (the verifier refused it) or to attach.
+    #[error("eBPF program {name} failed to {action}: {source}")]
+    Program {
+        name: &'static str,
+        action: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// A program is missing from the object.
+    #[error("eBPF program {0} is missing from the object")]
+    MissingProgram(&'static str),
+    /// A map the programs need is missing from the object.
+    #[error("eBPF map {0} is missing from the object")]
+    MissingMap(&'static str),
+    /// A map could not be opened.
+    #[error("eBPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// The number of possible CPUs could not be read.
+    #[error("cannot count possible CPUs: {0}")]
+    Cpus(#[source] std::io::Error),
+    /// The syscall registers do not fit the window the programs read.
+    #[error("this kernel's pt_regs layout does not fit aet's register window")]
+    RegsLayout,
+    /// The ring buffer size is not a power of two multiple of the page size.
+    #[error("ring buffer size {0} is not a power of two of at least 4096 bytes")]
+    RingSize(u32),
+}
+
+/// Load-time settings.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    pub scope: Scope,
+    /// Ring buffer size in bytes (a power of two).
+    pub ringbuf_bytes: u32,
+}
+
+/// Default ring buffer size: 64 MiB holds about half a million typical records, several seconds
+/// of the densest open storm, while the consumer catches up.
+pub const DEFAULT_RINGBUF_BYTES: u32 = 64 << 20;
+
+/// Kernel-side counters, summed over CPUs and per CPU.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// `totals[i]` for `aet_common::counter` index `i`.
+    pub totals: Vec<u64>,
+    /// `per_cpu[cpu][i]`.
+    pub per_cpu: Vec<Vec<u64>>,
+}
+
+impl Counters {
+    /// Events (or parts of events) that never reached userspace.
+    pub fn lost(&self) -> u64 {
+        counter::LOSSES
+            .iter()
+            .map(|&i| self.totals.get(i as usize).copied().unwrap_or(0))
+            .sum()
+    }
+
+    /// Lost events per CPU.
+    pub fn lost_per_cpu(&self) -> Vec<u64> {
+        self.per_cpu
+            .iter()
+            .map(|c| counter::LOSSES.iter().map(|&i| c[i as usize]).sum())
+            .collect()
+    }
+
+    /// A counter's total.
+    pub fn get(&self, idx: u32) -> u64 {
+        self.totals.get(idx as usize).copied().unwrap_or(0)
+    }
+}
+
+/// An attachment, owned so that it can be detached on a thread of its own.
+enum Link {
+    TracePoint(#[allow(dead_code)] TracePointLink),
+    Raw(#[allow(dead_code)] RawTracePointLink),
+}
+
+/// The loaded, attached monitor. Dropping it detaches every program.
+pub struct Loaded {
+    ebpf: Option<Ebpf>,
+    links: Vec<Link>,
+    events: Option<RingBuf<MapData>>,
+    counters: PerCpuArray<MapData, u64>,
+    tracked: HashMap<MapData, u32, u8>,
+}
+
+impl Loaded {
+    /// Loads and attaches every program for `opts.scope`.
+    pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
+        if opts.ringbuf_bytes < 4096 || !opts.ringbuf_bytes.is_power_of_two() {
+            return Err(LoadError::RingSize(opts.ringbuf_bytes));
+        }
+        tracefs::ensure_mounted()?;
+        for (_, attach) in PROGRAMS {
+            if let Attach::TracePoint(cat, name) = attach
+                && !tracefs::has_tracepoint(cat, name)
+            {
+                return Err(LoadError::NoTracepoint(format!("{cat}/{name}")));
+            }
+        }
+        let btf = KernelBtf::load()?;
+        let mut offsets = btf.offsets()?;
+        regs_window(&btf, &mut offsets)?;
+        let compat_mask = match btf.offset_of("task_struct", "thread_info.status") {
+            Ok(off) => {
+                offsets.task_ti_status = off;
+                abi::TS_COMPAT
+            }
+            Err(_) => 0,
+        };
+        let mut config = Config {
+            offsets,
+            compat_mask,
+            exit_has_group_dead: u32::from(
+                btf.raw_tracepoint_args("sched_process_exit").unwrap_or(1) >= 2,
+            ),
+            ..Config::default()
+        };
+        match &opts.scope {
+            Scope::Cgroup { id, .. } => {
+                config.scope_mode = scope::CGROUP;
+                config.target_cgroup = *id;
+            }
+            Scope::Uid(uid) => {
+                config.scope_mode = scope::UID;
+                config.target_uid = *uid;
+            }
+            Scope::Pid(pid) => {
+                config.scope_mode = scope::PID;
+                config.target_pid = *pid;
+            }
+        }
+        let mut ebpf = EbpfLoader::new()
+            .override_global("CONFIG", &config, true)
+            .map_max_entries("EVENTS", opts.ringbuf_bytes)
+            .map_max_entries("SCRATCH", possible_cpus()?)
+            .load(EBPF_OBJECT)?;
+
+        let mut table: aya::maps::Array<_, u16> = aya::maps::Array::try_from(
+            ebpf.map_mut("SYSCALLS")
+                .ok_or(LoadError::MissingMap("SYSCALLS"))?,
+        )
+        .map_err(|source| LoadError::Map {
+            name: "SYSCALLS",
+            source,
+        })?;
+        for (nr, entry) in syscall_table() {
+            table.set(nr, entry, 0).map_err(|source| LoadError::Map {
+                name: "SYSCALLS",
+                source,
+            })?;
+        }
+        let events = take_map(&mut ebpf, "EVENTS", RingBuf::try_from)?;
+        let counters = take_map(&mut ebpf, "COUNTERS", PerCpuArray::try_from)?;
+        let tracked = take_map(&mut ebpf, "TRACKED", HashMap::try_from)?;
+
+        let mut links = Vec::with_capacity(PROGRAMS.len());
+        for &(name, attach) in PROGRAMS {
+            let prog = ebpf
+                .program_mut(name)
+                .ok_or(LoadError::MissingProgram(name))?;
+            let fail = |action| {
+                move |source| LoadError::Program {
+                    name,
+                    action,
+                    source,
+                }
+            };
+            let link = match attach {
+                Attach::TracePoint(category, tp) => {
+                    let p: &mut TracePoint = prog.try_into().map_err(fail("load"))?;
+                    p.load().map_err(fail("load"))?;
+                    let id = p.attach(category, tp).map_err(fail("attach"))?;
+                    Link::TracePoint(p.take_link(id).map_err(fail("attach"))?)
+                }
+                Attach::RawTracePoint(tp) => {
+                    let p: &mut RawTracePoint = prog.try_into().map_err(fail("load"))?;
+                    p.load().map_err(fail("load"))?;
+                    let id = p.attach(tp).map_err(fail("attach"))?;
+                    Link::Raw(p.take_link(id).map_err(fail("attach"))?)
+                }
+            };
+            links.push(link);
+        }
+        Ok(Self {
+            ebpf: Some(ebpf),
+            links,
+            events: Some(events),
+            counters,
+            tracked,
+        })
+    }
+
+    /// Takes the ring buffer (to hand it to the consumer thread).
+    pub fn take_events(&mut self) -> Option<RingBuf<MapData>> {
+        self.events.take()
+    }
+
+    /// Adds a task to the tracked set (for `--pid`, the target's threads and descendants).
+    pub fn track(&mut self, tid: u32) -> Result<(), LoadError> {
+        self.tracked
+            .insert(tid, 1, 0)
+            .map_err(|source| LoadError::Map {
+                name: "TRACKED",
+                source,
+            })
+    }
+
+    /// Removes a task from the tracked set (a stale entry for a task that is gone).
+    pub fn untrack(&mut self, tid: u32) {
+        let _ = self.tracked.remove(&tid);
+    }
+
+    /// Tasks in the tracked set.
+    pub fn tracked(&self) -> Vec<u32> {
+        self.tracked.keys().filter_map(Result::ok).collect()
+    }
+
+    /// Reads the kernel-side counters.
+    pub fn counters(&self) -> Result<Counters, LoadError> {
+        let map_err = |source| LoadError::Map {
+            name: "COUNTERS",
+            source,
+        };
+        let mut out = Counters {
+            totals: vec![0; counter::COUNT as usize],
+            per_cpu: Vec::new(),
+        };
+        for idx in 0..counter::COUNT {
+            let values = self.counters.get(&idx, 0).map_err(map_err)?;
+            for (cpu, v) in values.iter().enumerate() {
+                if out.per_cpu.len() <= cpu {
+                    out.per_cpu.push(vec![0; counter::COUNT as usize]);
+                }
+                out.per_cpu[cpu][idx as usize] = *v;
+                out.totals[idx as usize] += *v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Detaches every program. Records already in the ring buffer stay readable.
+    ///
+    /// Each detach waits for an RCU grace period in the kernel; done one after the other they
+    /// take about a second, so every link is dropped on a thread of its own.
+    pub fn detach(&mut self) {
+        std::thread::scope(|s| {
+            for link in self.links.drain(..) {
+                s.spawn(move || drop(link));
+            }
+        });
+        self.ebpf = None;
+    }
+
+    /// Are the programs attached?
+    pub fn attached(&self) -> bool {
+        self.ebpf.is_some()
+    }
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        self.detach();
+    }
+}
+
+/// Places the `pt_regs` window the programs read at syscall exit over the syscall number and all
+/// argument registers, and records each as a word index inside it.
+fn regs_window(btf: &KernelBtf, o: &mut aet_common::Offsets) -> Result<(), LoadError> {
+    let nr = btf.offset_of("pt_regs", abi::REGS_NR)?;
+    let mut native = [0u32; 6];
+    let mut compat = [0u32; 6];
+    for i in 0..6 {
+        native[i] = btf.offset_of("pt_regs", abi::REGS_ARGS[i])?;
+        compat[i] = btf.offset_of("pt_regs", abi::REGS_ARGS_COMPAT[i])?;
+    }
+    let all = native.iter().chain(&compat).chain([&nr]);
+    let lo = all.clone().copied().min().unwrap_or(0) & !7;
+    let hi = all.copied().max().unwrap_or(0) + 8;
+    if hi - lo > aet_common::REGS_WINDOW as u32
+        || [nr]
+            .iter()
+            .chain(&native)
+            .chain(&compat)
+            .any(|o| o % 8 != 0)
+    {
+        return Err(LoadError::RegsLayout);
+    }
+    o.regs_window = lo;
+    o.regs_nr = (nr - lo) / 8;
+    for i in 0..6 {
+        o.regs_args[i] = (native[i] - lo) / 8;
+        o.regs_args_compat[i] = (compat[i] - lo) / 8;
+    }
+    Ok(())
+}
+
+/// The dispatch table entries: syscall number -> native and compat meaning.
+fn syscall_table() -> Vec<(u32, u16)> {
+    use aet_common::Syscall;
+    let mut t = vec![(Syscall::None, Syscall::None); aet_common::SYSCALL_TABLE_SIZE as usize];
+    for &(nr, sc) in abi::NATIVE {
+        t[nr as usize].0 = sc;
+    }
+    for &(nr, sc) in abi::COMPAT {
+        t[nr as usize].1 = sc;
+    }
+    t.into_iter()
+        .enumerate()
+        .filter(|(_, (n, c))| *n != Syscall::None || *c != Syscall::None)
+        .map(|(nr, (n, c))| (nr as u32, aet_common::syscall_entry(n, c)))
+        .collect()
+}
+
+/// Number of possible CPUs (CPU ids range below it).
+fn possible_cpus() -> Result<u32, LoadError> {
+    aya::util::nr_cpus()
+        .map(|n| n as u32)
+        .map_err(|(_, e)| LoadError::Cpus(e))
+}
+
+fn take_map<T>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    convert: impl FnOnce(aya::maps::Map) -> Result<T, aya::maps::MapError>,
+) -> Result<T, LoadError> {
+    let map = ebpf.take_map(name).ok_or(LoadError::MissingMap(name))?;
+    convert(map).map_err(|source| LoadError::Map { name, source })
+}

@@ -1,0 +1,4 @@
+//! The `aet` binary: a thin wrapper over `aet::cli::main`.
+fn main() -> std::process::ExitCode {
+    aet::cli::main()
+}

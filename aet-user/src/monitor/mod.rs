@@ -1,0 +1,544 @@
+//! The monitor: loads the programs for a scope, consumes their records on a thread of its own and
+//! streams them into the ledger, and finishes the ledger with the loss accounting.
+//!
+//! The consumer never blocks the traced processes: the programs write without waking it
+//! (`BPF_RB_NO_WAKEUP`), and it polls the ring buffer, busy while there is data and sleeping
+//! [`IDLE_POLL`] when there is none. It must never drop a record it has read: a record that does
+//! not decode is counted as lost.
+
+pub mod decode;
+pub mod source;
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use aet_common::{EventKind, counter, flags};
+
+use crate::{
+    ledger::{
+        schema::meta,
+        writer::{LedgerWriter, Row, WriteError},
+    },
+    loader::{Counters, LoadError, LoadOptions, Loaded, Scope},
+};
+use decode::RawEvent;
+use source::EventSource;
+
+/// Longest time rows wait in memory before they are written to the ledger.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How long the consumer sleeps when the ring buffer is empty.
+pub const IDLE_POLL: Duration = Duration::from_millis(2);
+
+/// Errors of the monitor.
+#[derive(Debug, thiserror::Error)]
+pub enum MonitorError {
+    /// The programs could not be loaded or attached.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The ledger could not be written.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// The consumer thread panicked.
+    #[error("the event consumer thread panicked")]
+    ConsumerPanicked,
+}
+
+/// Converts kernel boot-time stamps to wall-clock time.
+#[derive(Clone, Copy, Debug)]
+pub struct WallClock {
+    offset_ns: i64,
+}
+
+impl WallClock {
+    /// Measures `CLOCK_REALTIME - CLOCK_BOOTTIME` now.
+    pub fn now() -> Self {
+        use nix::time::{ClockId, clock_gettime};
+        let ns = |c| {
+            clock_gettime(c)
+                .map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec())
+                .unwrap_or(0)
+        };
+        let boot = ns(ClockId::CLOCK_BOOTTIME);
+        let real = ns(ClockId::CLOCK_REALTIME);
+        Self {
+            offset_ns: real - boot,
+        }
+    }
+
+    /// Wall-clock ns for a `bpf_ktime_get_boot_ns()` stamp.
+    pub fn wall(&self, boot_ns: u64) -> i64 {
+        boot_ns as i64 + self.offset_ns
+    }
+}
+
+/// Wall-clock now, ns since the epoch.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// What userspace keeps per live process: the kernel sends `ppid` and `comm` only with fork,
+/// exec and exit records (they change nowhere else), and every row gets them from here.
+#[derive(Clone, Copy, Debug, Default)]
+struct ProcInfo {
+    /// The process that created this one (recorded fork), or the kernel's `real_parent` at first
+    /// sight.
+    ppid: u32,
+    comm: [u8; 16],
+}
+
+/// Turns records into rows: numbers them, converts time, and keeps the process tree so that each
+/// row's `ppid` is the process that created the actor (as recorded), not whoever adopted it, and
+/// its `comm` is the actor's name as of its last exec.
+pub struct RowMaker {
+    clock: WallClock,
+    seq: u64,
+    procs: HashMap<u32, ProcInfo>,
+}
+
+/// Reads what `/proc` says of a process seen for the first time without a fork or exec record
+/// (it existed before monitoring began).
+fn proc_info_from_procfs(pid: u32) -> ProcInfo {
+    let mut info = ProcInfo::default();
+    if let Some(c) = crate::kernel::procfs::comm(pid) {
+        let b = c.as_bytes();
+        let n = b.len().min(15);
+        info.comm[..n].copy_from_slice(&b[..n]);
+    }
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        info.ppid = crate::kernel::procfs::parse_stat_ppid(&stat).unwrap_or(0);
+    }
+    info
+}
+
+impl RowMaker {
+    /// A row maker whose first row gets `seq` 0.
+    pub fn new(clock: WallClock) -> Self {
+        Self {
+            clock,
+            seq: 0,
+            procs: HashMap::new(),
+        }
+    }
+
+    /// The process table entry for the actor of `h`, created from the record or from `/proc`.
+    fn proc_of(&mut self, h: &aet_common::EventHeader) -> &mut ProcInfo {
+        self.procs.entry(h.pid).or_insert_with(|| {
+            if h.flags & flags::PPID_KERNEL != 0 {
+                ProcInfo {
+                    ppid: h.ppid,
+                    comm: h.comm,
+                }
+            } else {
+                proc_info_from_procfs(h.pid)
+            }
+        })
+    }
+
+    /// Makes the row for `ev`.
+    pub fn row<'a>(&mut self, ev: &'a RawEvent<'a>) -> Row<'a> {
+        let h = &ev.header;
+        let has_comm = h.comm[0] != 0;
+        let info = {
+            let info = self.proc_of(h);
+            if has_comm {
+                // exec (a new name), fork and exit carry the current comm.
+                info.comm = h.comm;
+            }
+            *info
+        };
+        let mut row = Row {
+            seq: self.seq,
+            ts_ns: self.clock.wall(h.ts_ns),
+            kind: ev.kind.name(),
+            syscall: ev.syscall.name(),
+            pid: h.pid,
+            tid: h.tid,
+            ppid: info.ppid,
+            uid: h.uid,
+            gid: h.gid,
+            cgroup_id: h.cgroup_id,
+            comm: info.comm,
+            capture: h.flags,
+            ..Row::default()
+        };
+        self.seq += 1;
+        let path_ok = h.flags & flags::PATH_UNREADABLE == 0;
+        match ev.kind {
+            EventKind::Open => {
+                row.path = path_ok.then_some(ev.path);
+                row.path_truncated = h.flags & flags::PATH_TRUNCATED != 0;
+                row.dirfd = Some(h.dirfd);
+                row.flags = Some(h.open_flags);
+                const O_CREAT: u32 = 0o100;
+                const O_TMPFILE: u32 = 0o20000000;
+                if h.open_flags & (O_CREAT | O_TMPFILE) != 0 {
+                    row.mode = Some(h.mode);
+                }
+                if ev.syscall == aet_common::Syscall::Openat2 {
+                    row.resolve = Some(h.aux);
+                }
+                row.ret = Some(h.ret);
+            }
+            EventKind::Exec => {
+                row.path = path_ok.then_some(ev.path);
+                row.path_truncated = h.flags & flags::PATH_TRUNCATED != 0;
+                row.dirfd = Some(h.dirfd);
+                row.flags = Some(h.open_flags);
+                row.ret = Some(h.ret);
+                if h.flags & flags::ARGV_UNREADABLE == 0 {
+                    row.argv = Some(ev.argv);
+                }
+                row.argv_truncated = Some(h.flags & flags::ARGV_TRUNCATED != 0);
+            }
+            EventKind::Fork => {
+                let child = h.aux as u32;
+                row.child_pid = Some(child);
+                self.procs.insert(
+                    child,
+                    ProcInfo {
+                        ppid: h.pid,
+                        comm: info.comm,
+                    },
+                );
+            }
+            EventKind::Exit => {
+                let status = h.ret as i32;
+                if status & 0x7f == 0 {
+                    row.exit_code = Some((status >> 8) & 0xff);
+                } else {
+                    row.exit_signal = Some(status & 0x7f);
+                }
+                self.procs.remove(&h.pid);
+            }
+        }
+        row
+    }
+}
+
+/// What the consumer thread hands back.
+struct Consumed {
+    writer: LedgerWriter,
+    decode_errors: u64,
+}
+
+fn consume(
+    mut source: impl EventSource,
+    mut writer: LedgerWriter,
+    clock: WallClock,
+    stop: Arc<AtomicBool>,
+) -> Result<Consumed, WriteError> {
+    let mut maker = RowMaker::new(clock);
+    let mut decode_errors = 0u64;
+    let mut last_flush = Instant::now();
+    loop {
+        // Read the flag before draining: once it is set no producer is left, so an empty ring
+        // after it was seen means everything has been read.
+        let stopping = stop.load(Ordering::Acquire);
+        let mut n = 0usize;
+        let mut err = None;
+        source.drain(&mut |bytes| {
+            n += 1;
+            match decode::decode(bytes) {
+                Ok(ev) => {
+                    if err.is_none()
+                        && let Err(e) = writer.append(&maker.row(&ev))
+                    {
+                        err = Some(e);
+                    }
+                }
+                Err(_) => decode_errors += 1,
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if last_flush.elapsed() >= FLUSH_INTERVAL {
+            writer.flush()?;
+            last_flush = Instant::now();
+        }
+        if stopping && n == 0 {
+            break;
+        }
+        if n == 0 {
+            std::thread::sleep(IDLE_POLL);
+        }
+    }
+    writer.flush()?;
+    Ok(Consumed {
+        writer,
+        decode_errors,
+    })
+}
+
+/// The final accounting of a monitored run.
+#[derive(Clone, Debug)]
+pub struct MonitorReport {
+    /// The ledger file.
+    pub ledger: PathBuf,
+    /// Rows written.
+    pub rows: u64,
+    /// Events lost (kernel side plus undecodable records).
+    pub lost: u64,
+    /// Lost events by reason.
+    pub lost_by_reason: Vec<(&'static str, u64)>,
+    /// Kernel counters.
+    pub counters: Counters,
+    /// Records that could not be decoded.
+    pub decode_errors: u64,
+    /// Why the record is incomplete (empty when complete).
+    pub incomplete: Vec<String>,
+}
+
+impl MonitorReport {
+    /// Is the record complete?
+    pub fn complete(&self) -> bool {
+        self.incomplete.is_empty()
+    }
+}
+
+/// A running monitor.
+pub struct Monitor {
+    loaded: Loaded,
+    consumer: Option<JoinHandle<Result<Consumed, WriteError>>>,
+    stop: Arc<AtomicBool>,
+    scope: Scope,
+}
+
+impl Monitor {
+    /// Loads and attaches the programs for `opts.scope`, creates the ledger at `ledger` with
+    /// `head` metadata, and starts consuming. Nothing is created if the programs fail to load.
+    pub fn start(
+        opts: &LoadOptions,
+        ledger: &Path,
+        mut head: HashMap<String, String>,
+    ) -> Result<Self, MonitorError> {
+        let clock = WallClock::now();
+        let mut loaded = Loaded::load(opts)?;
+        head.insert(meta::STARTED_NS.into(), now_ns().to_string());
+        head.insert(meta::SCOPE.into(), opts.scope.mode().into());
+        head.insert(meta::SCOPE_TARGET.into(), opts.scope.describe());
+        head.insert(
+            meta::KERNEL_RELEASE.into(),
+            crate::kernel::procfs::kernel_release(),
+        );
+        head.insert(meta::HOSTNAME.into(), crate::kernel::procfs::hostname());
+        let writer = LedgerWriter::create(ledger, head)?;
+        let ring = loaded
+            .take_events()
+            .ok_or(LoadError::MissingMap("EVENTS"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let consumer = std::thread::Builder::new()
+            .name("aet-consumer".into())
+            .spawn(move || consume(source::RingSource::new(ring), writer, clock, stop2))
+            .map_err(|e| {
+                MonitorError::Write(WriteError::Create {
+                    path: ledger.to_owned(),
+                    source: e,
+                })
+            })?;
+        Ok(Self {
+            loaded,
+            consumer: Some(consumer),
+            stop,
+            scope: opts.scope.clone(),
+        })
+    }
+
+    /// The loaded programs (to track tasks, read the tracked set).
+    pub fn loaded(&mut self) -> &mut Loaded {
+        &mut self.loaded
+    }
+
+    /// The scope being monitored.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// Has the consumer thread died (a write error)?
+    pub fn consumer_failed(&self) -> bool {
+        self.consumer.as_ref().is_none_or(|c| c.is_finished())
+    }
+
+    /// Detaches the programs, reads every record left in the ring buffer, and finishes the
+    /// ledger with `extra` metadata and the loss accounting. `reasons` are extra causes of
+    /// incompleteness found by the caller.
+    pub fn stop(
+        mut self,
+        mut extra: HashMap<String, String>,
+        mut reasons: Vec<String>,
+    ) -> Result<MonitorReport, MonitorError> {
+        self.loaded.detach();
+        // A program invocation that started before the detach may still be writing.
+        std::thread::sleep(Duration::from_millis(20));
+        self.stop.store(true, Ordering::Release);
+        let consumed = self
+            .consumer
+            .take()
+            .expect("consumer runs until stop")
+            .join()
+            .map_err(|_| MonitorError::ConsumerPanicked)??;
+        let counters = self.loaded.counters()?;
+        let lost_by_reason: Vec<(&'static str, u64)> = counter::LOSSES
+            .iter()
+            .map(|&i| (counter::NAMES[i as usize], counters.get(i)))
+            .chain([("undecodable", consumed.decode_errors)])
+            .collect();
+        let lost = counters.lost() + consumed.decode_errors;
+        if lost > 0 {
+            let detail: Vec<String> = lost_by_reason
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(r, n)| format!("{r}: {n}"))
+                .collect();
+            reasons.insert(0, format!("{lost} events lost ({})", detail.join(", ")));
+        }
+        let by_reason: serde_json::Map<String, serde_json::Value> = lost_by_reason
+            .iter()
+            .map(|(r, n)| ((*r).to_owned(), (*n).into()))
+            .collect();
+        let all: serde_json::Map<String, serde_json::Value> = counter::NAMES
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ((*n).to_owned(), counters.get(i as u32).into()))
+            .collect();
+        extra.insert(meta::ENDED_NS.into(), now_ns().to_string());
+        extra.insert(meta::EVENTS_LOST.into(), lost.to_string());
+        extra.insert(
+            meta::EVENTS_LOST_BY_REASON.into(),
+            serde_json::Value::Object(by_reason).to_string(),
+        );
+        extra.insert(
+            meta::EVENTS_LOST_PER_CPU.into(),
+            serde_json::to_string(&counters.lost_per_cpu()).unwrap_or_default(),
+        );
+        extra.insert(
+            meta::KERNEL_COUNTERS.into(),
+            serde_json::Value::Object(all).to_string(),
+        );
+        extra.insert(meta::COMPLETE.into(), reasons.is_empty().to_string());
+        extra.insert(
+            meta::INCOMPLETE_REASONS.into(),
+            serde_json::to_string(&reasons).unwrap_or_default(),
+        );
+        let rows = consumed.writer.rows();
+        let ledger = consumed.writer.finish(extra)?;
+        Ok(MonitorReport {
+            ledger,
+            rows,
+            lost,
+            lost_by_reason,
+            counters,
+            decode_errors: consumed.decode_errors,
+            incomplete: reasons,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aet_common::{Syscall, flags};
+
+    use super::*;
+    use crate::monitor::decode::tests::record_with;
+
+    fn comm(name: &str) -> [u8; 16] {
+        let mut c = [0u8; 16];
+        c[..name.len()].copy_from_slice(name.as_bytes());
+        c
+    }
+
+    #[test]
+    fn ppid_and_comm_come_from_the_recorded_tree() {
+        let mut m = RowMaker::new(WallClock { offset_ns: 1000 });
+        // pid 10 (known to the kernel as a child of 1) execs python, then forks 77.
+        let exec = record_with(
+            EventKind::Exec,
+            Syscall::Execve,
+            b"/usr/bin/python3",
+            b"",
+            |h| {
+                h.ppid = 1;
+                h.flags = flags::PPID_KERNEL;
+                h.comm = comm("python3");
+            },
+        );
+        let ev = decode::decode(&exec).unwrap();
+        let row = m.row(&ev);
+        assert_eq!((row.ppid, row.seq, row.ts_ns), (1, 0, 1005));
+        let fork = record_with(EventKind::Fork, Syscall::None, b"", b"", |h| {
+            h.aux = 77;
+            h.ppid = 1;
+            h.flags = flags::PPID_KERNEL;
+            h.comm = comm("python3");
+        });
+        let ev = decode::decode(&fork).unwrap();
+        assert_eq!(m.row(&ev).child_pid, Some(77));
+
+        // The child opens a file after its creator died and init adopted it: the row still
+        // names its creator, and its name (it has not exec'd) is its parent's.
+        let open = record_with(EventKind::Open, Syscall::Openat, b"/x", b"", |h| {
+            h.pid = 77;
+            h.comm = [0; 16];
+        });
+        let ev = decode::decode(&open).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(row.pid, 77);
+        assert_eq!(row.ppid, 10, "creator recorded by the fork row");
+        assert_eq!(&row.comm[..7], b"python3");
+        assert_eq!(row.path, Some(&b"/x"[..]));
+        assert_eq!(row.seq, 2);
+    }
+
+    #[test]
+    fn exit_status_is_split_into_code_and_signal() {
+        let mut m = RowMaker::new(WallClock { offset_ns: 0 });
+        let exit = record_with(EventKind::Exit, Syscall::None, b"", b"", |h| h.ret = 3 << 8);
+        let ev = decode::decode(&exit).unwrap();
+        let row = m.row(&ev);
+        assert_eq!((row.exit_code, row.exit_signal), (Some(3), None));
+        let exit = record_with(EventKind::Exit, Syscall::None, b"", b"", |h| h.ret = 9);
+        let ev = decode::decode(&exit).unwrap();
+        let row = m.row(&ev);
+        assert_eq!((row.exit_code, row.exit_signal), (None, Some(9)));
+    }
+
+    #[test]
+    fn consumer_counts_undecodable_records_and_writes_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.arrow");
+        let writer = LedgerWriter::create(&path, HashMap::new()).unwrap();
+        let good = record_with(EventKind::Open, Syscall::Openat, b"/etc/passwd", b"", |h| {
+            h.flags = flags::PPID_KERNEL;
+        });
+        let source = source::VecSource {
+            records: vec![good.clone(), vec![1, 2, 3], good].into(),
+        };
+        let stop = Arc::new(AtomicBool::new(true));
+        let consumed = consume(source, writer, WallClock { offset_ns: 0 }, stop).unwrap();
+        assert_eq!(consumed.decode_errors, 1);
+        assert_eq!(consumed.writer.rows(), 2);
+        consumed.writer.finish(HashMap::new()).unwrap();
+        let mut l = crate::ledger::reader::Ledger::open(&path).unwrap();
+        assert_eq!(
+            l.read_all()
+                .unwrap()
+                .iter()
+                .map(|b| b.num_rows())
+                .sum::<usize>(),
+            2
+        );
+    }
+}

@@ -1,0 +1,495 @@
+//! `aet run` and `aet monitor`: the life of a monitored run.
+//!
+//! `run`: create the run's cgroup, attach the monitor scoped to it, start the command inside it
+//! (the child moves itself into the cgroup before it execs, so the command's first instruction is
+//! already watched), wait for it, give the rest of the run `grace` to finish, kill what is left,
+//! drain every record, finish the ledger. It never starts the command without a monitor.
+//!
+//! `monitor`: the same monitor on work something else started, until the target is gone or a
+//! signal asks to stop.
+
+use std::{
+    collections::HashMap,
+    ffi::OsString,
+    io,
+    os::{fd::AsRawFd as _, unix::process::ExitStatusExt as _},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    kernel::{
+        cgroup::{self, CgroupError, RunCgroup},
+        procfs,
+    },
+    ledger::schema::meta,
+    loader::{LoadOptions, Scope},
+    monitor::{Monitor, MonitorError, MonitorReport},
+};
+
+/// Name of the ledger file inside a run directory.
+pub const LEDGER_FILE: &str = "ledger.arrow";
+
+/// Errors of `run` and `monitor`.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The output directory could not be prepared.
+    #[error("cannot use output directory {path}: {source}")]
+    OutDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The ledger already exists.
+    #[error("{0} already exists; aet never overwrites a ledger (choose another --out)")]
+    LedgerExists(PathBuf),
+    /// cgroup set-up or teardown failed.
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    /// The monitor failed.
+    #[error(transparent)]
+    Monitor(#[from] MonitorError),
+    /// Waiting for the command failed.
+    #[error("waiting for the command failed: {0}")]
+    Wait(#[source] io::Error),
+    /// Signal handlers could not be installed.
+    #[error("cannot install signal handlers: {0}")]
+    Signals(#[source] io::Error),
+    /// The monitor target does not exist.
+    #[error("monitor target {0} does not exist")]
+    NoTarget(String),
+    /// The command is empty.
+    #[error("no command given")]
+    NoCommand,
+}
+
+/// Options of `aet run`.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub out: PathBuf,
+    pub command: Vec<OsString>,
+    pub grace: Duration,
+    pub ringbuf_bytes: u32,
+    pub quiet: bool,
+}
+
+/// A process aet killed.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Killed {
+    pub pid: u32,
+    pub comm: String,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The command's exit status (128+N for signal N; 127 not found; 126 not executable).
+    pub exit_status: i32,
+    /// Processes killed at teardown.
+    pub killed: Vec<Killed>,
+    pub report: MonitorReport,
+}
+
+fn prepare_out(out: &Path) -> Result<PathBuf, RunError> {
+    std::fs::create_dir_all(out).map_err(|source| RunError::OutDir {
+        path: out.to_owned(),
+        source,
+    })?;
+    let ledger = out.join(LEDGER_FILE);
+    if ledger.symlink_metadata().is_ok() {
+        return Err(RunError::LedgerExists(ledger));
+    }
+    Ok(ledger)
+}
+
+fn note(quiet: bool, msg: impl std::fmt::Display) {
+    if !quiet {
+        eprintln!("aet: {msg}");
+    }
+}
+
+/// Converts a wait status to a shell-style exit status.
+pub fn exit_code_of(status: std::process::ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => 255,
+    }
+}
+
+fn command_json(cmd: &[OsString]) -> String {
+    let v: Vec<String> = cmd
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    serde_json::to_string(&v).unwrap_or_default()
+}
+
+/// Processes of the tracked set (thread ids mapped to their processes) that still exist and are
+/// not in `cg`.
+fn tracked_outside(monitor: &mut Monitor, cg: Option<&Path>) -> Vec<u32> {
+    let mut pids: Vec<u32> = monitor
+        .loaded()
+        .tracked()
+        .into_iter()
+        .filter_map(|tid| {
+            let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Tgid:"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        })
+        .filter(|&pid| match cg {
+            Some(cg) => cgroup::cgroup_of(pid).map(|p| p != cg).unwrap_or(true),
+            None => true,
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// `aet run`.
+pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
+    let Some(program) = opts.command.first() else {
+        return Err(RunError::NoCommand);
+    };
+    let ledger = prepare_out(&opts.out)?;
+    let name = format!("run-{}-{}", std::process::id(), crate::monitor::now_ns());
+    let cg = RunCgroup::create(&name)?;
+    let scope = Scope::Cgroup {
+        path: cg.path().to_owned(),
+        id: cg.id(),
+    };
+    let mut head = HashMap::new();
+    head.insert(meta::COMMAND.to_owned(), command_json(&opts.command));
+    let mut monitor = Monitor::start(
+        &LoadOptions {
+            scope: scope.clone(),
+            ringbuf_bytes: opts.ringbuf_bytes,
+        },
+        &ledger,
+        head,
+    )?;
+    note(
+        opts.quiet,
+        format_args!("monitoring in {} -> {}", scope.describe(), ledger.display()),
+    );
+
+    let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(RunError::Signals)?;
+
+    let procs = cg.procs_file()?;
+    let procs_fd = procs.as_raw_fd();
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(&opts.command[1..]);
+    // SAFETY: the closure only calls write(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = libc::write(procs_fd, b"0".as_ptr().cast(), 1);
+            if r == 1 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        });
+    }
+    let started = Instant::now();
+    let spawned = cmd.spawn();
+    drop(procs);
+    let mut reasons = Vec::new();
+    let exit_status = match spawned {
+        Err(e) => {
+            let code = if e.kind() == io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            eprintln!("aet: cannot run {}: {e}", program.to_string_lossy());
+            code
+        }
+        Ok(mut child) => {
+            let child_pid = child.id();
+            let mut interrupts = 0;
+            let status = loop {
+                tokio::select! {
+                    st = child.wait() => break st.map_err(RunError::Wait)?,
+                    _ = sigterm.recv() => {
+                        if let Some(pid) = child_pid {
+                            let _ = nix::sys::signal::kill(
+                                nix::unistd::Pid::from_raw(pid as i32),
+                                nix::sys::signal::Signal::SIGTERM,
+                            );
+                        }
+                        note(opts.quiet, "SIGTERM: forwarded to the command");
+                    }
+                    _ = sighup.recv() => {
+                        if let Some(pid) = child_pid {
+                            let _ = nix::sys::signal::kill(
+                                nix::unistd::Pid::from_raw(pid as i32),
+                                nix::sys::signal::Signal::SIGHUP,
+                            );
+                        }
+                    }
+                    _ = sigint.recv() => {
+                        interrupts += 1;
+                        if interrupts >= 2 {
+                            note(opts.quiet, "second interrupt: killing the run");
+                            cg.kill_all()?;
+                        }
+                    }
+                }
+            };
+            let code = exit_code_of(status);
+            note(
+                opts.quiet,
+                format_args!(
+                    "command exited with status {code} after {:.3} s",
+                    started.elapsed().as_secs_f64()
+                ),
+            );
+            code
+        }
+    };
+
+    // The rest of the run gets `grace` to finish, then is killed.
+    let deadline = Instant::now() + opts.grace;
+    while cg.populated()? && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut killed = Vec::new();
+    let mut leftovers = cg.procs()?;
+    leftovers.extend(tracked_outside(&mut monitor, Some(cg.path())));
+    leftovers.sort_unstable();
+    leftovers.dedup();
+    if !leftovers.is_empty() {
+        for &pid in &leftovers {
+            killed.push(Killed {
+                pid,
+                comm: procfs::comm(pid).unwrap_or_default(),
+            });
+        }
+        for k in &killed {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(k.pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if let Err(e) = cg.kill_all() {
+            reasons.push(format!("processes of the run survived the kill: {e}"));
+        }
+        let list: Vec<String> = killed
+            .iter()
+            .map(|k| format!("{} ({})", k.pid, k.comm))
+            .collect();
+        note(
+            opts.quiet,
+            format_args!(
+                "killed {} process(es) still running {:.1} s after the command ended: {}",
+                killed.len(),
+                opts.grace.as_secs_f64(),
+                list.join(", ")
+            ),
+        );
+        // Let the killed processes' exits reach the ring buffer.
+        for _ in 0..100 {
+            if tracked_outside(&mut monitor, None).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    if monitor.consumer_failed() {
+        reasons.push("the event consumer stopped early".into());
+    }
+    let mut extra = HashMap::new();
+    extra.insert(meta::EXIT_STATUS.to_owned(), exit_status.to_string());
+    extra.insert(
+        meta::KILLED.to_owned(),
+        serde_json::to_string(&killed).unwrap_or_default(),
+    );
+    let report = monitor.stop(extra, reasons)?;
+    drop(cg);
+    report_end(&report, opts.quiet);
+    Ok(RunOutcome {
+        exit_status,
+        killed,
+        report,
+    })
+}
+
+/// Prints the end-of-run line; an incomplete record is always printed, loudly.
+pub fn report_end(report: &MonitorReport, quiet: bool) {
+    if report.complete() {
+        note(
+            quiet,
+            format_args!(
+                "ledger {}: {} events, 0 lost, record complete",
+                report.ledger.display(),
+                report.rows
+            ),
+        );
+    } else {
+        eprintln!(
+            "aet: INCOMPLETE RECORD in {}: {} events recorded, {} lost",
+            report.ledger.display(),
+            report.rows,
+            report.lost
+        );
+        for r in &report.incomplete {
+            eprintln!("aet:   - {r}");
+        }
+        eprintln!("aet: this ledger cannot prove what the run touched.");
+    }
+}
+
+/// What `aet monitor` watches.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Cgroup(PathBuf),
+    Uid(u32),
+    Pid(u32),
+}
+
+/// How `aet monitor` scopes in the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScopeKind {
+    /// The target's cgroup v2 (for --pid: the cgroup the process is in).
+    Cgroup,
+    /// The target's real uid (for --pid: the process's uid).
+    Uid,
+    /// The target process and its descendants, tracked by fork.
+    Tree,
+}
+
+/// Options of `aet monitor`.
+#[derive(Clone, Debug)]
+pub struct MonitorOptions {
+    pub target: Target,
+    pub scope: Option<ScopeKind>,
+    pub out: PathBuf,
+    pub ringbuf_bytes: u32,
+    pub quiet: bool,
+}
+
+fn resolve_scope(target: &Target, kind: Option<ScopeKind>) -> Result<Scope, RunError> {
+    let cgroup_scope = |path: PathBuf| -> Result<Scope, RunError> {
+        let path = if path.is_absolute() {
+            path
+        } else {
+            cgroup::cgroup2_root()?.join(path)
+        };
+        let id = cgroup::cgroup_id(&path)
+            .map_err(|_| RunError::NoTarget(format!("cgroup {}", path.display())))?;
+        Ok(Scope::Cgroup { path, id })
+    };
+    match (target, kind) {
+        (Target::Cgroup(p), None | Some(ScopeKind::Cgroup)) => cgroup_scope(p.clone()),
+        (Target::Uid(u), None | Some(ScopeKind::Uid)) => Ok(Scope::Uid(*u)),
+        (Target::Pid(p), None | Some(ScopeKind::Tree)) => {
+            if !procfs::exists(*p) {
+                return Err(RunError::NoTarget(format!("pid {p}")));
+            }
+            Ok(Scope::Pid(*p))
+        }
+        (Target::Pid(p), Some(ScopeKind::Cgroup)) => {
+            cgroup_scope(cgroup::cgroup_of(*p).map_err(|_| RunError::NoTarget(format!("pid {p}")))?)
+        }
+        (Target::Pid(p), Some(ScopeKind::Uid)) => procfs::real_uid(*p)
+            .map(Scope::Uid)
+            .ok_or_else(|| RunError::NoTarget(format!("pid {p}"))),
+        (t, Some(k)) => Err(RunError::NoTarget(format!(
+            "{t:?} cannot be scoped by {k:?} (use --pid with --scope)"
+        ))),
+    }
+}
+
+/// Is the monitored work gone?
+fn target_gone(scope: &Scope, seen: &mut bool, monitor: &mut Monitor) -> bool {
+    let present = match scope {
+        Scope::Cgroup { path, .. } => cgroup::populated(path).unwrap_or(false),
+        Scope::Uid(uid) => !procfs::processes_of_uid(*uid).is_empty(),
+        Scope::Pid(pid) => procfs::exists(*pid),
+    };
+    // Drop tracked tasks that are gone without an exit seen (exited before the attach).
+    let tracked = monitor.loaded().tracked();
+    let mut live = 0;
+    for tid in tracked {
+        if procfs::exists(tid) {
+            live += 1;
+        } else {
+            monitor.loaded().untrack(tid);
+        }
+    }
+    if present || live > 0 {
+        *seen = true;
+        return false;
+    }
+    // A pid target that is gone is gone; a cgroup or uid must have had work first.
+    *seen || matches!(scope, Scope::Pid(_))
+}
+
+/// `aet monitor`.
+pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
+    let scope = resolve_scope(&opts.target, opts.scope)?;
+    let ledger = prepare_out(&opts.out)?;
+    let mut head = HashMap::new();
+    head.insert(meta::COMMAND.to_owned(), "[]".to_owned());
+    let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    let mut monitor = Monitor::start(
+        &LoadOptions {
+            scope: scope.clone(),
+            ringbuf_bytes: opts.ringbuf_bytes,
+        },
+        &ledger,
+        head,
+    )?;
+    if let Scope::Pid(pid) = scope {
+        // Processes the target started before the attach: track them and their threads. Twice,
+        // for anything forked while the first pass ran.
+        for _ in 0..2 {
+            for p in procfs::descendants(pid) {
+                for tid in procfs::threads(p) {
+                    monitor.loaded().track(tid).map_err(MonitorError::from)?;
+                }
+            }
+        }
+    }
+    note(
+        opts.quiet,
+        format_args!(
+            "monitoring {} -> {} (until it is gone, or SIGINT/SIGTERM)",
+            scope.describe(),
+            ledger.display()
+        ),
+    );
+    let mut seen = false;
+    let mut reason = "the target is gone";
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => { reason = "SIGTERM"; break; }
+            _ = sigint.recv() => { reason = "SIGINT"; break; }
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                if target_gone(&scope, &mut seen, &mut monitor) {
+                    break;
+                }
+                if monitor.consumer_failed() {
+                    reason = "the event consumer stopped";
+                    break;
+                }
+            }
+        }
+    }
+    note(opts.quiet, format_args!("stopping: {reason}"));
+    let mut reasons = Vec::new();
+    if monitor.consumer_failed() {
+        reasons.push("the event consumer stopped early".into());
+    }
+    let report = monitor.stop(HashMap::new(), reasons)?;
+    report_end(&report, opts.quiet);
+    Ok(report)
+}

@@ -1,0 +1,178 @@
+//! `cargo xtask bench`: aet's overhead on the traced workload, against the same workload
+//! untraced, measured in one invocation with alternating runs (the machines are shared and
+//! noisy, so only ratios measured side by side mean anything).
+//!
+//! Every workload runs under the `timeit` helper, traced or not; the figure is the workload's own
+//! wall time (aet's set-up and teardown are not part of it), the median of `--runs` runs.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::root;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Runs of each workload, traced and untraced (alternating).
+    #[arg(long, default_value_t = 7)]
+    runs: usize,
+    /// Opens in the open storm.
+    #[arg(long, default_value_t = 200_000)]
+    opens: u64,
+    /// Processes in the exec storm.
+    #[arg(long, default_value_t = 2_000)]
+    execs: u64,
+}
+
+/// Compiles a C helper from `tests/helpers` into `target/helpers`.
+pub fn helper(name: &str) -> anyhow::Result<PathBuf> {
+    let src = root().join("tests/helpers").join(format!("{name}.c"));
+    let dir = root().join("target/helpers");
+    std::fs::create_dir_all(&dir)?;
+    let out = dir.join(name);
+    let status = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .context("cc")?;
+    if !status.success() {
+        bail!("cc {} failed", src.display());
+    }
+    Ok(out)
+}
+
+struct Sample {
+    ns: u64,
+    events: u64,
+    lost: u64,
+}
+
+fn elapsed(stderr: &[u8]) -> anyhow::Result<u64> {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("elapsed_ns="))
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("no elapsed_ns in: {text}"))
+}
+
+fn untraced(timeit: &Path, cmd: &[String]) -> anyhow::Result<Sample> {
+    let out = Command::new(timeit).args(cmd).output()?;
+    if !out.status.success() {
+        bail!(
+            "untraced workload failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(Sample {
+        ns: elapsed(&out.stderr)?,
+        events: 0,
+        lost: 0,
+    })
+}
+
+fn traced(aet: &Path, timeit: &Path, cmd: &[String], dir: &Path) -> anyhow::Result<Sample> {
+    let _ = std::fs::remove_dir_all(dir);
+    let out = Command::new(aet)
+        .args(["run", "-q", "--grace", "0", "--out"])
+        .arg(dir)
+        .arg("--")
+        .arg(timeit)
+        .args(cmd)
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "traced workload failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let summary = Command::new(aet)
+        .args(["ledger", "summary", "--json"])
+        .arg(dir)
+        .output()?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&summary.stdout).context("aet ledger summary --json")?;
+    Ok(Sample {
+        ns: elapsed(&out.stderr)?,
+        events: v["events"].as_u64().unwrap_or(0),
+        // An unknown loss count (unfinished ledger) counts as a loss.
+        lost: v["events_lost"].as_u64().unwrap_or(u64::MAX),
+    })
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let timeit = helper("timeit")?;
+    let storm = helper("openstorm")?;
+    let target = root().join("Cargo.toml");
+    let dir = std::env::temp_dir().join(format!("aet-bench-{}", std::process::id()));
+    let workloads: Vec<(&str, Vec<String>)> = vec![
+        (
+            "open storm",
+            vec![
+                storm.display().to_string(),
+                args.opens.to_string(),
+                target.display().to_string(),
+            ],
+        ),
+        (
+            "exec storm",
+            vec![
+                "sh".into(),
+                "-c".into(),
+                format!(
+                    "i=0; while [ $i -lt {} ]; do /bin/true; i=$((i+1)); done",
+                    args.execs
+                ),
+            ],
+        ),
+    ];
+    println!(
+        "{:<12} {:>14} {:>14} {:>7} {:>9} {:>12} {:>5}",
+        "workload", "untraced (ms)", "traced (ms)", "ratio", "events", "events/s", "lost"
+    );
+    for (name, cmd) in workloads {
+        let mut base = Vec::new();
+        let mut with = Vec::new();
+        let mut events = 0;
+        let mut lost = 0;
+        // One warm-up of each, then alternate.
+        untraced(&timeit, &cmd)?;
+        traced(aet, &timeit, &cmd, &dir)?;
+        for _ in 0..args.runs {
+            base.push(untraced(&timeit, &cmd)?.ns);
+            let s = traced(aet, &timeit, &cmd, &dir)?;
+            with.push(s.ns);
+            events = s.events;
+            lost = s.lost.saturating_add(lost);
+        }
+        let (b, t) = (median(base), median(with));
+        println!(
+            "{:<12} {:>14.1} {:>14.1} {:>6.2}x {:>9} {:>12.0} {:>5}",
+            name,
+            b as f64 / 1e6,
+            t as f64 / 1e6,
+            t as f64 / b as f64,
+            events,
+            events as f64 / (t as f64 / 1e9),
+            lost
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "(medians of {} alternating runs; ratio = traced / untraced)",
+        args.runs
+    );
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! aet's developer tasks: `cargo xtask setup | build | demo | test | bench`.
+//!
+//! `setup` installs everything aet needs on a fresh Debian machine, idempotently (the nightly
+//! toolchain's rust-src, bpf-linker built against the toolchain's own LLVM, bubblewrap, the Python
+//! ledger readers used by the tests, tracefs). `demo` and `test` run it first, so the README's two
+//! commands work on a fresh machine and in CI.
+
+mod bench;
+mod setup;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what aet needs on this machine (idempotent).
+    Setup,
+    /// Build the release `aet` binary (with its eBPF programs).
+    Build,
+    /// Set up, build, and run aet on the built-in example; print the ledger summary.
+    Demo,
+    /// Set up, build, and run every test: unit tests, then the privileged end-to-end tests
+    /// (root, real eBPF, real bwrap).
+    Test {
+        /// Only run end-to-end tests whose name contains this.
+        filter: Option<String>,
+    },
+    /// Measure aet's overhead against untraced runs (open storm, exec storm).
+    Bench(bench::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup::setup(),
+        Task::Build => build().map(|p| println!("{}", p.display())),
+        Task::Demo => demo(),
+        Task::Test { filter } => test(filter),
+        Task::Bench(args) => {
+            setup::setup()?;
+            let aet = build()?;
+            bench::run(&aet, args)
+        }
+    }
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
+}
+
+/// Runs a command in the workspace root, failing on a non-zero exit.
+pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
+    let status = cmd
+        .current_dir(root())
+        .status()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.env("PATH", setup::path_with_cargo_bin());
+    c
+}
+
+/// Builds the release binary and returns its path.
+pub fn build() -> anyhow::Result<PathBuf> {
+    sh(cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "aet-user",
+        "--bin",
+        "aet",
+    ]))?;
+    Ok(root().join("target/release/aet"))
+}
+
+fn demo() -> anyhow::Result<()> {
+    setup::setup()?;
+    let aet = build()?;
+    let example = root().join("examples/demo");
+    let out = root().join("target/aet-demo");
+    let _ = std::fs::remove_dir_all(&out);
+    println!("\n$ aet run --out target/aet-demo -- ./examples/demo/agent.sh");
+    let status = Command::new(&aet)
+        .current_dir(root())
+        .args(["run", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(example.join("agent.sh"))
+        .status()?;
+    println!("(the command exited with {status})");
+    println!("\n$ aet ledger summary --files target/aet-demo");
+    sh(Command::new(&aet)
+        .args(["ledger", "summary", "--files"])
+        .arg(&out))?;
+    Ok(())
+}
+
+fn test(filter: Option<String>) -> anyhow::Result<()> {
+    setup::setup()?;
+    println!("== unit tests");
+    sh(cargo().args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "aet-tests",
+        "--exclude",
+        "aet-ebpf",
+    ]))?;
+    println!("== end-to-end tests (root, eBPF, bwrap)");
+    let aet = build()?;
+    let mut cmd = cargo();
+    cmd.args(["test", "--release", "--package", "aet-tests", "--"])
+        .args(["--test-threads=1", "--nocapture"])
+        .env("AET_BIN", &aet);
+    if let Some(f) = filter {
+        cmd.arg(f);
+    }
+    sh(&mut cmd)
+}

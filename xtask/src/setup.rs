@@ -1,0 +1,229 @@
+//! `cargo xtask setup`: everything aet needs, installed idempotently on a fresh Debian machine.
+//!
+//! Each step checks first and only installs what is missing, so a second run is quick and
+//! changes nothing.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::sh;
+
+/// The bpf-linker version aet is built with.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Debian packages: bubblewrap for sandboxes; gcc and make for the end-to-end tests' helpers
+/// and the demo; chromium for the HTML report test.
+const APT_PACKAGES: &[(&str, &str)] = &[
+    ("bwrap", "bubblewrap"),
+    ("gcc", "gcc"),
+    ("make", "make"),
+    ("git", "git"),
+];
+/// Python packages the tests use to check that notebooks read ledgers as they are.
+const PIP_PACKAGES: &[(&str, &str)] = &[
+    ("pyarrow", "pyarrow"),
+    ("polars", "polars"),
+    ("duckdb", "duckdb"),
+];
+
+fn ok(cmd: &mut Command) -> bool {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.stderr(Stdio::null()).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn cargo_bin() -> PathBuf {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
+        });
+    home.join("bin")
+}
+
+/// `PATH` with cargo's bin directory first (where bpf-linker is installed).
+pub fn path_with_cargo_bin() -> std::ffi::OsString {
+    let mut paths = vec![cargo_bin()];
+    if let Some(p) = std::env::var_os("PATH") {
+        paths.extend(std::env::split_paths(&p));
+    }
+    std::env::join_paths(paths).unwrap_or_default()
+}
+
+pub fn setup() -> anyhow::Result<()> {
+    println!("== setup");
+    apt()?;
+    rust_src()?;
+    bpf_linker()?;
+    python()?;
+    tracefs()?;
+    println!("== setup complete");
+    Ok(())
+}
+
+fn apt() -> anyhow::Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .filter(|(bin, _)| !ok(Command::new("sh").args(["-c", &format!("command -v {bin}")])))
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        println!(
+            "ok   apt packages ({})",
+            APT_PACKAGES
+                .iter()
+                .map(|p| p.1)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Ok(());
+    }
+    println!("..   apt-get install {}", missing.join(" "));
+    let install = |c: &mut Command| {
+        c.env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing);
+        ok(c)
+    };
+    if !install(&mut Command::new("apt-get")) {
+        // A fresh machine's package lists may be stale or absent.
+        sh(Command::new("apt-get").args(["update", "-q"]))?;
+        if !install(&mut Command::new("apt-get")) {
+            bail!("apt-get install {} failed", missing.join(" "));
+        }
+    }
+    Ok(())
+}
+
+fn rust_src() -> anyhow::Result<()> {
+    let toolchains = output(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
+    if !toolchains.lines().any(|l| l.starts_with("nightly")) {
+        println!("..   rustup toolchain install nightly");
+        sh(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
+    }
+    let installed = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        "nightly",
+    ]))
+    .unwrap_or_default();
+    if installed.lines().any(|l| l.trim() == "rust-src") {
+        println!("ok   nightly rust-src");
+        return Ok(());
+    }
+    println!("..   rustup component add rust-src --toolchain nightly");
+    sh(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+fn bpf_linker() -> anyhow::Result<()> {
+    let linker = cargo_bin().join("bpf-linker");
+    if let Some(v) = output(Command::new(&linker).arg("--version"))
+        && v.contains(BPF_LINKER_VERSION)
+    {
+        println!("ok   bpf-linker {BPF_LINKER_VERSION}");
+        return Ok(());
+    }
+    // A plain `cargo install bpf-linker` wants a system LLVM this distribution does not have:
+    // build it against the nightly toolchain's own LLVM instead.
+    println!("..   building bpf-linker {BPF_LINKER_VERSION} against the nightly toolchain's LLVM");
+    let sysroot = output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))
+        .context("rustc +nightly --print sysroot")?;
+    let lib = Path::new(sysroot.trim()).join("lib");
+    let llvm = std::fs::read_dir(&lib)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libLLVM.so.") || n.starts_with("libLLVM-"))
+        })
+        .with_context(|| format!("no libLLVM in {}", lib.display()))?;
+    let major = llvm
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| {
+            n.trim_start_matches("libLLVM.so.")
+                .trim_start_matches("libLLVM-")
+                .split(['.', '-'])
+                .next()
+                .map(str::to_owned)
+        })
+        .context("cannot read the LLVM version")?;
+    let prefix =
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".local/aet-llvm");
+    std::fs::create_dir_all(prefix.join("lib"))?;
+    let link = prefix.join("lib/libLLVM.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&llvm, &link)?;
+    sh(Command::new("cargo")
+        .args([
+            "install",
+            "bpf-linker",
+            "--locked",
+            "--version",
+            BPF_LINKER_VERSION,
+        ])
+        .args([
+            "--no-default-features",
+            "--features",
+            &format!("llvm-{major}"),
+        ])
+        .env("LLVM_PREFIX", &prefix)
+        .env(
+            "RUSTFLAGS",
+            format!("-C link-arg=-Wl,-rpath,{}", lib.display()),
+        ))
+}
+
+fn python() -> anyhow::Result<()> {
+    let missing: Vec<&str> = PIP_PACKAGES
+        .iter()
+        .filter(
+            |(module, _)| !ok(Command::new("python3").args(["-c", &format!("import {module}")])),
+        )
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        println!("ok   python ledger readers (pyarrow, polars, duckdb)");
+        return Ok(());
+    }
+    println!("..   pip install {}", missing.join(" "));
+    sh(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--root-user-action=ignore",
+        ])
+        .args(&missing))
+}
+
+fn tracefs() -> anyhow::Result<()> {
+    if Path::new("/sys/kernel/tracing/events").is_dir() {
+        println!("ok   tracefs");
+        return Ok(());
+    }
+    println!("..   mount -t tracefs tracefs /sys/kernel/tracing");
+    sh(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]))
+}
