@@ -60,9 +60,85 @@ pub enum RunError {
     /// The monitor target does not exist.
     #[error("monitor target {0} does not exist")]
     NoTarget(String),
+    /// The cgroup guard could not be started.
+    #[error("cannot start the cgroup guard: {0}")]
+    Guard(#[source] io::Error),
     /// The command is empty.
     #[error("no command given")]
     NoCommand,
+}
+
+/// A watchdog process for a run's cgroup. `aet run` starts it before the command and holds the
+/// write end of its stdin; if `aet run` dies (even by SIGKILL) the pipe closes and the guard kills
+/// everything left in the cgroup and removes it, so the command never goes on unmonitored. After
+/// a normal teardown the cgroup is already gone and the guard just exits.
+pub struct Guard {
+    stdin: Option<std::process::ChildStdin>,
+    child: std::process::Child,
+}
+
+impl Guard {
+    /// Starts `aet __guard CGROUP` (this same binary).
+    pub fn start(cgroup: &Path) -> io::Result<Self> {
+        let mut child = std::process::Command::new("/proc/self/exe")
+            .arg("__guard")
+            .arg(cgroup)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        Ok(Self { stdin, child })
+    }
+
+    /// Tells the guard the run ended cleanly and waits for it.
+    pub fn release(mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// The guard process: waits for its stdin to close, then kills and removes the cgroup if it is
+/// still there.
+pub fn guard_main(cgroup: &Path) -> anyhow::Result<()> {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT] {
+        // SAFETY: setting a signal to be ignored has no handler to be unsafe in.
+        unsafe { signal(s, SigHandler::SigIgn) }?;
+    }
+    let mut buf = [0u8; 64];
+    loop {
+        match nix::unistd::read(std::io::stdin(), &mut buf) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+    }
+    if !cgroup.exists() {
+        return Ok(());
+    }
+    if cgroup::populated(cgroup)? {
+        let pids = cgroup::procs(cgroup)?;
+        std::fs::write(cgroup.join("cgroup.kill"), b"1")?;
+        eprintln!(
+            "aet: guard: aet run ended without finishing its run; killed {} process(es) left in {}",
+            pids.len(),
+            cgroup.display()
+        );
+        for _ in 0..500 {
+            if !cgroup::populated(cgroup)? {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    for _ in 0..100 {
+        if std::fs::remove_dir(cgroup).is_ok() || !cgroup.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 /// Options of `aet run`.
@@ -159,6 +235,7 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
     let ledger = prepare_out(&opts.out)?;
     let name = format!("run-{}-{}", std::process::id(), crate::monitor::now_ns());
     let cg = RunCgroup::create(&name)?;
+    let guard = Guard::start(cg.path()).map_err(RunError::Guard)?;
     let scope = Scope::Cgroup {
         path: cg.path().to_owned(),
         id: cg.id(),
@@ -313,6 +390,7 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
     );
     let report = monitor.stop(extra, reasons)?;
     drop(cg);
+    guard.release();
     report_end(&report, opts.quiet);
     Ok(RunOutcome {
         exit_status,

@@ -109,10 +109,18 @@ fn demo() -> anyhow::Result<()> {
         .arg(example.join("agent.sh"))
         .status()?;
     println!("(the command exited with {status})");
-    println!("\n$ aet ledger summary --files target/aet-demo");
-    sh(Command::new(&aet)
+    println!("\n$ aet ledger summary target/aet-demo");
+    sh(Command::new(&aet).args(["ledger", "summary"]).arg(&out))?;
+    println!("\n$ aet ledger summary --files target/aet-demo | grep examples/demo");
+    let files = Command::new(&aet)
         .args(["ledger", "summary", "--files"])
-        .arg(&out))?;
+        .arg(&out)
+        .output()?;
+    for line in String::from_utf8_lossy(&files.stdout).lines() {
+        if line.contains("examples/demo") {
+            println!("{line}");
+        }
+    }
     Ok(())
 }
 

@@ -42,6 +42,9 @@ pub enum Command {
     Ledger(ledger::Command),
     /// Report what this machine supports and whether `aet run` can work here.
     Doctor(doctor::Args),
+    /// Internal: kills a run's cgroup if `aet run` dies before finishing (see `runner::Guard`).
+    #[command(name = "__guard", hide = true)]
+    Guard { cgroup: std::path::PathBuf },
 }
 
 /// Parses the arguments, runs the subcommand, and returns the process exit code.
@@ -66,6 +69,7 @@ pub fn main() -> ExitCode {
         Command::Monitor(a) => (monitor::run(a), EXIT_AET_FAILED),
         Command::Ledger(c) => (ledger::run(c), EXIT_USAGE),
         Command::Doctor(a) => (doctor::run(a), EXIT_USAGE),
+        Command::Guard { cgroup } => (crate::runner::guard_main(&cgroup).map(|()| 0), 1),
     };
     match result {
         Ok(code) => ExitCode::from(code),

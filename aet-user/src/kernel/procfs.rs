@@ -10,9 +10,18 @@ pub fn comm(pid: u32) -> Option<String> {
         .map(|s| s.trim_end_matches('\n').to_owned())
 }
 
-/// Does a task with this id (process or thread) exist?
+/// Does a task with this id (process or thread) exist and run? A zombie (exited, not yet
+/// reaped by its parent) does not count.
 pub fn exists(tid: u32) -> bool {
-    Path::new(&format!("/proc/{tid}")).exists()
+    match fs::read_to_string(format!("/proc/{tid}/stat")) {
+        Ok(stat) => !matches!(parse_stat_state(&stat), Some('Z' | 'X' | 'x')),
+        Err(_) => Path::new(&format!("/proc/{tid}")).exists(),
+    }
+}
+
+/// The state letter out of `/proc/PID/stat` text.
+pub fn parse_stat_state(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
 }
 
 /// Parses the parent pid out of `/proc/PID/stat` text (the comm field may hold spaces and
@@ -114,6 +123,21 @@ mod tests {
         assert_eq!(parse_stat_ppid("42 (a) b) c) S 7 42 42 0"), Some(7));
         assert_eq!(parse_stat_ppid("1 (init) S 0 1 1"), Some(0));
         assert_eq!(parse_stat_ppid("garbage"), None);
+        assert_eq!(parse_stat_state("42 (a) b) Z 7"), Some('Z'));
+    }
+
+    #[test]
+    fn a_zombie_does_not_exist() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not reaped yet: a zombie once it has exited.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while exists(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!exists(pid));
+        assert!(Path::new(&format!("/proc/{pid}")).exists(), "still a zombie");
+        child.wait().unwrap();
     }
 
     #[test]

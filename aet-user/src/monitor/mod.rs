@@ -38,6 +38,11 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 /// How long the consumer sleeps when the ring buffer is empty.
 pub const IDLE_POLL: Duration = Duration::from_millis(2);
 
+/// Fault injection for tests: the consumer waits this many milliseconds before it starts reading,
+/// so that a small ring buffer overflows for real and the loss accounting can be checked end to
+/// end. Never set it for a real run.
+pub const STALL_ENV: &str = "AET_DEBUG_CONSUMER_STALL_MS";
+
 /// Errors of the monitor.
 #[derive(Debug, thiserror::Error)]
 pub enum MonitorError {
@@ -238,7 +243,9 @@ fn consume(
     mut writer: LedgerWriter,
     clock: WallClock,
     stop: Arc<AtomicBool>,
+    stall: Duration,
 ) -> Result<Consumed, WriteError> {
+    std::thread::sleep(stall);
     let mut maker = RowMaker::new(clock);
     let mut decode_errors = 0u64;
     let mut last_flush = Instant::now();
@@ -340,9 +347,17 @@ impl Monitor {
             .ok_or(LoadError::MissingMap("EVENTS"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        let stall = std::env::var(STALL_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis)
+            .unwrap_or_default();
+        if !stall.is_zero() {
+            eprintln!("aet: warning: {STALL_ENV} is set: the consumer starts {stall:?} late (fault injection for tests)");
+        }
         let consumer = std::thread::Builder::new()
             .name("aet-consumer".into())
-            .spawn(move || consume(source::RingSource::new(ring), writer, clock, stop2))
+            .spawn(move || consume(source::RingSource::new(ring), writer, clock, stop2, stall))
             .map_err(|e| {
                 MonitorError::Write(WriteError::Create {
                     path: ledger.to_owned(),
@@ -527,7 +542,8 @@ mod tests {
             records: vec![good.clone(), vec![1, 2, 3], good].into(),
         };
         let stop = Arc::new(AtomicBool::new(true));
-        let consumed = consume(source, writer, WallClock { offset_ns: 0 }, stop).unwrap();
+        let consumed =
+            consume(source, writer, WallClock { offset_ns: 0 }, stop, Duration::ZERO).unwrap();
         assert_eq!(consumed.decode_errors, 1);
         assert_eq!(consumed.writer.rows(), 2);
         consumed.writer.finish(HashMap::new()).unwrap();

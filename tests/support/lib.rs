@@ -1,0 +1,191 @@
+//! Shared support for aet's privileged end-to-end tests.
+//!
+//! The tests run the real `aet` binary (built by `cargo xtask test`, which passes its path in
+//! `AET_BIN`) as root, with real eBPF and real bubblewrap, and read what it writes the way a user
+//! would. They panic with a message rather than return errors.
+
+use std::{
+    collections::HashMap,
+    ffi::OsStr,
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::Mutex,
+};
+
+pub use aet::ledger::rows::LedgerRow;
+
+/// The `aet` binary under test.
+pub fn aet_bin() -> PathBuf {
+    let p = std::env::var_os("AET_BIN").map(PathBuf::from).unwrap_or_else(|| {
+        panic!("AET_BIN is not set: run the end-to-end tests with `cargo xtask test`")
+    });
+    assert!(p.exists(), "AET_BIN={} does not exist", p.display());
+    p
+}
+
+/// A command running `aet`.
+pub fn aet() -> Command {
+    Command::new(aet_bin())
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_owned()
+}
+
+/// A scratch directory for one test, removed when dropped.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("aet-test-")
+        .tempdir()
+        .expect("tempdir")
+}
+
+/// Compiles `tests/helpers/NAME.c` (once per test process) and returns the binary.
+pub fn helper(name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let dir = root().join("target/helpers");
+    let out = dir.join(name);
+    let mut built = BUILT.lock().unwrap();
+    if !built.iter().any(|b| b == name) {
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = root().join("tests/helpers").join(format!("{name}.c"));
+        let st = Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("cc");
+        assert!(st.success(), "cc {} failed", src.display());
+        built.push(name.to_owned());
+    }
+    out
+}
+
+/// Writes an executable file.
+pub fn write_script(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The result of one `aet run`.
+pub struct Run {
+    pub out: PathBuf,
+    pub output: Output,
+}
+
+impl Run {
+    /// The ledger file.
+    pub fn ledger(&self) -> PathBuf {
+        self.out.join("ledger.arrow")
+    }
+
+    /// aet's and the command's stderr.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    /// The command's stdout.
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    /// Every row of the ledger.
+    pub fn rows(&self) -> Vec<LedgerRow> {
+        rows(&self.ledger())
+    }
+
+    /// The ledger's metadata.
+    pub fn meta(&self) -> HashMap<String, String> {
+        meta(&self.ledger())
+    }
+
+    /// The exit code of `aet run`.
+    pub fn code(&self) -> i32 {
+        self.output.status.code().unwrap_or(-1)
+    }
+}
+
+/// Runs `aet run [extra...] --out DIR -- cmd...` and waits for it.
+pub fn run_in(out: &Path, extra: &[&str], cmd: &[impl AsRef<OsStr>]) -> Run {
+    let output = aet()
+        .arg("run")
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .expect("run aet");
+    Run {
+        out: out.to_owned(),
+        output,
+    }
+}
+
+/// Runs a command under `aet run` in a fresh directory inside `dir`, asserting that aet itself
+/// succeeded (exit status is the command's; 125 means aet failed).
+pub fn run_ok(dir: &Path, cmd: &[impl AsRef<OsStr>]) -> Run {
+    let out = dir.join(format!("run-{}", unique()));
+    let r = run_in(&out, &[], cmd);
+    assert_ne!(r.code(), 125, "aet run failed:\n{}", r.stderr());
+    assert!(r.ledger().exists(), "no ledger written:\n{}", r.stderr());
+    r
+}
+
+/// A process-unique number.
+pub fn unique() -> u64 {
+    static N: Mutex<u64> = Mutex::new(0);
+    let mut n = N.lock().unwrap();
+    *n += 1;
+    *n
+}
+
+/// Every row of a ledger.
+pub fn rows(ledger: &Path) -> Vec<LedgerRow> {
+    aet::ledger::rows::read_rows(ledger)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", ledger.display()))
+        .1
+}
+
+/// A ledger's metadata.
+pub fn meta(ledger: &Path) -> HashMap<String, String> {
+    aet::ledger::reader::Ledger::open(ledger)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", ledger.display()))
+        .metadata()
+}
+
+/// Rows whose exact path is `path`.
+pub fn rows_with_path<'a>(rows: &'a [LedgerRow], path: &Path) -> Vec<&'a LedgerRow> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let want = path.as_os_str().as_bytes();
+    rows.iter()
+        .filter(|r| r.path.as_deref() == Some(want))
+        .collect()
+}
+
+/// The `aet ledger summary --json` of a ledger.
+pub fn summary(ledger: &Path) -> serde_json::Value {
+    let out = aet()
+        .args(["ledger", "summary", "--json"])
+        .arg(ledger)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "summary failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("summary JSON")
+}
+
+/// Asserts that the ledger says it is complete with zero lost events.
+pub fn assert_complete(ledger: &Path) {
+    let m = meta(ledger);
+    assert_eq!(m.get("aet.events_lost").map(String::as_str), Some("0"), "{m:?}");
+    assert_eq!(m.get("aet.complete").map(String::as_str), Some("true"), "{m:?}");
+}
