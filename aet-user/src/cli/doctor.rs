@@ -106,10 +106,11 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         })
         .collect();
     checks.push(check(
-        "syscall tracepoints",
+        "tracepoints",
         missing.is_empty(),
         if missing.is_empty() {
-            "open, openat, openat2, creat, execve, execveat (enter and exit)".to_owned()
+            "raw_syscalls:sys_exit, sched_process_fork/exec/exit (raw), syscalls:sys_enter_execve(at)"
+                .to_owned()
         } else {
             format!("missing: {}", missing.join(", "))
         },
