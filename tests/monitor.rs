@@ -50,7 +50,11 @@ fn grandchild_open_is_attributed_with_its_ppid_chain() {
     let rows = r.rows();
 
     let opens = ok_opens(&rows, &marker);
-    assert_eq!(opens.len(), 1, "exactly the grandchild opens the marker: {opens:?}");
+    assert_eq!(
+        opens.len(),
+        1,
+        "exactly the grandchild opens the marker: {opens:?}"
+    );
     let cat = opens[0];
     assert_eq!(cat.comm, "cat");
     assert!(
@@ -119,7 +123,11 @@ fn double_forked_setsid_daemon_is_recorded_after_its_parent_exits() {
         .find(|r| r.kind == "exit" && r.pid == root)
         .unwrap();
     assert!(root_exit.seq < daemon_cat.seq);
-    assert_eq!(r.meta()["aet.killed"], "[]", "the daemon finished within the grace");
+    assert_eq!(
+        r.meta()["aet.killed"],
+        "[]",
+        "the daemon finished within the grace"
+    );
 }
 
 #[test]
@@ -221,7 +229,11 @@ fn execveat_and_shebang_scripts_are_recorded_with_argv() {
     let by_at = execs
         .iter()
         .find(|e| {
-            e.argv.as_ref().unwrap().iter().any(|a| a == "TOKEN-EXECVEAT")
+            e.argv
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|a| a == "TOKEN-EXECVEAT")
                 && e.path_str().unwrap().ends_with("/hello.sh")
         })
         .expect("the execveat is recorded");
@@ -235,7 +247,11 @@ fn execveat_and_shebang_scripts_are_recorded_with_argv() {
     let shebang = execs
         .iter()
         .find(|e| {
-            e.argv.as_ref().unwrap().iter().any(|a| a == "TOKEN-SHEBANG")
+            e.argv
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|a| a == "TOKEN-SHEBANG")
                 && e.path_str().unwrap().ends_with("/hello.sh")
         })
         .expect("the script exec is recorded");
@@ -275,8 +291,17 @@ fn non_utf8_and_newline_names_round_trip_exactly() {
     assert_eq!(bad.len(), 1);
     assert_eq!(bad[0].path.as_deref(), Some(&raw[..]));
     // The exec's argv carries them too (lossy for the invalid one).
-    let exec = rows.iter().find(|r| r.kind == "exec" && r.ret == Some(0)).unwrap();
-    assert!(exec.argv.as_ref().unwrap().iter().any(|a| a.contains("new\nline")));
+    let exec = rows
+        .iter()
+        .find(|r| r.kind == "exec" && r.ret == Some(0))
+        .unwrap();
+    assert!(
+        exec.argv
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|a| a.contains("new\nline"))
+    );
 }
 
 #[test]
@@ -286,16 +311,26 @@ fn paths_in_pages_the_process_never_touched_are_captured() {
     let mut content = file.as_os_str().as_bytes().to_vec();
     content.push(0);
     fs::write(&file, &content).unwrap();
-    let r = run_ok(d.path(), &[helper("untouched").as_os_str(), file.as_os_str()]);
+    let r = run_ok(
+        d.path(),
+        &[helper("untouched").as_os_str(), file.as_os_str()],
+    );
     assert_eq!(r.code(), 0, "{}{}", r.stdout(), r.stderr());
     let rows = r.rows();
     // Opened twice: once to map it, once through the mapped, never-touched page.
     assert_eq!(ok_opens(&rows, &file).len(), 2);
     let literal = Path::new("/proc/self/stat_untouched_literal_path_for_aet");
     let lit = rows_with_path(&rows, literal);
-    assert_eq!(lit.len(), 1, "the string literal in fresh .rodata is captured");
+    assert_eq!(
+        lit.len(),
+        1,
+        "the string literal in fresh .rodata is captured"
+    );
     assert_eq!(lit[0].errno.as_deref(), Some("ENOENT"));
-    assert!(rows.iter().all(|r| r.capture & 2 == 0), "no path read failed");
+    assert!(
+        rows.iter().all(|r| r.capture & 2 == 0),
+        "no path read failed"
+    );
 }
 
 #[test]
@@ -377,18 +412,26 @@ fn lost_events_make_the_run_incomplete_loudly() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "exit status is the command's: {stderr}");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "exit status is the command's: {stderr}"
+    );
     assert!(stderr.contains("INCOMPLETE RECORD"), "{stderr}");
     let ledger = out.join("ledger.arrow");
     let m = meta(&ledger);
     let lost: u64 = m["aet.events_lost"].parse().unwrap();
     assert!(lost > 0);
     assert_eq!(m["aet.complete"], "false");
-    let by_reason: serde_json::Value = serde_json::from_str(&m["aet.events_lost_by_reason"]).unwrap();
+    let by_reason: serde_json::Value =
+        serde_json::from_str(&m["aet.events_lost_by_reason"]).unwrap();
     assert_eq!(by_reason["ringbuf_full"].as_u64(), Some(lost));
     // Recorded + lost = what the workload did (plus the runtime's own opens).
     let recorded = ok_opens(&rows(&ledger), &target).len() as u64;
-    assert!(recorded < 100_000 && recorded + lost >= 100_000, "{recorded} + {lost}");
+    assert!(
+        recorded < 100_000 && recorded + lost >= 100_000,
+        "{recorded} + {lost}"
+    );
     let check = aet()
         .args(["ledger", "summary", "--check"])
         .arg(&ledger)
@@ -430,7 +473,10 @@ fn sigkill_of_the_monitor_leaves_a_readable_ledger_and_kills_the_run() {
     while Path::new(&cg).exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!Path::new(&cg).exists(), "the run's cgroup {cg} was not cleaned up");
+    assert!(
+        !Path::new(&cg).exists(),
+        "the run's cgroup {cg} was not cleaned up"
+    );
 
     // The unfinished ledger reads up to its last flushed batch, and says it is incomplete.
     let s = summary(&ledger);
@@ -444,7 +490,11 @@ fn sigkill_of_the_monitor_leaves_a_readable_ledger_and_kills_the_run() {
         .arg(&ledger)
         .output()
         .unwrap();
-    assert!(rec.status.success(), "{}", String::from_utf8_lossy(&rec.stderr));
+    assert!(
+        rec.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
     let recovered = out.join("ledger.recovered.arrow");
     let (l, rows) = aet::ledger::rows::read_rows(&recovered).unwrap();
     assert_eq!(l.form(), aet::ledger::reader::Form::Finished);
@@ -454,7 +504,11 @@ fn sigkill_of_the_monitor_leaves_a_readable_ledger_and_kills_the_run() {
     assert_eq!(m["aet.complete"], "false");
     assert!(!ok_opens(&rows, &marker).is_empty());
     // Recovering twice never overwrites.
-    let again = aet().args(["ledger", "recover"]).arg(&ledger).output().unwrap();
+    let again = aet()
+        .args(["ledger", "recover"])
+        .arg(&ledger)
+        .output()
+        .unwrap();
     assert!(!again.status.success());
 }
 
@@ -520,11 +574,9 @@ fn aet_run_exits_with_the_commands_status() {
     assert!(r.stderr().contains("cannot run no-such-command-aet-test"));
     // The attempts are in the record.
     let rows = r.rows();
-    assert!(
-        rows.iter()
-            .any(|x| x.kind == "exec" && x.errno.as_deref() == Some("ENOENT")
-                && x.path_str().unwrap().ends_with("/no-such-command-aet-test"))
-    );
+    assert!(rows.iter().any(|x| x.kind == "exec"
+        && x.errno.as_deref() == Some("ENOENT")
+        && x.path_str().unwrap().ends_with("/no-such-command-aet-test")));
 }
 
 #[test]
@@ -553,8 +605,14 @@ fn aet_refuses_to_run_the_command_when_the_monitor_cannot_attach() {
     let output = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(125), "{stderr}");
-    assert!(stderr.contains("eBPF") || stderr.contains("loading"), "{stderr}");
-    assert!(!marker.exists(), "the command must not run without a monitor");
+    assert!(
+        stderr.contains("eBPF") || stderr.contains("loading"),
+        "{stderr}"
+    );
+    assert!(
+        !marker.exists(),
+        "the command must not run without a monitor"
+    );
     assert!(!out.join("ledger.arrow").exists());
 }
 
@@ -563,7 +621,11 @@ fn leftover_processes_are_killed_after_the_grace_and_recorded() {
     let d = tempdir();
     let started = Instant::now();
     let out = d.path().join("run");
-    let r = run_in(&out, &["--grace", "0.5"], &["sh", "-c", "sleep 60 & echo started"]);
+    let r = run_in(
+        &out,
+        &["--grace", "0.5"],
+        &["sh", "-c", "sleep 60 & echo started"],
+    );
     assert_eq!(r.code(), 0);
     assert!(started.elapsed() < Duration::from_secs(20));
     assert!(r.stderr().contains("killed 1 process"), "{}", r.stderr());
@@ -590,7 +652,11 @@ fn compat_syscalls_are_recorded() {
     let opens = ok_opens(&rows, &target);
     assert_eq!(opens.len(), 1, "the ia32 open is recorded");
     assert_eq!(opens[0].syscall.as_deref(), Some("open"));
-    assert_ne!(opens[0].capture & (1 << 6), 0, "flagged as a compat syscall");
+    assert_ne!(
+        opens[0].capture & (1 << 6),
+        0,
+        "flagged as a compat syscall"
+    );
 }
 
 #[test]
@@ -616,7 +682,11 @@ fn monitor_follows_a_pid_and_its_descendants_until_they_are_gone() {
         .output()
         .unwrap();
     target.wait().unwrap();
-    assert!(mon.status.success(), "{}", String::from_utf8_lossy(&mon.stderr));
+    assert!(
+        mon.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mon.stderr)
+    );
     let ledger = out.join("ledger.arrow");
     assert_complete(&ledger);
     let rows = rows(&ledger);
@@ -683,12 +753,23 @@ fn bad_ledgers_get_clear_errors() {
     let d = tempdir();
     let not_arrow = d.path().join("not-a-ledger.arrow");
     fs::write(&not_arrow, "hello\n").unwrap();
-    let out = aet().args(["ledger", "summary"]).arg(&not_arrow).output().unwrap();
+    let out = aet()
+        .args(["ledger", "summary"])
+        .arg(&not_arrow)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(4));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not-a-ledger.arrow") && err.contains("not an aet ledger"), "{err}");
+    assert!(
+        err.contains("not-a-ledger.arrow") && err.contains("not an aet ledger"),
+        "{err}"
+    );
     let missing = d.path().join("missing.arrow");
-    let out = aet().args(["ledger", "summary"]).arg(&missing).output().unwrap();
+    let out = aet()
+        .args(["ledger", "summary"])
+        .arg(&missing)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.arrow"));
 }
@@ -700,6 +781,10 @@ fn an_existing_ledger_is_never_overwritten() {
     let before = fs::read(r.ledger()).unwrap();
     let again = run_in(&r.out, &[], &["true"]);
     assert_eq!(again.code(), 125);
-    assert!(again.stderr().contains("already exists"), "{}", again.stderr());
+    assert!(
+        again.stderr().contains("already exists"),
+        "{}",
+        again.stderr()
+    );
     assert_eq!(fs::read(r.ledger()).unwrap(), before);
 }

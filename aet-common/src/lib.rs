@@ -227,22 +227,28 @@ pub struct Offsets {
     pub task_exit_code: u32,
     /// `task_struct.thread_info.status` (where x86 keeps `TS_COMPAT`).
     pub task_ti_status: u32,
+    /// `task_struct.cred` (the subjective credentials).
+    pub task_cred: u32,
+    /// `cred.uid.val` and `cred.gid.val` (real ids).
+    pub cred_uid: u32,
+    pub cred_gid: u32,
+    /// `task_struct.cgroups`, `css_set.dfl_cgrp`, `cgroup.kn`, `kernfs_node.id`: the chain to the
+    /// task's cgroup v2 id.
+    pub task_cgroups: u32,
+    pub css_set_dfl_cgrp: u32,
+    pub cgroup_kn: u32,
+    pub kernfs_node_id: u32,
     pub mm_arg_start: u32,
     pub mm_arg_end: u32,
     pub bprm_filename: u32,
-    /// Byte offset in `pt_regs` of the [`REGS_WINDOW`]-byte window the programs read at each
-    /// recorded syscall's exit; the fields below index 8-byte words inside that window.
-    pub regs_window: u32,
-    /// Word holding the syscall number at syscall exit (`orig_ax` on x86_64).
+    /// `pt_regs` member holding the syscall number at syscall exit (`orig_ax` on x86_64).
     pub regs_nr: u32,
-    /// Words holding syscall arguments 0..5 for native syscalls.
+    /// `pt_regs` members holding syscall arguments 0..5 for native syscalls.
     pub regs_args: [u32; 6],
-    /// Words holding syscall arguments 0..5 for compat (32-bit) syscalls.
+    /// `pt_regs` members holding syscall arguments 0..5 for compat (32-bit) syscalls.
     pub regs_args_compat: [u32; 6],
+    pub _pad: u32,
 }
-
-/// Bytes of `pt_regs` read in one go at a recorded syscall's exit (number and all arguments).
-pub const REGS_WINDOW: usize = 128;
 
 /// Number of syscall numbers the dispatch table `SYSCALLS` covers (native and compat).
 pub const SYSCALL_TABLE_SIZE: u32 = 1024;
@@ -270,8 +276,8 @@ pub struct Config {
     pub offsets: Offsets,
 }
 
-const _: () = assert!(size_of::<Offsets>() == 92);
-const _: () = assert!(size_of::<Config>() == 120);
+const _: () = assert!(size_of::<Offsets>() == 120);
+const _: () = assert!(size_of::<Config>() == 152);
 
 /// An exec's entry, kept until `sched_process_exec` or the exec's failure (keyed by thread id).
 #[repr(C)]

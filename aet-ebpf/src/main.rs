@@ -26,10 +26,7 @@ use aet_common::{
 };
 use aya_ebpf::{
     EbpfContext as _,
-    helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_probe_read_kernel,
-        bpf_probe_read_user, generated,
-    },
+    helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated},
     macros::{map, raw_tracepoint, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{RawTracePointContext, TracePointContext},
@@ -55,13 +52,20 @@ static CONFIG: Config = Config {
         task_mm: 0,
         task_exit_code: 0,
         task_ti_status: 0,
+        task_cred: 0,
+        cred_uid: 0,
+        cred_gid: 0,
+        task_cgroups: 0,
+        css_set_dfl_cgrp: 0,
+        cgroup_kn: 0,
+        kernfs_node_id: 0,
         mm_arg_start: 0,
         mm_arg_end: 0,
         bprm_filename: 0,
-        regs_window: 0,
         regs_nr: 0,
         regs_args: [0; 6],
         regs_args_compat: [0; 6],
+        _pad: 0,
     },
 };
 
@@ -169,70 +173,92 @@ impl KPtr {
     }
 }
 
+/// Is the task `tid` (of process `tgid`, in cgroup `cgroup`, with real uid `uid`) part of the
+/// monitored run? `uid` and `cgroup` are only read in the modes that need them.
 #[inline(always)]
-fn cgroup_id() -> u64 {
-    // SAFETY: helper without preconditions.
-    unsafe { generated::bpf_get_current_cgroup_id() }
-}
-
-/// Is the current task part of the monitored run?
-#[inline(always)]
-fn in_scope(tid: u32, tgid: u32) -> bool {
+fn in_scope(task: &mut Task) -> bool {
     let hit = match cfg(&CONFIG.scope_mode) {
-        scope::CGROUP => cgroup_id() == cfg(&CONFIG.target_cgroup),
-        scope::UID => bpf_get_current_uid_gid() as u32 == cfg(&CONFIG.target_uid),
-        scope::PID => tgid == cfg(&CONFIG.target_pid),
+        scope::CGROUP => task.cgroup() == cfg(&CONFIG.target_cgroup),
+        scope::UID => task.uid_gid().0 == cfg(&CONFIG.target_uid),
+        scope::PID => task.tgid == cfg(&CONFIG.target_pid),
         _ => return false,
     };
     // SAFETY: the value is only tested for presence.
-    hit || unsafe { TRACKED.get(tid) }.is_some()
+    hit || unsafe { TRACKED.get(task.tid) }.is_some()
 }
 
-/// The current task, as the hot path sees it: ids read once and reused for the record.
+/// The current task, as the hot path sees it: a BTF pointer, and the ids read through it once.
 #[derive(Clone, Copy)]
 struct Task {
-    pid_tgid: u64,
-    /// The cgroup id if the scope check read it (0 otherwise).
+    ptr: KPtr,
+    tid: u32,
+    tgid: u32,
+    /// The cgroup v2 id once read (0 before).
     cgroup: u64,
+    /// `uid | gid << 32` once read (`u64::MAX` before).
+    ugid: u64,
 }
 
 impl Task {
     #[inline(always)]
     fn current() -> Self {
+        let ptr = KPtr::current_task();
+        let o = offsets();
         Self {
-            pid_tgid: bpf_get_current_pid_tgid(),
+            ptr,
+            tid: ptr.read::<i32>(cfg(&o.task_pid)) as u32,
+            tgid: ptr.read::<i32>(cfg(&o.task_tgid)) as u32,
             cgroup: 0,
+            ugid: u64::MAX,
         }
     }
 
+    /// The task's cgroup v2 id (`task->cgroups->dfl_cgrp->kn->id`, what
+    /// `bpf_get_current_cgroup_id()` returns), read once.
     #[inline(always)]
-    fn cgroup(self) -> u64 {
-        if self.cgroup != 0 {
-            self.cgroup
-        } else {
-            cgroup_id()
+    fn cgroup(&mut self) -> u64 {
+        if self.cgroup == 0 {
+            let o = offsets();
+            let cgrp = self
+                .ptr
+                .ptr(cfg(&o.task_cgroups))
+                .ptr(cfg(&o.css_set_dfl_cgrp))
+                .ptr(cfg(&o.cgroup_kn));
+            self.cgroup = if cgrp.is_null() {
+                0
+            } else {
+                cgrp.read::<u64>(cfg(&o.kernfs_node_id))
+            };
         }
+        self.cgroup
     }
 
+    /// The task's real uid and gid (`task->cred->{uid,gid}`), read once.
     #[inline(always)]
-    fn tid(self) -> u32 {
-        self.pid_tgid as u32
+    fn uid_gid(&mut self) -> (u32, u32) {
+        if self.ugid == u64::MAX {
+            let o = offsets();
+            let cred = self.ptr.ptr(cfg(&o.task_cred));
+            self.ugid = if cred.is_null() {
+                0
+            } else {
+                cred.read::<u32>(cfg(&o.cred_uid)) as u64
+                    | (cred.read::<u32>(cfg(&o.cred_gid)) as u64) << 32
+            };
+        }
+        (self.ugid as u32, (self.ugid >> 32) as u32)
     }
 
+    /// Is the task in a compat (32-bit) syscall?
     #[inline(always)]
-    fn tgid(self) -> u32 {
-        (self.pid_tgid >> 32) as u32
+    fn compat(self) -> bool {
+        let mask = cfg(&CONFIG.compat_mask);
+        mask != 0 && self.ptr.read::<u32>(cfg(&offsets().task_ti_status)) & mask != 0
     }
 
     #[inline(always)]
     fn in_scope(&mut self) -> bool {
-        if cfg(&CONFIG.scope_mode) == scope::CGROUP {
-            self.cgroup = cgroup_id();
-            // SAFETY: the value is only tested for presence.
-            return self.cgroup == cfg(&CONFIG.target_cgroup)
-                || unsafe { TRACKED.get(self.tid()) }.is_some();
-        }
-        in_scope(self.tid(), self.tgid())
+        in_scope(self)
     }
 }
 
@@ -254,8 +280,8 @@ fn header(s: &mut Scratch) -> &mut EventHeader {
 /// change only at fork and exec, whose records carry them ([`fill_ppid`], [`fill_comm`]), and
 /// userspace keeps them per process. Every helper call counts on the hot path.
 #[inline(always)]
-fn fill_header(h: &mut EventHeader, task: Task, kind: EventKind, syscall: u16, ret: i64) {
-    let ugid = bpf_get_current_uid_gid();
+fn fill_header(h: &mut EventHeader, task: &mut Task, kind: EventKind, syscall: u16, ret: i64) {
+    let (uid, gid) = task.uid_gid();
     // SAFETY: helper without preconditions.
     let ts = unsafe { generated::bpf_ktime_get_boot_ns() };
     // Plain field stores: a whole-struct write would become a byte-by-byte memset loop in BPF.
@@ -265,10 +291,10 @@ fn fill_header(h: &mut EventHeader, task: Task, kind: EventKind, syscall: u16, r
     h.ts_ns = ts;
     h.cgroup_id = task.cgroup();
     h.ret = ret;
-    h.pid = task.tgid();
-    h.tid = task.tid();
-    h.uid = ugid as u32;
-    h.gid = (ugid >> 32) as u32;
+    h.pid = task.tgid;
+    h.tid = task.tid;
+    h.uid = uid;
+    h.gid = gid;
     h.dirfd = AT_FDCWD;
     zero(&mut h.aux);
     zero(&mut h.ppid);
@@ -298,11 +324,11 @@ fn fill_comm(h: &mut EventHeader) {
     unsafe { generated::bpf_get_current_comm(h.comm.as_mut_ptr() as *mut c_void, 16) };
 }
 
-/// Adds the current task's `real_parent` pid to the header.
+/// Adds the task's `real_parent` pid to the header.
 #[inline(always)]
-fn fill_ppid(h: &mut EventHeader) {
+fn fill_ppid(h: &mut EventHeader, task: &Task) {
     let o = offsets();
-    let parent = KPtr::current_task().ptr(cfg(&o.task_real_parent));
+    let parent = task.ptr.ptr(cfg(&o.task_real_parent));
     if !parent.is_null() {
         h.ppid = parent.read::<i32>(cfg(&o.task_tgid)) as u32;
         h.flags |= flags::PPID_KERNEL;
@@ -404,22 +430,21 @@ struct OpenHow {
 
 /// The saved registers of a syscall, read once at its exit.
 struct Args {
-    regs: [u64; REGS_WORDS],
+    /// `task_pt_regs(current)`, a BTF pointer: each argument is one guarded load.
+    regs: KPtr,
     compat: bool,
 }
-
-const REGS_WORDS: usize = aet_common::REGS_WINDOW / 8;
 
 impl Args {
     #[inline(always)]
     fn get(&self, n: usize) -> u64 {
         let o = offsets();
-        let idx = if self.compat {
+        let off = if self.compat {
             cfg(&o.regs_args_compat[n])
         } else {
             cfg(&o.regs_args[n])
-        } as usize;
-        let v = self.regs[idx & (REGS_WORDS - 1)];
+        };
+        let v: u64 = self.regs.read(off);
         // Compat arguments are 32-bit registers: pointers and ints live in the low half.
         if self.compat { v & 0xffff_ffff } else { v }
     }
@@ -430,7 +455,7 @@ fn sys_exit(ctx: RawTracePointContext) -> i32 {
     let regs: u64 = ctx.arg(0);
     let ret: i64 = ctx.arg(1);
     let o = offsets();
-    let nr: i64 = kread(regs, cfg(&o.regs_window) + 8 * cfg(&o.regs_nr));
+    let nr: i64 = kread(regs, cfg(&o.regs_nr));
     if nr < 0 || nr >= aet_common::SYSCALL_TABLE_SIZE as i64 {
         return 0;
     }
@@ -444,14 +469,14 @@ fn sys_exit(ctx: RawTracePointContext) -> i32 {
     if !task.in_scope() {
         return 0;
     }
-    let mask = cfg(&CONFIG.compat_mask);
-    let compat = mask != 0 && KPtr::current_task().read::<u32>(cfg(&o.task_ti_status)) & mask != 0;
+    let compat = task.compat();
     let syscall = if compat { entry >> 8 } else { entry & 0xff };
     if syscall == 0 {
         return 0;
     }
     // One read for the number and every argument.
-    let regs: [u64; REGS_WORDS] = kread(regs, cfg(&o.regs_window));
+    // SAFETY: helper taking the BTF task pointer it was given by the kernel.
+    let regs = KPtr(unsafe { generated::bpf_task_pt_regs(task.ptr.0 as *mut _) } as *const u8);
     let args = Args { regs, compat };
     if syscall == Syscall::Execve as u16 || syscall == Syscall::Execveat as u16 {
         exit_exec(&args, task, syscall, ret);
@@ -462,9 +487,9 @@ fn sys_exit(ctx: RawTracePointContext) -> i32 {
 }
 
 #[inline(always)]
-fn exit_open(args: &Args, task: Task, syscall: u16, ret: i64) {
+fn exit_open(args: &Args, mut task: Task, syscall: u16, ret: i64) {
     let Some(s) = scratch() else { return };
-    fill_header(header(s), task, EventKind::Open, syscall, ret);
+    fill_header(header(s), &mut task, EventKind::Open, syscall, ret);
     let h = header(s);
     if args.compat {
         h.flags |= flags::COMPAT;
@@ -509,7 +534,7 @@ fn stash_exec(syscall: Syscall, dirfd: i32, path: u64, argv: u64, flags: u64) {
     if !task.in_scope() {
         return;
     }
-    let tid = task.tid();
+    let tid = task.tid;
     let v = Inflight {
         syscall: syscall as u16,
         _pad: 0,
@@ -606,14 +631,14 @@ extern "C" fn argv_step(i: u32, ctx: *mut c_void) -> i64 {
 /// The exit of an exec. A successful one was recorded by `sched_process_exec`; a failed one is
 /// recorded here, with its file name and arguments read from the caller's memory.
 #[inline(always)]
-fn exit_exec(args: &Args, task: Task, syscall: u16, ret: i64) {
-    let _ = INFLIGHT.remove(task.tid());
+fn exit_exec(args: &Args, mut task: Task, syscall: u16, ret: i64) {
+    let _ = INFLIGHT.remove(task.tid);
     if ret == 0 {
         return;
     }
     let Some(s) = scratch() else { return };
-    fill_header(header(s), task, EventKind::Exec, syscall, ret);
-    fill_ppid(header(s));
+    fill_header(header(s), &mut task, EventKind::Exec, syscall, ret);
+    fill_ppid(header(s), &task);
     fill_comm(header(s));
     let (path, argv) = if syscall == Syscall::Execveat as u16 {
         let h = header(s);
@@ -660,7 +685,9 @@ fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
     let mut task = Task::current();
     let old_pid: u32 = ctx.arg::<u64>(1) as u32;
     let bprm: u64 = ctx.arg(2);
-    if !task.in_scope() && !in_scope(old_pid, task.tgid()) {
+    let mut previous = task;
+    previous.tid = old_pid;
+    if !task.in_scope() && !previous.in_scope() {
         return 0;
     }
     // SAFETY: copied out before the entry is removed.
@@ -669,27 +696,32 @@ fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
     match inflight {
         Some(inf) => {
             let _ = INFLIGHT.remove(old_pid);
-            fill_header(header(s), task, EventKind::Exec, inf.syscall, 0);
+            fill_header(header(s), &mut task, EventKind::Exec, inf.syscall, 0);
             let h = header(s);
             h.dirfd = inf.dirfd;
             h.open_flags = inf.flags as u32;
         }
         None => {
             count(counter::UNPAIRED);
-            fill_header(header(s), task, EventKind::Exec, Syscall::Execve as u16, 0);
+            fill_header(
+                header(s),
+                &mut task,
+                EventKind::Exec,
+                Syscall::Execve as u16,
+                0,
+            );
             header(s).flags |= flags::UNPAIRED;
         }
     }
-    fill_ppid(header(s));
+    fill_ppid(header(s), &task);
     fill_comm(header(s));
-    let mask = cfg(&CONFIG.compat_mask);
-    if mask != 0 && KPtr::current_task().read::<u32>(cfg(&offsets().task_ti_status)) & mask != 0 {
+    if task.compat() {
         header(s).flags |= flags::COMPAT;
     }
     let filename: u64 = kread(bprm, cfg(&offsets().bprm_filename));
     capture_kernel_path(s, filename);
 
-    let mm = KPtr::current_task().ptr(cfg(&offsets().task_mm));
+    let mm = task.ptr.ptr(cfg(&offsets().task_mm));
     let (start, end) = if mm.is_null() {
         (0, 0)
     } else {
@@ -743,8 +775,14 @@ fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     let Some(s) = scratch() else { return 0 };
-    fill_header(header(s), task, EventKind::Fork, Syscall::None as u16, 0);
-    fill_ppid(header(s));
+    fill_header(
+        header(s),
+        &mut task,
+        EventKind::Fork,
+        Syscall::None as u16,
+        0,
+    );
+    fill_ppid(header(s), &task);
     fill_comm(header(s));
     header(s).aux = child_tgid as u64;
     send(s);
@@ -756,7 +794,7 @@ fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
     let mut task = Task::current();
-    let (tid, tgid) = (task.tid(), task.tgid());
+    let (tid, tgid) = (task.tid, task.tgid);
     if !task.in_scope() {
         return 0;
     }
@@ -771,10 +809,10 @@ fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     let Some(s) = scratch() else { return 0 };
-    let code: i32 = KPtr::current_task().read(cfg(&offsets().task_exit_code));
+    let code: i32 = task.ptr.read(cfg(&offsets().task_exit_code));
     fill_header(
         header(s),
-        task,
+        &mut task,
         EventKind::Exit,
         Syscall::None as u16,
         code as i64,

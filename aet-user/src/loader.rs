@@ -157,9 +157,6 @@ pub enum LoadError {
     /// The number of possible CPUs could not be read.
     #[error("cannot count possible CPUs: {0}")]
     Cpus(#[source] std::io::Error),
-    /// The syscall registers do not fit the window the programs read.
-    #[error("this kernel's pt_regs layout does not fit aet's register window")]
-    RegsLayout,
     /// The ring buffer size is not a power of two multiple of the page size.
     #[error("ring buffer size {0} is not a power of two of at least 4096 bytes")]
     RingSize(u32),
@@ -240,7 +237,7 @@ impl Loaded {
         }
         let btf = KernelBtf::load()?;
         let mut offsets = btf.offsets()?;
-        regs_window(&btf, &mut offsets)?;
+        regs_offsets(&btf, &mut offsets)?;
         let compat_mask = match btf.offset_of("task_struct", "thread_info.status") {
             Ok(off) => {
                 offsets.task_ti_status = off;
@@ -404,33 +401,12 @@ impl Drop for Loaded {
     }
 }
 
-/// Places the `pt_regs` window the programs read at syscall exit over the syscall number and all
-/// argument registers, and records each as a word index inside it.
-fn regs_window(btf: &KernelBtf, o: &mut aet_common::Offsets) -> Result<(), LoadError> {
-    let nr = btf.offset_of("pt_regs", abi::REGS_NR)?;
-    let mut native = [0u32; 6];
-    let mut compat = [0u32; 6];
+/// The `pt_regs` members holding the syscall number and arguments (native and compat).
+fn regs_offsets(btf: &KernelBtf, o: &mut aet_common::Offsets) -> Result<(), LoadError> {
+    o.regs_nr = btf.offset_of("pt_regs", abi::REGS_NR)?;
     for i in 0..6 {
-        native[i] = btf.offset_of("pt_regs", abi::REGS_ARGS[i])?;
-        compat[i] = btf.offset_of("pt_regs", abi::REGS_ARGS_COMPAT[i])?;
-    }
-    let all = native.iter().chain(&compat).chain([&nr]);
-    let lo = all.clone().copied().min().unwrap_or(0) & !7;
-    let hi = all.copied().max().unwrap_or(0) + 8;
-    if hi - lo > aet_common::REGS_WINDOW as u32
-        || [nr]
-            .iter()
-            .chain(&native)
-            .chain(&compat)
-            .any(|o| o % 8 != 0)
-    {
-        return Err(LoadError::RegsLayout);
-    }
-    o.regs_window = lo;
-    o.regs_nr = (nr - lo) / 8;
-    for i in 0..6 {
-        o.regs_args[i] = (native[i] - lo) / 8;
-        o.regs_args_compat[i] = (compat[i] - lo) / 8;
+        o.regs_args[i] = btf.offset_of("pt_regs", abi::REGS_ARGS[i])?;
+        o.regs_args_compat[i] = btf.offset_of("pt_regs", abi::REGS_ARGS_COMPAT[i])?;
     }
     Ok(())
 }

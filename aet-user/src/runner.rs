@@ -101,7 +101,12 @@ impl Guard {
 /// still there.
 pub fn guard_main(cgroup: &Path) -> anyhow::Result<()> {
     use nix::sys::signal::{SigHandler, Signal, signal};
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT] {
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
         // SAFETY: setting a signal to be ignored has no handler to be unsafe in.
         unsafe { signal(s, SigHandler::SigIgn) }?;
     }

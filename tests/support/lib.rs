@@ -17,9 +17,11 @@ pub use aet::ledger::rows::LedgerRow;
 
 /// The `aet` binary under test.
 pub fn aet_bin() -> PathBuf {
-    let p = std::env::var_os("AET_BIN").map(PathBuf::from).unwrap_or_else(|| {
-        panic!("AET_BIN is not set: run the end-to-end tests with `cargo xtask test`")
-    });
+    let p = std::env::var_os("AET_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!("AET_BIN is not set: run the end-to-end tests with `cargo xtask test`")
+        });
     assert!(p.exists(), "AET_BIN={} does not exist", p.display());
     p
 }
@@ -186,6 +188,14 @@ pub fn summary(ledger: &Path) -> serde_json::Value {
 /// Asserts that the ledger says it is complete with zero lost events.
 pub fn assert_complete(ledger: &Path) {
     let m = meta(ledger);
-    assert_eq!(m.get("aet.events_lost").map(String::as_str), Some("0"), "{m:?}");
-    assert_eq!(m.get("aet.complete").map(String::as_str), Some("true"), "{m:?}");
+    assert_eq!(
+        m.get("aet.events_lost").map(String::as_str),
+        Some("0"),
+        "{m:?}"
+    );
+    assert_eq!(
+        m.get("aet.complete").map(String::as_str),
+        Some("true"),
+        "{m:?}"
+    );
 }

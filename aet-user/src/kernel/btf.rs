@@ -170,6 +170,13 @@ impl KernelBtf {
             mm_arg_start: self.offset_of("mm_struct", "arg_start")?,
             mm_arg_end: self.offset_of("mm_struct", "arg_end")?,
             bprm_filename: self.offset_of("linux_binprm", "filename")?,
+            task_cred: self.offset_of("task_struct", "cred")?,
+            cred_uid: self.offset_of("cred", "uid.val")?,
+            cred_gid: self.offset_of("cred", "gid.val")?,
+            task_cgroups: self.offset_of("task_struct", "cgroups")?,
+            css_set_dfl_cgrp: self.offset_of("css_set", "dfl_cgrp")?,
+            cgroup_kn: self.offset_of("cgroup", "kn")?,
+            kernfs_node_id: self.offset_of("kernfs_node", "id")?,
             ..Offsets::default()
         })
     }

@@ -21,7 +21,11 @@ pub fn exists(tid: u32) -> bool {
 
 /// The state letter out of `/proc/PID/stat` text.
 pub fn parse_stat_state(stat: &str) -> Option<char> {
-    stat[stat.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
 }
 
 /// Parses the parent pid out of `/proc/PID/stat` text (the comm field may hold spaces and
@@ -136,7 +140,10 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         assert!(!exists(pid));
-        assert!(Path::new(&format!("/proc/{pid}")).exists(), "still a zombie");
+        assert!(
+            Path::new(&format!("/proc/{pid}")).exists(),
+            "still a zombie"
+        );
         child.wait().unwrap();
     }
 

@@ -353,7 +353,9 @@ impl Monitor {
             .map(Duration::from_millis)
             .unwrap_or_default();
         if !stall.is_zero() {
-            eprintln!("aet: warning: {STALL_ENV} is set: the consumer starts {stall:?} late (fault injection for tests)");
+            eprintln!(
+                "aet: warning: {STALL_ENV} is set: the consumer starts {stall:?} late (fault injection for tests)"
+            );
         }
         let consumer = std::thread::Builder::new()
             .name("aet-consumer".into())
@@ -542,8 +544,14 @@ mod tests {
             records: vec![good.clone(), vec![1, 2, 3], good].into(),
         };
         let stop = Arc::new(AtomicBool::new(true));
-        let consumed =
-            consume(source, writer, WallClock { offset_ns: 0 }, stop, Duration::ZERO).unwrap();
+        let consumed = consume(
+            source,
+            writer,
+            WallClock { offset_ns: 0 },
+            stop,
+            Duration::ZERO,
+        )
+        .unwrap();
         assert_eq!(consumed.decode_errors, 1);
         assert_eq!(consumed.writer.rows(), 2);
         consumed.writer.finish(HashMap::new()).unwrap();
