@@ -447,19 +447,21 @@ fn sigkill_of_the_monitor_leaves_a_readable_ledger_and_kills_the_run() {
     let out = d.path().join("run");
     let marker = d.path().join("marker-killed");
     fs::write(&marker, "x").unwrap();
-    let mut child = aet()
-        .args(["run", "-q", "--out"])
-        .arg(&out)
-        .args(["--", "sh", "-c"])
-        .arg(format!(
-            "while :; do cat {} > /dev/null; done",
-            marker.display()
-        ))
-        .spawn()
-        .unwrap();
+    let run = Attached::spawn(
+        aet()
+            .args(["run", "--out"])
+            .arg(&out)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "while :; do cat {} > /dev/null; done",
+                marker.display()
+            )),
+    );
+    // Long enough for several batches to be flushed.
     std::thread::sleep(Duration::from_millis(1500));
     let ledger = out.join("ledger.arrow");
     let scope = meta(&ledger)["aet.scope_target"].clone();
+    let mut child = run.child;
     child.kill().unwrap();
     child.wait().unwrap();
 
@@ -529,7 +531,7 @@ path, n, odd = sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3])
 t = ipc.open_file(path).read_all()
 assert t.num_rows == n, (t.num_rows, n)
 meta = t.schema.metadata
-assert meta[b"aet.schema_version"] == b"1" and meta[b"aet.events_lost"] == b"0", meta
+assert meta[b"aet.schema_version"] == b"2" and meta[b"aet.events_lost"] == b"0", meta
 for c in ["seq","ts_ns","kind","syscall","pid","tid","ppid","uid","gid","cgroup_id","comm","path","dirfd","flags","ret","argv"]:
     assert c in t.column_names, c
 raw = [r for r in t.column("path_raw").to_pylist() if r is not None]
@@ -666,27 +668,28 @@ fn monitor_follows_a_pid_and_its_descendants_until_they_are_gone() {
     let m2 = d.path().join("marker-2");
     fs::write(&m1, "x").unwrap();
     fs::write(&m2, "x").unwrap();
+    // The target waits for the monitor to be attached before it does anything.
+    let go = d.path().join("go");
     let mut target = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "sleep 1.5; cat {} > /dev/null; sh -c 'cat {} > /dev/null'",
+            "while [ ! -e {} ]; do sleep 0.01; done; cat {} > /dev/null; sh -c 'cat {} > /dev/null'",
+            go.display(),
             m1.display(),
             m2.display()
         ))
         .spawn()
         .unwrap();
     let out = d.path().join("mon");
-    let mon = aet()
-        .args(["monitor", "-q", "--pid", &target.id().to_string(), "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    target.wait().unwrap();
-    assert!(
-        mon.status.success(),
-        "{}",
-        String::from_utf8_lossy(&mon.stderr)
+    let mon = Attached::spawn(
+        aet()
+            .args(["monitor", "--pid", &target.id().to_string(), "--out"])
+            .arg(&out),
     );
+    fs::write(&go, "").unwrap();
+    target.wait().unwrap();
+    let (status, stderr) = mon.wait();
+    assert!(status.success(), "{stderr}");
     let ledger = out.join("ledger.arrow");
     assert_complete(&ledger);
     let rows = rows(&ledger);
@@ -713,26 +716,28 @@ fn monitor_on_a_cgroup_stops_cleanly_on_sigint() {
         .spawn()
         .unwrap();
     let out = d.path().join("mon");
-    let mon = aet()
-        .args(["monitor", "-q", "--cgroup"])
-        .arg(&cg)
-        .arg("--out")
-        .arg(&out)
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let mon = Attached::spawn(
+        aet()
+            .args(["monitor", "--cgroup"])
+            .arg(&cg)
+            .arg("--out")
+            .arg(&out),
+    );
+    // The worker opens the marker every 50 ms.
+    std::thread::sleep(Duration::from_millis(1000));
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(mon.id() as i32),
+        nix::unistd::Pid::from_raw(mon.child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let status = mon.wait_with_output().unwrap();
+    let (status, stderr) = mon.wait();
     worker.kill().unwrap();
     worker.wait().unwrap();
     let _ = fs::write(cg.join("cgroup.kill"), "1");
     std::thread::sleep(Duration::from_millis(100));
     let _ = fs::remove_dir(&cg);
-    assert!(status.status.success());
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("stopping: SIGINT"), "{stderr}");
     let ledger = out.join("ledger.arrow");
     assert_complete(&ledger);
     assert_eq!(meta(&ledger)["aet.finished"], "true");

@@ -1,9 +1,10 @@
-//! aet's eBPF programs: follow a run's process tree and record every open and exec.
+//! aet's eBPF programs: follow a run's process tree and record every way it touches a file.
 //!
 //! Programs attach to the raw syscall-exit tracepoint (`raw_syscalls:sys_exit`, one program for
-//! every recorded syscall, native or compat), to `syscalls:sys_enter_execve(at)`, and to the
-//! scheduler's raw tracepoints (`sched_process_fork` / `exec` / `exit`). fentry, LSM and kprobes
-//! are not used: they are not available on every kernel aet must run on.
+//! every recorded syscall, native or compat), to `syscalls:sys_enter_execve(at)`, to the
+//! scheduler's raw tracepoints (`sched_process_fork` / `exec` / `exit`) and to io_uring's request
+//! submission. fentry, LSM and kprobes are not used: they are not available on every kernel aet
+//! must run on.
 //!
 //! Rules every program here keeps:
 //! - scope first: a task outside the run costs a helper call and one map lookup, and produces
@@ -11,18 +12,24 @@
 //! - a syscall is recorded at its exit, from the saved registers, where the kernel has already
 //!   faulted in the user strings it read (a string in a page the process never touched reads as
 //!   nothing at entry);
+//! - what the kernel resolved comes from kernel objects (the new fd's `struct file`, the exec'd
+//!   file, the working directory), walked dentry by dentry up to the process's root, never from
+//!   the user's string;
 //! - records are variable-length: header, then exactly the bytes captured;
 //! - nothing is dropped silently: every failure to deliver or to store increments a per-CPU
-//!   counter in `COUNTERS` that userspace reads and writes into the ledger;
+//!   counter in `COUNTERS` that userspace reads and writes into the ledger; a partial walk says so
+//!   in its row;
 //! - no kernel struct offset is hard-coded: they come from the running kernel's BTF via `CONFIG`.
 #![no_std]
 #![no_main]
+#![feature(asm_experimental_arch)]
 
 use core::{ffi::c_void, ptr::read_volatile};
 
 use aet_common::{
-    ARGV_CAP, Config, DATA_CAP, EventHeader, EventKind, HEADER_SIZE, Inflight, Offsets, PATH_CAP,
-    Syscall, counter, flags, scope,
+    ARGV_CAP, Config, DATA_CAP, DATA_LIMIT, EventHeader, EventKind, FileIo, HEADER_SIZE, Inflight,
+    Offsets, PATH_CAP, SHAPES, SYSCALL_COUNT, Shape, Syscall, WALK_CAP, WALK_STEPS, counter,
+    fileio, flags, io, obj, scope, section, shape, walk,
 };
 use aya_ebpf::{
     EbpfContext as _,
@@ -38,36 +45,8 @@ static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
 
 /// Set by userspace before load (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
-static CONFIG: Config = Config {
-    scope_mode: 0,
-    target_uid: 0,
-    target_pid: 0,
-    exit_has_group_dead: 0,
-    target_cgroup: 0,
-    compat_mask: 0,
-    offsets: Offsets {
-        task_pid: 0,
-        task_tgid: 0,
-        task_real_parent: 0,
-        task_mm: 0,
-        task_exit_code: 0,
-        task_ti_status: 0,
-        task_cred: 0,
-        cred_uid: 0,
-        cred_gid: 0,
-        task_cgroups: 0,
-        css_set_dfl_cgrp: 0,
-        cgroup_kn: 0,
-        kernfs_node_id: 0,
-        mm_arg_start: 0,
-        mm_arg_end: 0,
-        bprm_filename: 0,
-        regs_nr: 0,
-        regs_args: [0; 6],
-        regs_args_compat: [0; 6],
-        _pad: 0,
-    },
-};
+// SAFETY: Config is plain data; all-zero is its "unset" value (every program is a no-op).
+static CONFIG: Config = unsafe { core::mem::zeroed() };
 
 /// Records for userspace. Its size is set by userspace at load time.
 #[map]
@@ -77,6 +56,25 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 /// `sched_process_exit`), and for `--pid` the target's threads and descendants found at attach.
 #[map]
 static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(1 << 16, 0);
+
+/// Exec entries, for `sched_process_exec` to know which syscall (and dirfd, flags) led to it.
+#[map]
+static INFLIGHT: HashMap<u32, Inflight> = HashMap::with_max_entries(1 << 14, 0);
+
+/// Byte accounting per open fd, keyed by `tgid << 32 | fd`. Entries are created at an fd's first
+/// read, write, mapping or listing, not at its open: most opened files move no byte through
+/// their fd.
+#[map]
+static FILEIO: HashMap<u64, FileIo> = HashMap::with_max_entries(1 << 16, 0);
+
+/// Which fds of a process have a `FILEIO` entry: bit `fd` for fds below 63, bit 63 for any
+/// above. Lets an exec or exit emit its process's entries without scanning the whole map.
+#[map]
+static FDMASK: HashMap<u32, u64> = HashMap::with_max_entries(1 << 14, 0);
+
+/// Dispatch table: syscall number -> `syscall_entry(native, compat)`. Filled by userspace.
+#[map]
+static SYSCALLS: Array<u16> = Array::with_max_entries(aet_common::SYSCALL_TABLE_SIZE, 0);
 
 const SCRATCH_SIZE: usize = HEADER_SIZE + DATA_CAP;
 
@@ -96,8 +94,17 @@ static SCRATCH: Array<Scratch> = Array::with_max_entries(1, 0);
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
 const AT_FDCWD: i32 = -100;
+const AT_EMPTY_PATH: u32 = 0x1000;
 const BPF_RB_NO_WAKEUP: u64 = 1;
-const O_CREAT_WRONLY_TRUNC: u64 = 0o100 | 0o1 | 0o1000;
+const O_CREAT_WRONLY_TRUNC: u32 = 0o100 | 0o1 | 0o1000;
+const S_IFMT: u16 = 0o170000;
+const S_IFREG: u16 = 0o100000;
+const S_IFDIR: u16 = 0o040000;
+const F_DUPFD: u64 = 0;
+const F_DUPFD_CLOEXEC: u64 = 1030;
+const IORING_OP_OPENAT: u8 = 18;
+const IORING_OP_STATX: u8 = 21;
+const IORING_OP_OPENAT2: u8 = 28;
 
 // Syscall tracepoint records: 8 bytes of common fields, `__syscall_nr` and padding, then the
 // arguments as 8-byte slots from byte 16 (`sys_enter_*`). This layout is the syscall
@@ -130,7 +137,8 @@ fn sys_arg(ctx: &TracePointContext, n: usize) -> u64 {
     unsafe { *(ctx.as_ptr() as *const u64).add(SYSCALL_ARG0 + n) }
 }
 
-/// Reads a kernel value at `base + off`.
+/// Reads a kernel value at the plain address `base + off` (a helper call; see [`KPtr`] for the
+/// cheap way).
 #[inline(always)]
 fn kread<T: Copy + Default>(base: u64, off: u32) -> T {
     if base == 0 {
@@ -159,6 +167,11 @@ impl KPtr {
         self.0.is_null()
     }
 
+    #[inline(always)]
+    fn addr(self) -> u64 {
+        self.0 as u64
+    }
+
     /// Reads the member at byte offset `off`.
     #[inline(always)]
     fn read<T: Copy>(self, off: u32) -> T {
@@ -173,8 +186,7 @@ impl KPtr {
     }
 }
 
-/// Is the task `tid` (of process `tgid`, in cgroup `cgroup`, with real uid `uid`) part of the
-/// monitored run? `uid` and `cgroup` are only read in the modes that need them.
+/// Is the task part of the monitored run?
 #[inline(always)]
 fn in_scope(task: &mut Task) -> bool {
     let hit = match cfg(&CONFIG.scope_mode) {
@@ -219,15 +231,15 @@ impl Task {
     fn cgroup(&mut self) -> u64 {
         if self.cgroup == 0 {
             let o = offsets();
-            let cgrp = self
+            let kn = self
                 .ptr
                 .ptr(cfg(&o.task_cgroups))
                 .ptr(cfg(&o.css_set_dfl_cgrp))
                 .ptr(cfg(&o.cgroup_kn));
-            self.cgroup = if cgrp.is_null() {
+            self.cgroup = if kn.is_null() {
                 0
             } else {
-                cgrp.read::<u64>(cfg(&o.kernfs_node_id))
+                kn.read::<u64>(cfg(&o.kernfs_node_id))
             };
         }
         self.cgroup
@@ -256,6 +268,27 @@ impl Task {
         mask != 0 && self.ptr.read::<u32>(cfg(&offsets().task_ti_status)) & mask != 0
     }
 
+    /// The task's mount namespace id.
+    #[inline(always)]
+    fn mntns(self) -> u32 {
+        let o = offsets();
+        let ns = self
+            .ptr
+            .ptr(cfg(&o.task_nsproxy))
+            .ptr(cfg(&o.nsproxy_mnt_ns));
+        if ns.is_null() {
+            0
+        } else {
+            ns.read::<u32>(cfg(&o.mnt_ns_inum))
+        }
+    }
+
+    /// `task->fs` (NULL for some kernel threads).
+    #[inline(always)]
+    fn fs(self) -> KPtr {
+        self.ptr.ptr(cfg(&offsets().task_fs))
+    }
+
     #[inline(always)]
     fn in_scope(&mut self) -> bool {
         in_scope(self)
@@ -276,6 +309,14 @@ fn header(s: &mut Scratch) -> &mut EventHeader {
     unsafe { &mut *(s.buf.as_mut_ptr() as *mut EventHeader) }
 }
 
+/// Stores zero without letting the compiler merge neighbouring stores into a memset call (a
+/// byte-by-byte loop in BPF).
+#[inline(always)]
+fn zero<T: Default>(p: &mut T) {
+    // SAFETY: p is a valid, aligned reference.
+    unsafe { core::ptr::write_volatile(p, T::default()) };
+}
+
 /// Fills the header's common part for the current task. `ppid` and `comm` are left empty: they
 /// change only at fork and exec, whose records carry them ([`fill_ppid`], [`fill_comm`]), and
 /// userspace keeps them per process. Every helper call counts on the hot path.
@@ -284,7 +325,6 @@ fn fill_header(h: &mut EventHeader, task: &mut Task, kind: EventKind, syscall: u
     let (uid, gid) = task.uid_gid();
     // SAFETY: helper without preconditions.
     let ts = unsafe { generated::bpf_ktime_get_boot_ns() };
-    // Plain field stores: a whole-struct write would become a byte-by-byte memset loop in BPF.
     h.kind = kind as u16;
     h.syscall = syscall;
     h.flags = 0;
@@ -296,25 +336,33 @@ fn fill_header(h: &mut EventHeader, task: &mut Task, kind: EventKind, syscall: u
     h.uid = uid;
     h.gid = gid;
     h.dirfd = AT_FDCWD;
+    h.dirfd2 = AT_FDCWD;
+    h.fd = -1;
+    h.mntns = task.mntns();
     zero(&mut h.aux);
+    zero(&mut h.aux2);
+    zero(&mut h.dev);
+    zero(&mut h.ino);
     zero(&mut h.ppid);
     zero(&mut h.open_flags);
     zero(&mut h.mode);
-    zero(&mut h.path_len);
-    zero(&mut h.argv_len);
+    zero(&mut h.mnt_id);
+    zero(&mut h.walk_flags);
+    zero(&mut h.walk2_flags);
+    let len = h.len.as_mut_ptr() as *mut u32;
+    // SAFETY: len and walk_split are 12 contiguous, 4-aligned bytes.
+    unsafe {
+        zero(&mut *len);
+        zero(&mut *len.add(1));
+        zero(&mut *len.add(2));
+    }
+    h.walk_split = aet_common::NO_SPLIT;
     let comm = h.comm.as_mut_ptr() as *mut u64;
     // SAFETY: comm is 16 bytes, 8-aligned inside the header.
     unsafe {
         zero(&mut *comm);
         zero(&mut *comm.add(1));
     }
-}
-
-/// Stores zero without letting the compiler merge neighbouring stores into a memset call.
-#[inline(always)]
-fn zero<T: Default>(p: &mut T) {
-    // SAFETY: p is a valid, aligned reference.
-    unsafe { core::ptr::write_volatile(p, T::default()) };
 }
 
 /// Adds the current task's `comm` to the header.
@@ -335,11 +383,21 @@ fn fill_ppid(h: &mut EventHeader, task: &Task) {
     }
 }
 
-/// Sends the record in `s` (header plus `path_len + argv_len` bytes).
+/// Offset in the scratch buffer where the next section starts.
+#[inline(always)]
+fn section_start(h: &EventHeader) -> usize {
+    HEADER_SIZE
+        + h.len[section::PATH] as usize
+        + h.len[section::PATH2] as usize
+        + h.len[section::ARGV] as usize
+        + h.len[section::WALK] as usize
+        + h.len[section::WALK2] as usize
+}
+
+/// Sends the record in `s` (header plus its sections).
 #[inline(always)]
 fn send(s: &mut Scratch) {
-    let h = header(s);
-    let len = HEADER_SIZE + h.path_len as usize + h.argv_len as usize;
+    let len = section_start(header(s));
     if len > SCRATCH_SIZE {
         return;
     }
@@ -349,11 +407,16 @@ fn send(s: &mut Scratch) {
     }
 }
 
-/// Copies a NUL-terminated user string to the path slot; sets `path_len` and flags.
+/// Copies a NUL-terminated user string as section `sec`; returns whether it could be read.
 #[inline(always)]
-fn capture_user_path(s: &mut Scratch, src: u64) {
-    let dst = s.buf[HEADER_SIZE..].as_mut_ptr();
-    // SAFETY: dst has PATH_CAP bytes of room; the helper is fault-tolerant.
+fn capture_user_str(s: &mut Scratch, sec: usize, src: u64) -> bool {
+    let start = section_start(header(s));
+    if start > DATA_LIMIT {
+        header(s).flags |= flags::SECTION_DROPPED;
+        return false;
+    }
+    let dst = s.buf[start..].as_mut_ptr();
+    // SAFETY: dst has PATH_CAP bytes of room (start <= DATA_LIMIT); the helper is fault-tolerant.
     let n = unsafe {
         generated::bpf_probe_read_user_str(
             dst as *mut c_void,
@@ -361,13 +424,18 @@ fn capture_user_path(s: &mut Scratch, src: u64) {
             src as *const c_void,
         )
     };
-    finish_path(s, n, src, true);
+    finish_str(s, sec, n, src, true)
 }
 
-/// Copies a NUL-terminated kernel string to the path slot; sets `path_len` and flags.
+/// Copies a NUL-terminated kernel string as section `sec`.
 #[inline(always)]
-fn capture_kernel_path(s: &mut Scratch, src: u64) {
-    let dst = s.buf[HEADER_SIZE..].as_mut_ptr();
+fn capture_kernel_str(s: &mut Scratch, sec: usize, src: u64) -> bool {
+    let start = section_start(header(s));
+    if start > DATA_LIMIT {
+        header(s).flags |= flags::SECTION_DROPPED;
+        return false;
+    }
+    let dst = s.buf[start..].as_mut_ptr();
     // SAFETY: as above, for kernel memory.
     let n = unsafe {
         generated::bpf_probe_read_kernel_str(
@@ -376,20 +444,21 @@ fn capture_kernel_path(s: &mut Scratch, src: u64) {
             src as *const c_void,
         )
     };
-    finish_path(s, n, src, false);
+    finish_str(s, sec, n, src, false)
 }
 
 #[inline(always)]
-fn finish_path(s: &mut Scratch, n: i64, src: u64, user: bool) {
+fn finish_str(s: &mut Scratch, sec: usize, n: i64, src: u64, user: bool) -> bool {
     let h = header(s);
     if n <= 0 || src == 0 {
-        h.path_len = 0;
-        h.flags |= flags::PATH_UNREADABLE;
-        count(counter::PATH_UNREADABLE);
-        return;
+        if sec == section::PATH {
+            h.flags |= flags::PATH_UNREADABLE;
+            count(counter::PATH_UNREADABLE);
+        }
+        return false;
     }
     let n = n as usize;
-    if n >= PATH_CAP {
+    let len = if n >= PATH_CAP {
         // The helper stops at PATH_CAP - 1 bytes plus a NUL; the string was longer unless its
         // byte at PATH_CAP - 1 is the terminator.
         let last = src + (PATH_CAP as u64 - 1);
@@ -400,11 +469,660 @@ fn finish_path(s: &mut Scratch, n: i64, src: u64, user: bool) {
             unsafe { bpf_probe_read_kernel(last as *const u8) }.unwrap_or(1)
         };
         if b != 0 {
-            h.flags |= flags::PATH_TRUNCATED;
+            h.flags |= if sec == section::PATH {
+                flags::PATH_TRUNCATED
+            } else {
+                flags::PATH2_TRUNCATED
+            };
         }
-        h.path_len = (PATH_CAP - 1) as u32;
+        PATH_CAP - 1
     } else {
-        h.path_len = (n - 1) as u32;
+        n - 1
+    };
+    if sec < section::COUNT {
+        h.len[sec] = len as u16;
+    }
+    true
+}
+
+/// The first byte of a captured section (0 when empty).
+#[inline(always)]
+fn section_first_byte(s: &mut Scratch, sec: usize) -> u8 {
+    let h = header(s);
+    if h.len[sec] == 0 {
+        return 0;
+    }
+    let mut off = HEADER_SIZE;
+    let mut i = 0;
+    while i < sec {
+        off += h.len[i] as usize;
+        i += 1;
+    }
+    if off >= SCRATCH_SIZE {
+        return 0;
+    }
+    s.buf[off]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files, inodes and kernel path walks
+
+/// The `struct file` behind an fd: a BTF pointer when it sits in the task's embedded fd array
+/// (cheap, checked loads), a plain address otherwise (read with helpers). The two kinds never
+/// meet in one code path: every consumer branches into a BTF and a plain variant, which are
+/// separate functions so that the compiler cannot merge them (the verifier must see which kind of
+/// pointer each register holds).
+#[derive(Clone, Copy)]
+enum FileRef {
+    None,
+    Btf(KPtr),
+    Raw(u64),
+}
+
+/// The `struct file` behind fd `fd` of the current task. A file in the embedded fd array is
+/// reached with BTF loads at constant offsets (the verifier refuses a variable offset on a BTF
+/// pointer, hence the unrolled match); any other fd through the fd table with helper reads.
+#[inline(always)]
+fn fd_file(task: &Task, fd: i64) -> FileRef {
+    let o = offsets();
+    let files = task.ptr.ptr(cfg(&o.task_files));
+    if files.is_null() || fd < 0 {
+        return FileRef::None;
+    }
+    let fdt = files.ptr(cfg(&o.files_fdt));
+    if fdt.is_null() {
+        return FileRef::None;
+    }
+    let max: u32 = fdt.read(cfg(&o.fdt_max_fds));
+    if fd >= max as i64 {
+        return FileRef::None;
+    }
+    let array: u64 = fdt.read(cfg(&o.fdt_fd));
+    let base = cfg(&o.files_fd_array);
+    if array == files.addr() + base as u64 && (fd as u32) < cfg(&o.fd_array_len) {
+        macro_rules! arms {
+            ($($k:literal)*) => {
+                match fd {
+                    $($k => files.ptr(base + 8 * $k),)*
+                    _ => KPtr(core::ptr::null()),
+                }
+            };
+        }
+        let f = arms!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29
+            30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58
+            59 60 61 62 63);
+        return if f.is_null() {
+            FileRef::None
+        } else {
+            FileRef::Btf(f)
+        };
+    }
+    let f: u64 = kread(array, (8 * fd) as u32);
+    if f == 0 {
+        FileRef::None
+    } else {
+        FileRef::Raw(f)
+    }
+}
+
+/// The `struct mount` address around a vfsmount (`container_of`, so a plain address).
+#[inline(always)]
+fn mount_of(mnt: u64) -> u64 {
+    if mnt == 0 {
+        0
+    } else {
+        mnt - cfg(&offsets().mount_mnt) as u64
+    }
+}
+
+#[inline(always)]
+fn mount_id(mnt: u64) -> u32 {
+    kread::<i32>(mount_of(mnt), cfg(&offsets().mount_id)) as u32
+}
+
+/// The class of an inode mode for byte accounting.
+#[inline(always)]
+fn mode_class(mode: u16) -> u32 {
+    match mode & S_IFMT {
+        S_IFREG => fileio::REGULAR,
+        S_IFDIR => fileio::DIRECTORY,
+        _ => fileio::IGNORED,
+    }
+}
+
+/// A file's identity and class: `(dev, ino, mnt_id, class)`.
+type Identity = (u64, u64, u32, u32);
+
+#[inline(never)]
+fn identity_btf(f: KPtr) -> Identity {
+    let o = offsets();
+    let inode = f.ptr(cfg(&o.file_inode));
+    if inode.is_null() {
+        return (0, 0, 0, fileio::IGNORED);
+    }
+    let sb = inode.ptr(cfg(&o.inode_sb));
+    let dev = if sb.is_null() {
+        0
+    } else {
+        sb.read::<u32>(cfg(&o.sb_dev)) as u64
+    };
+    let mnt = f.ptr(cfg(&o.file_path) + cfg(&o.path_mnt));
+    (
+        dev,
+        inode.read::<u64>(cfg(&o.inode_ino)),
+        mount_id(mnt.addr()),
+        mode_class(inode.read::<u16>(cfg(&o.inode_mode))),
+    )
+}
+
+#[inline(never)]
+fn identity_raw(f: u64) -> Identity {
+    let o = offsets();
+    let inode: u64 = kread(f, cfg(&o.file_inode));
+    if inode == 0 {
+        return (0, 0, 0, fileio::IGNORED);
+    }
+    let sb: u64 = kread(inode, cfg(&o.inode_sb));
+    let mnt: u64 = kread(f, cfg(&o.file_path) + cfg(&o.path_mnt));
+    (
+        kread::<u32>(sb, cfg(&o.sb_dev)) as u64,
+        kread(inode, cfg(&o.inode_ino)),
+        mount_id(mnt),
+        mode_class(kread(inode, cfg(&o.inode_mode))),
+    )
+}
+
+#[inline(always)]
+fn identity(file: FileRef) -> Option<Identity> {
+    match file {
+        FileRef::None => None,
+        FileRef::Btf(f) => Some(identity_btf(f)),
+        FileRef::Raw(f) => Some(identity_raw(f)),
+    }
+}
+
+#[inline(always)]
+fn set_identity(h: &mut EventHeader, id: Identity) {
+    h.dev = id.0;
+    h.ino = id.1;
+    h.mnt_id = id.2;
+    h.flags |= flags::IDENTITY;
+}
+
+/// Pointers of the `bpf_loop` walking up from a dentry, on the caller's stack (the only place a
+/// BTF pointer keeps its type between iterations). BTF mode uses `dentry`/`mnt` until the walk
+/// crosses a mount; plain addresses (`raw_*`) after.
+#[repr(C)]
+struct WalkState {
+    dentry: *const u8,
+    mnt: *const u8,
+    raw_dentry: u64,
+    raw_mnt: u64,
+    root_dentry: u64,
+    root_mnt: u64,
+    /// 1 while `dentry`/`mnt` are the live (BTF) pointers. On the stack, so that the verifier
+    /// knows which kind of pointer each iteration holds.
+    btf: u64,
+    /// This CPU's record buffer and walk counters, looked up once per walk.
+    s: *mut Scratch,
+    c: *mut WalkCtx,
+    /// 1 for a file-system walk: up `d_parent` to the file system's root, across no mount.
+    fs_only: u64,
+}
+
+/// The walk's counters, kept in a map rather than on the stack: the verifier then sees the same
+/// (unknown, bounds-checked) values at every iteration and verifies the callback once, instead
+/// of following each value of the offset.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct WalkCtx {
+    /// Where the section starts in the scratch buffer.
+    base: u32,
+    /// Bytes written so far.
+    off: u32,
+    flags: u32,
+    /// 1 before the first component (the object itself).
+    first: u32,
+    /// Length of the walk when it first crossed a mount (`u32::MAX` before).
+    split: u32,
+    _pad: u32,
+    /// The root dentry of the first mount crossed.
+    fs_dentry: u64,
+}
+
+#[map]
+static WALKCTX: Array<WalkCtx> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+fn walk_ctx() -> Option<&'static mut WalkCtx> {
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { generated::bpf_get_smp_processor_id() };
+    // SAFETY: this CPU's slot, exclusive to this program invocation.
+    WALKCTX.get_ptr_mut(cpu).map(|p| unsafe { &mut *p })
+}
+
+/// Appends one component (`len` bytes, inline in the dentry `inline` when given, else at
+/// `name`) and a `/` to the walk. Returns false when it stopped.
+#[inline(always)]
+fn walk_append(
+    s: &mut Scratch,
+    c: &mut WalkCtx,
+    len: u32,
+    name: u64,
+    inline: Option<KPtr>,
+) -> bool {
+    let base = c.base as usize;
+    let off = c.off as usize;
+    // Room for a component of up to 255 bytes plus the separator.
+    if base > DATA_LIMIT || off > WALK_CAP - 260 || len > 255 {
+        c.flags |= walk::TRUNCATED as u32;
+        return false;
+    }
+    // The verifier needs the length bounded in the registers that use it; black_box keeps the
+    // compiler from dropping the mask as redundant after the check above.
+    let len = core::hint::black_box(len as u64) & 0xff;
+    let pos = base + off;
+    let dst = s.buf[pos..].as_mut_ptr();
+    let ilen = cfg(&offsets().dentry_iname_len) as u64;
+    match inline {
+        Some(d) if len < ilen && ilen <= 40 => {
+            // The short name lives in the dentry: copy it with checked loads, 8 bytes at a time.
+            let io = cfg(&offsets().dentry_iname);
+            let w = dst as *mut u64;
+            // Only the words the name occupies (most names are short).
+            // SAFETY: dst has WALK_CAP - off >= 260 bytes of room; unaligned stores to map
+            // values are allowed.
+            unsafe {
+                core::ptr::write_unaligned(w, d.read::<u64>(io));
+                if len > 8 {
+                    core::ptr::write_unaligned(w.add(1), d.read::<u64>(io + 8));
+                    if len > 16 {
+                        core::ptr::write_unaligned(w.add(2), d.read::<u64>(io + 16));
+                        if len > 24 {
+                            core::ptr::write_unaligned(w.add(3), d.read::<u64>(io + 24));
+                            if len > 32 {
+                                core::ptr::write_unaligned(w.add(4), d.read::<u64>(io + 32));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        _ => {
+            // SAFETY: dst has at least 260 bytes of room; len + 1 <= 256.
+            let n = unsafe {
+                generated::bpf_probe_read_kernel(
+                    dst as *mut c_void,
+                    (len + 1) as u32,
+                    name as *const c_void,
+                )
+            };
+            if n < 0 {
+                c.flags |= walk::FAILED as u32;
+                return false;
+            }
+        }
+    }
+    let end = pos + len as usize;
+    if end < SCRATCH_SIZE {
+        s.buf[end] = b'/';
+    }
+    c.off = (off + len as usize + 1) as u32;
+    true
+}
+
+/// At the root of a mount: continue from its mountpoint in the parent mount, with plain reads
+/// (`struct mount` is only reachable by container_of). Returns false at the top.
+#[inline(always)]
+fn walk_cross(st: &mut WalkState, c: &mut WalkCtx, mnt: u64, dentry: u64) -> bool {
+    let o = offsets();
+    if c.split == u32::MAX {
+        c.split = c.off;
+        c.fs_dentry = dentry;
+    }
+    let mount = mount_of(mnt);
+    let parent: u64 = kread(mount, cfg(&o.mount_parent));
+    if parent == 0 || parent == mount {
+        c.flags |= walk::UNREACHABLE as u32;
+        return false;
+    }
+    st.raw_dentry = kread(mount, cfg(&o.mount_mountpoint));
+    st.raw_mnt = parent + cfg(&o.mount_mnt) as u64;
+    st.btf = 0;
+    true
+}
+
+extern "C" fn walk_step(_i: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back the pointer to the caller's stack state.
+    let st = unsafe { &mut *(ctx as *mut WalkState) };
+    if walk_one(st) { 0 } else { 1 }
+}
+
+/// One step of a walk: a component, a mount crossing, or the end. Returns whether to go on.
+#[inline(always)]
+fn walk_one(st: &mut WalkState) -> bool {
+    if st.s.is_null() || st.c.is_null() {
+        return false;
+    }
+    // SAFETY: map values of this CPU, looked up by the walk's caller.
+    let (s, c) = unsafe { (&mut *st.s, &mut *st.c) };
+    let o = offsets();
+    if st.btf == 1 {
+        let d = KPtr(st.dentry);
+        let m = KPtr(st.mnt);
+        if d.is_null() || m.is_null() {
+            c.flags |= walk::FAILED as u32;
+            return false;
+        }
+        if d.addr() == st.root_dentry && m.addr() == st.root_mnt {
+            c.flags |= walk::REACHED_ROOT as u32;
+            return false;
+        }
+        if c.first == 1 {
+            c.first = 0;
+            let parent: u64 = d.read(cfg(&o.dentry_parent));
+            if d.read::<u64>(cfg(&o.dentry_hash_pprev)) == 0 && parent != d.addr() {
+                c.flags |= walk::DELETED as u32;
+            }
+        }
+        let mnt_root: u64 = m.read(cfg(&o.vfsmount_root));
+        if d.addr() == mnt_root {
+            return walk_cross(st, c, m.addr(), d.addr());
+        }
+        let parent = d.ptr(cfg(&o.dentry_parent));
+        if parent.is_null() || parent.addr() == d.addr() {
+            // The root of a file system no mount here shows. A pseudo file (memfd, pipe,
+            // anonymous inode) is such a root itself: keep its name.
+            if c.off == 0 {
+                let len: u32 = d.read(cfg(&o.dentry_name_len));
+                let name: u64 = d.read(cfg(&o.dentry_name));
+                walk_append(s, c, len, name, None);
+            }
+            c.flags |= walk::UNREACHABLE as u32;
+            return false;
+        }
+        let len: u32 = d.read(cfg(&o.dentry_name_len));
+        let name: u64 = d.read(cfg(&o.dentry_name));
+        let inline = if name == d.addr() + cfg(&o.dentry_iname) as u64 {
+            Some(d)
+        } else {
+            None
+        };
+        if !walk_append(s, c, len, name, inline) {
+            return false;
+        }
+        st.dentry = parent.0;
+        true
+    } else {
+        let d = st.raw_dentry;
+        let m = st.raw_mnt;
+        if d == 0 || (m == 0 && st.fs_only == 0) {
+            c.flags |= walk::FAILED as u32;
+            return false;
+        }
+        if st.fs_only == 0 {
+            if d == st.root_dentry && m == st.root_mnt {
+                c.flags |= walk::REACHED_ROOT as u32;
+                return false;
+            }
+            let mnt_root: u64 = kread(m, cfg(&o.vfsmount_root));
+            if d == mnt_root {
+                return walk_cross(st, c, m, d);
+            }
+        }
+        let parent: u64 = kread(d, cfg(&o.dentry_parent));
+        if parent == 0 || parent == d {
+            if st.fs_only == 1 {
+                c.flags |= walk::REACHED_ROOT as u32;
+                return false;
+            }
+            if c.off == 0 {
+                let len: u32 = kread(d, cfg(&o.dentry_name_len));
+                let name: u64 = kread(d, cfg(&o.dentry_name));
+                walk_append(s, c, len, name, None);
+            }
+            c.flags |= walk::UNREACHABLE as u32;
+            return false;
+        }
+        let len: u32 = kread(d, cfg(&o.dentry_name_len));
+        let name: u64 = kread(d, cfg(&o.dentry_name));
+        if !walk_append(s, c, len, name, None) {
+            return false;
+        }
+        st.raw_dentry = parent;
+        true
+    }
+}
+
+/// Walk steps taken inline before the rest is handed to `bpf_loop`.
+const INLINE_STEPS: u32 = 6;
+
+/// Runs the walk loop from `st` up to the task's root, writing the components, leaf first, as
+/// section `sec`.
+#[inline(always)]
+fn run_walk(s: &mut Scratch, task: &Task, sec: usize, st: &mut WalkState) {
+    let start = section_start(header(s));
+    let o = offsets();
+    let Some(c) = walk_ctx() else { return };
+    c.base = start as u32;
+    c.off = 0;
+    c.flags = walk::PRESENT as u32;
+    c.first = 1;
+    c.split = u32::MAX;
+    c.fs_dentry = 0;
+    let fs = task.fs();
+    if !fs.is_null() && st.fs_only == 0 {
+        let root = cfg(&o.fs_root);
+        st.root_dentry = fs.read::<u64>(root + cfg(&o.path_dentry));
+        st.root_mnt = fs.read::<u64>(root + cfg(&o.path_mnt));
+    }
+    if start > DATA_LIMIT {
+        header(s).flags |= flags::SECTION_DROPPED;
+        return;
+    }
+    st.s = s as *mut Scratch;
+    st.c = c as *mut WalkCtx;
+    // Most paths are a few components deep: walk those steps inline, and only hand a deeper path
+    // to bpf_loop (each of its iterations is an indirect call).
+    let mut done = false;
+    for _ in 0..INLINE_STEPS {
+        if !walk_one(st) {
+            done = true;
+            break;
+        }
+    }
+    if !done {
+        // SAFETY: callback and state are valid for the duration of the call.
+        let steps = unsafe {
+            generated::bpf_loop(
+                WALK_STEPS - INLINE_STEPS,
+                walk_step as *mut c_void,
+                st as *mut WalkState as *mut c_void,
+                0,
+            )
+        };
+        if steps >= (WALK_STEPS - INLINE_STEPS) as i64
+            && c.flags & (walk::REACHED_ROOT | walk::UNREACHABLE) as u32 == 0
+        {
+            c.flags |= walk::TRUNCATED as u32;
+        }
+    }
+    if c.flags & (walk::TRUNCATED | walk::FAILED) as u32 != 0 {
+        count(counter::WALK_PARTIAL);
+    }
+    let len = if c.off as usize > WALK_CAP {
+        WALK_CAP as u32
+    } else {
+        c.off
+    };
+    let wflags = c.flags as u16;
+    let split = c.split;
+    let fs_dentry = c.fs_dentry;
+    let h = header(s);
+    if sec == section::WALK {
+        h.len[section::WALK] = len as u16;
+        h.walk_flags = wflags;
+        h.walk_split = if split <= len {
+            split as u16
+        } else {
+            aet_common::NO_SPLIT
+        };
+        if split <= len && st.fs_only == 0 && task.mntns() != cfg(&CONFIG.host_mntns) {
+            // The process sees this file through a mount of its own namespace (a sandbox):
+            // walk the file system from that mount's root, so the host's path can be told.
+            walk_fs(s, task, fs_dentry);
+        }
+    } else {
+        h.len[section::WALK2] = len as u16;
+        h.walk2_flags = wflags;
+    }
+}
+
+impl WalkState {
+    /// Initialises the state in place, with one 8-byte store per field: the verifier tracks a
+    /// stack slot's type (pointer or known number) only when it is written whole, and the
+    /// compiler would otherwise zero or move the struct with byte-by-byte memset and memcpy.
+    #[inline(always)]
+    fn init(
+        p: *mut Self,
+        dentry: *const u8,
+        mnt: *const u8,
+        raw_dentry: u64,
+        raw_mnt: u64,
+        btf: u64,
+    ) {
+        // SAFETY: p points to a live, aligned WalkState slot on the caller's stack.
+        unsafe {
+            core::ptr::write_volatile(&raw mut (*p).dentry, dentry);
+            core::ptr::write_volatile(&raw mut (*p).mnt, mnt);
+            core::ptr::write_volatile(&raw mut (*p).raw_dentry, raw_dentry);
+            core::ptr::write_volatile(&raw mut (*p).raw_mnt, raw_mnt);
+            core::ptr::write_volatile(&raw mut (*p).root_dentry, 0);
+            core::ptr::write_volatile(&raw mut (*p).root_mnt, 0);
+            core::ptr::write_volatile(&raw mut (*p).btf, btf);
+            core::ptr::write_volatile(&raw mut (*p).s, core::ptr::null_mut());
+            core::ptr::write_volatile(&raw mut (*p).c, core::ptr::null_mut());
+            core::ptr::write_volatile(&raw mut (*p).fs_only, 0);
+        }
+    }
+}
+
+/// Walks from a BTF dentry and vfsmount.
+#[inline(never)]
+fn walk_btf(s: &mut Scratch, task: &Task, sec: usize, dentry: KPtr, mnt: KPtr) {
+    if dentry.is_null() || mnt.is_null() {
+        return;
+    }
+    let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
+    WalkState::init(st.as_mut_ptr(), dentry.0, mnt.0, 0, 0, 1);
+    // SAFETY: initialised above.
+    run_walk(s, task, sec, unsafe { &mut *st.as_mut_ptr() });
+}
+
+/// Walks from a dentry and vfsmount known only by address.
+#[inline(never)]
+fn walk_raw(s: &mut Scratch, task: &Task, sec: usize, dentry: u64, mnt: u64) {
+    if dentry == 0 || mnt == 0 {
+        return;
+    }
+    let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
+    WalkState::init(
+        st.as_mut_ptr(),
+        core::ptr::null(),
+        core::ptr::null(),
+        dentry,
+        mnt,
+        0,
+    );
+    // SAFETY: initialised above.
+    run_walk(s, task, sec, unsafe { &mut *st.as_mut_ptr() });
+}
+
+/// Walks from a dentry up to its file system's root, across no mount, into section WALK2.
+#[inline(never)]
+fn walk_fs(s: &mut Scratch, task: &Task, dentry: u64) {
+    if dentry == 0 {
+        return;
+    }
+    let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
+    WalkState::init(
+        st.as_mut_ptr(),
+        core::ptr::null(),
+        core::ptr::null(),
+        dentry,
+        0,
+        0,
+    );
+    // SAFETY: initialised above; one more whole-slot store.
+    let st = unsafe {
+        core::ptr::write_volatile(&raw mut (*st.as_mut_ptr()).fs_only, 1);
+        &mut *st.as_mut_ptr()
+    };
+    run_walk(s, task, section::WALK2, st);
+}
+
+/// Walks a file's `f_path` into section `sec`.
+#[inline(always)]
+fn walk_file(s: &mut Scratch, task: &Task, sec: usize, file: FileRef) {
+    let o = offsets();
+    let fp = cfg(&o.file_path);
+    match file {
+        FileRef::None => {}
+        FileRef::Btf(f) => walk_btf(
+            s,
+            task,
+            sec,
+            f.ptr(fp + cfg(&o.path_dentry)),
+            f.ptr(fp + cfg(&o.path_mnt)),
+        ),
+        FileRef::Raw(f) => walk_raw(
+            s,
+            task,
+            sec,
+            kread(f, fp + cfg(&o.path_dentry)),
+            kread(f, fp + cfg(&o.path_mnt)),
+        ),
+    }
+}
+
+/// Records a file as the record's object: its identity and its walk. Returns its class.
+#[inline(always)]
+fn record_file(s: &mut Scratch, task: &Task, file: FileRef) -> u32 {
+    let Some(id) = identity(file) else {
+        return fileio::IGNORED;
+    };
+    set_identity(header(s), id);
+    walk_file(s, task, section::WALK, file);
+    header(s).flags |= flags::WALK_IS_OBJECT;
+    id.3
+}
+
+/// Walks the task's working directory into section `sec`.
+#[inline(always)]
+fn walk_pwd(s: &mut Scratch, task: &Task, sec: usize) {
+    let fs = task.fs();
+    if fs.is_null() {
+        return;
+    }
+    let o = offsets();
+    let pwd = cfg(&o.fs_pwd);
+    walk_btf(
+        s,
+        task,
+        sec,
+        fs.ptr(pwd + cfg(&o.path_dentry)),
+        fs.ptr(pwd + cfg(&o.path_mnt)),
+    );
+}
+
+/// Walks the directory a relative path argument is resolved against: the dirfd's file, or the
+/// working directory.
+#[inline(always)]
+fn walk_base(s: &mut Scratch, task: &Task, sec: usize, dirfd: i32) {
+    if dirfd == AT_FDCWD {
+        walk_pwd(s, task, sec);
+    } else {
+        walk_file(s, task, sec, fd_file(task, dirfd as i64));
     }
 }
 
@@ -412,12 +1130,7 @@ fn finish_path(s: &mut Scratch, n: i64, src: u64, user: bool) {
 // Syscall exits: one raw tracepoint for every syscall, dispatched by number.
 //
 // The arguments are read from the task's saved registers at exit: the syscall has not changed
-// them, and any user string it read is faulted in by now. No entry program is needed (and no
-// per-thread map traffic) for the syscalls recorded here.
-
-/// Dispatch table: syscall number -> `syscall_entry(native, compat)`. Filled by userspace.
-#[map]
-static SYSCALLS: Array<u16> = Array::with_max_entries(aet_common::SYSCALL_TABLE_SIZE, 0);
+// them, and any user string it read is faulted in by now.
 
 /// `struct open_how` (uapi, stable).
 #[repr(C)]
@@ -428,25 +1141,41 @@ struct OpenHow {
     resolve: u64,
 }
 
-/// The saved registers of a syscall, read once at its exit.
+/// The six argument registers of a syscall, read once at its exit (constant-offset loads: the
+/// verifier refuses a variable offset on a BTF pointer, and the argument index comes from a
+/// table).
 struct Args {
-    /// `task_pt_regs(current)`, a BTF pointer: each argument is one guarded load.
-    regs: KPtr,
+    /// Arguments 0..5, then two zeros (so that a masked index needs no bounds check).
+    regs: [u64; 8],
     compat: bool,
 }
 
 impl Args {
     #[inline(always)]
-    fn get(&self, n: usize) -> u64 {
+    fn read(regs: KPtr, compat: bool) -> Self {
         let o = offsets();
-        let off = if self.compat {
-            cfg(&o.regs_args_compat[n])
-        } else {
-            cfg(&o.regs_args[n])
-        };
-        let v: u64 = self.regs.read(off);
-        // Compat arguments are 32-bit registers: pointers and ints live in the low half.
-        if self.compat { v & 0xffff_ffff } else { v }
+        let mut a = [0u64; 8];
+        macro_rules! load {
+            ($($i:literal)*) => {
+                $(a[$i] = if compat {
+                    regs.read::<u64>(cfg(&o.regs_args_compat[$i])) & 0xffff_ffff
+                } else {
+                    regs.read::<u64>(cfg(&o.regs_args[$i]))
+                };)*
+            };
+        }
+        load!(0 1 2 3 4 5);
+        Self { regs: a, compat }
+    }
+
+    #[inline(always)]
+    fn get(&self, n: i8) -> u64 {
+        if !(0..6).contains(&n) {
+            return 0;
+        }
+        // The index comes from a table; the verifier needs it bounded in the register used,
+        // and black_box keeps the compiler from dropping the mask as redundant.
+        self.regs[(core::hint::black_box(n as u64) & 7) as usize]
     }
 }
 
@@ -466,67 +1195,478 @@ fn sys_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     let mut task = Task::current();
+    let compat = task.compat();
+    let syscall = if compat { entry >> 8 } else { entry & 0xff };
+    if syscall == 0 || syscall as usize >= SYSCALL_COUNT {
+        return 0;
+    }
+    let shape = SHAPES[syscall as usize];
+    if matches!(shape.io, io::CLOSE | io::CLOSE_RANGE | io::DUP | io::FCNTL)
+        // SAFETY: read only.
+        && unsafe { FDMASK.get(task.tgid) }.is_none_or(|m| *m == 0)
+    {
+        // Closing or duplicating fds of a process with no accounted fd: nothing to do (the
+        // cheapest exit for the most frequent syscall of all).
+        return 0;
+    }
     if !task.in_scope() {
         return 0;
     }
-    let compat = task.compat();
-    let syscall = if compat { entry >> 8 } else { entry & 0xff };
-    if syscall == 0 {
-        return 0;
-    }
-    // One read for the number and every argument.
     // SAFETY: helper taking the BTF task pointer it was given by the kernel.
     let regs = KPtr(unsafe { generated::bpf_task_pt_regs(task.ptr.0 as *mut _) } as *const u8);
-    let args = Args { regs, compat };
-    if syscall == Syscall::Execve as u16 || syscall == Syscall::Execveat as u16 {
+    let args = Args::read(regs, compat);
+    if shape.io != io::NONE {
+        exit_io(&args, &mut task, &shape, syscall, ret);
+    } else if shape.kind == EventKind::Exec as u8 {
         exit_exec(&args, task, syscall, ret);
-    } else {
-        exit_open(&args, task, syscall, ret);
+    } else if shape.kind != 0 {
+        exit_event(&args, task, &shape, syscall, ret);
     }
     0
 }
 
+/// Records a syscall that touches the file system (everything but execs and accounting).
 #[inline(always)]
-fn exit_open(args: &Args, mut task: Task, syscall: u16, ret: i64) {
+fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64) {
     let Some(s) = scratch() else { return };
-    fill_header(header(s), &mut task, EventKind::Open, syscall, ret);
+    let Some(kind) = EventKind::from_u16(shape.kind as u16) else {
+        return;
+    };
+    fill_header(header(s), &mut task, kind, syscall, ret);
     let h = header(s);
     if args.compat {
         h.flags |= flags::COMPAT;
     }
-    let path = if syscall == Syscall::Open as u16 {
-        h.open_flags = args.get(1) as u32;
-        h.mode = args.get(2) as u32;
-        args.get(0)
-    } else if syscall == Syscall::Creat as u16 {
-        h.open_flags = O_CREAT_WRONLY_TRUNC as u32;
-        h.mode = args.get(1) as u32;
-        args.get(0)
-    } else if syscall == Syscall::Openat as u16 {
-        h.dirfd = args.get(0) as i32;
-        h.open_flags = args.get(2) as u32;
-        h.mode = args.get(3) as u32;
-        args.get(1)
-    } else {
-        h.dirfd = args.get(0) as i32;
+    if shape.dirfd >= 0 {
+        h.dirfd = args.get(shape.dirfd) as i32;
+    }
+    if shape.dirfd2 >= 0 {
+        h.dirfd2 = args.get(shape.dirfd2) as i32;
+    }
+    if shape.fd >= 0 {
+        h.fd = args.get(shape.fd) as i32;
+    }
+    if shape.flags >= 0 {
+        h.open_flags = args.get(shape.flags) as u32;
+    }
+    if shape.mode >= 0 {
+        h.mode = args.get(shape.mode) as u32;
+    }
+    if syscall == Syscall::Creat as u16 {
+        h.open_flags = O_CREAT_WRONLY_TRUNC;
+    } else if syscall == Syscall::Openat2 as u16 {
         // SAFETY: fault-tolerant read; the kernel copied this struct in already.
         let how: OpenHow =
             unsafe { bpf_probe_read_user(args.get(2) as *const OpenHow) }.unwrap_or_default();
         h.open_flags = how.flags as u32;
         h.mode = how.mode as u32;
         h.aux = how.resolve;
-        args.get(1)
-    };
-    capture_user_path(s, path);
+    } else if syscall == Syscall::Mmap as u16 {
+        // Only file mappings, and only the first one per open file.
+        const MAP_ANONYMOUS: u64 = 0x20;
+        let mflags = args.get(3);
+        if mflags & MAP_ANONYMOUS != 0 || h.fd < 0 || ret < 0 {
+            return;
+        }
+        let key = (task.tgid as u64) << 32 | h.fd as u32 as u64;
+        if let Some(e) = FILEIO.get_ptr_mut(key) {
+            // SAFETY: a map value; plain field access.
+            let e = unsafe { &mut *e };
+            if e.marks & fileio::MAPPED != 0 {
+                return;
+            }
+            e.marks |= fileio::MAPPED;
+        }
+        h.aux = args.get(1);
+        h.aux2 = args.get(2) | mflags << 32;
+    } else if syscall == Syscall::IoUringEnter as u16 || syscall == Syscall::IoUringRegister as u16
+    {
+        h.fd = args.get(0) as i32;
+    }
+    if shape.path >= 0 {
+        capture_user_str(s, section::PATH, args.get(shape.path));
+    }
+    if shape.path2 >= 0 {
+        capture_user_str(s, section::PATH2, args.get(shape.path2));
+    }
+    let h = header(s);
+    let empty_path = shape.path >= 0 && h.len[section::PATH] == 0;
+    let at_empty = shape.bits & shape::AT_FLAGS != 0 && h.open_flags & AT_EMPTY_PATH != 0;
+    if empty_path
+        && at_empty
+        && (syscall == Syscall::Newfstatat as u16 || syscall == Syscall::Statx as u16)
+    {
+        // fstat in disguise: the fd's open was recorded already.
+        return;
+    }
+    // The object, when the kernel hands one over.
+    let ok = ret >= 0;
+    match shape.obj {
+        obj::RET_FD if ok => {
+            record_file(s, &task, fd_file(&task, ret));
+        }
+        obj::ARG_FD => {
+            let fd = header(s).fd;
+            record_file(s, &task, fd_file(&task, fd as i64));
+        }
+        obj::PWD if ok => {
+            let fs = task.fs();
+            if !fs.is_null() {
+                let o = offsets();
+                let pwd = cfg(&o.fs_pwd);
+                let mnt = fs.ptr(pwd + cfg(&o.path_mnt));
+                let inode = fs.ptr(pwd + cfg(&o.path_dentry)).ptr(cfg(&o.dentry_inode));
+                if !inode.is_null() {
+                    let sb = inode.ptr(cfg(&o.inode_sb));
+                    let dev = if sb.is_null() {
+                        0
+                    } else {
+                        sb.read::<u32>(cfg(&o.sb_dev)) as u64
+                    };
+                    let id = (
+                        dev,
+                        inode.read::<u64>(cfg(&o.inode_ino)),
+                        mount_id(mnt.addr()),
+                        0,
+                    );
+                    set_identity(header(s), id);
+                }
+                walk_pwd(s, &task, section::WALK);
+                header(s).flags |= flags::WALK_IS_OBJECT;
+            }
+        }
+        obj::STAT if ok => {
+            // struct stat (x86_64): st_dev at 0, st_ino at 8. The compat layout differs.
+            if !args.compat {
+                let buf = args.get(shape.buf);
+                // SAFETY: fault-tolerant reads of the buffer the kernel just filled.
+                let dev: u64 = unsafe { bpf_probe_read_user(buf as *const u64) }.unwrap_or(0);
+                let ino: u64 = unsafe { bpf_probe_read_user((buf + 8) as *const u64) }.unwrap_or(0);
+                let h = header(s);
+                h.dev = dev;
+                h.ino = ino;
+                h.flags |= flags::IDENTITY | flags::DEV_STAT;
+            }
+        }
+        obj::STATX if ok => {
+            // struct statx (uapi): stx_ino at 32, stx_dev_major/minor at 136/140,
+            // stx_mnt_id at 144.
+            let buf = args.get(shape.buf);
+            // SAFETY: fault-tolerant reads of the buffer the kernel just filled.
+            let ino: u64 = unsafe { bpf_probe_read_user((buf + 32) as *const u64) }.unwrap_or(0);
+            let dev: u64 = unsafe { bpf_probe_read_user((buf + 136) as *const u64) }.unwrap_or(0);
+            let mnt: u64 = unsafe { bpf_probe_read_user((buf + 144) as *const u64) }.unwrap_or(0);
+            let h = header(s);
+            h.ino = ino;
+            h.dev = dev;
+            h.mnt_id = mnt as u32;
+            h.flags |= flags::IDENTITY | flags::DEV_STATX;
+        }
+        _ => {}
+    }
+    // The base directory of a relative path the kernel resolved without handing an object.
+    let h = header(s);
+    if h.flags & flags::WALK_IS_OBJECT == 0 && shape.path >= 0 {
+        let dirfd = h.dirfd;
+        let first = section_first_byte(s, section::PATH);
+        if shape.bits & shape::PATH_VERBATIM == 0 && first != b'/' {
+            if first == 0 && dirfd != AT_FDCWD {
+                // An empty path names the dirfd itself.
+                record_file(s, &task, fd_file(&task, dirfd as i64));
+            } else {
+                walk_base(s, &task, section::WALK, dirfd);
+            }
+        }
+    }
+    if shape.path2 >= 0 {
+        let dirfd2 = header(s).dirfd2;
+        if section_first_byte(s, section::PATH2) != b'/' {
+            walk_base(s, &task, section::WALK2, dirfd2);
+        }
+    }
     send(s);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Execs
+// Byte accounting per open fd
 
-/// Exec entries, for `sched_process_exec` to know which syscall (and dirfd, flags) led to it.
-#[map]
-static INFLIGHT: HashMap<u32, Inflight> = HashMap::with_max_entries(1 << 14, 0);
+#[inline(always)]
+fn fileio_key(tgid: u32, fd: i32) -> u64 {
+    (tgid as u64) << 32 | fd as u32 as u64
+}
+
+/// The bit of `fd` in `FDMASK`.
+#[inline(always)]
+fn fd_bit(fd: i32) -> u64 {
+    if (0..63).contains(&fd) {
+        1u64 << fd
+    } else {
+        1u64 << 63
+    }
+}
+
+/// Notes that `fd` of `tgid` has (`set`) or no longer has an accounting entry.
+#[inline(always)]
+fn fdmask_update(tgid: u32, fd: i32, set: bool) {
+    let bit = fd_bit(fd);
+    match FDMASK.get_ptr_mut(tgid) {
+        // SAFETY: a map value of this process (its threads may race; a lost bit only costs a
+        // late emission at the end of the run, never a lost count).
+        Some(p) => unsafe {
+            if set {
+                *p |= bit;
+            } else if bit != 1u64 << 63 {
+                *p &= !bit;
+            }
+        },
+        None if set && FDMASK.insert(tgid, bit, 0).is_err() => count(counter::FILEIO_FULL),
+        None => {}
+    }
+}
+
+/// The fd's accounting entry, created on first use for an fd opened before aet saw it (inherited,
+/// duplicated before monitoring, or opened through io_uring).
+#[inline(always)]
+fn fileio_entry(task: &Task, fd: i32) -> Option<*mut FileIo> {
+    let key = fileio_key(task.tgid, fd);
+    if let Some(p) = FILEIO.get_ptr_mut(key) {
+        return Some(p);
+    }
+    let (dev, ino, mnt_id, class) = identity(fd_file(task, fd as i64))?;
+    let v = FileIo {
+        dev,
+        ino,
+        mnt_id,
+        class,
+        ..FileIo::default()
+    };
+    if FILEIO.insert(key, v, 0).is_err() {
+        count(counter::FILEIO_FULL);
+        return None;
+    }
+    fdmask_update(task.tgid, fd, true);
+    FILEIO.get_ptr_mut(key)
+}
+
+#[inline(always)]
+fn fileio_add(task: &Task, fd: i32, bytes: i64, write: bool) {
+    if bytes <= 0 {
+        return;
+    }
+    let Some(p) = fileio_entry(task, fd) else {
+        return;
+    };
+    // SAFETY: a map value, updated atomically (threads share fds).
+    unsafe {
+        if (*p).class != fileio::REGULAR {
+            return;
+        }
+        let field: *mut u64 = if write {
+            &mut (*p).bytes_written
+        } else {
+            &mut (*p).bytes_read
+        };
+        atomic_add(field, bytes as u64);
+    }
+}
+
+/// `*p += v`, atomically (the BPF `lock` add; core's atomics lack fetch_add on this target).
+#[inline(always)]
+unsafe fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: p is a valid, 8-aligned map value field.
+    unsafe {
+        core::arch::asm!("lock *(u64 *)({p} + 0) += {v}", p = in(reg) p, v = in(reg) v);
+    }
+}
+
+/// Emits an io record for a regular file's accounting entry.
+#[inline(always)]
+fn emit_io(task: &mut Task, fd: i32, e: &FileIo, at_exit: bool) {
+    // Files opened and closed without a byte moved are in their open rows already.
+    if e.class != fileio::REGULAR || e.bytes_read == 0 && e.bytes_written == 0 {
+        return;
+    }
+    let Some(s) = scratch() else { return };
+    fill_header(header(s), task, EventKind::Io, Syscall::None as u16, 0);
+    let h = header(s);
+    h.fd = fd;
+    h.aux = e.bytes_read;
+    h.aux2 = e.bytes_written;
+    h.dev = e.dev;
+    h.ino = e.ino;
+    h.mnt_id = e.mnt_id;
+    h.flags |= flags::IDENTITY;
+    if at_exit {
+        h.flags |= flags::IO_AT_EXIT;
+    }
+    send(s);
+}
+
+/// Emits and forgets the accounting of `fd`.
+#[inline(always)]
+fn fileio_close(task: &mut Task, fd: i32, at_exit: bool) {
+    let key = fileio_key(task.tgid, fd);
+    // SAFETY: copied out before the entry is removed.
+    if let Some(e) = unsafe { FILEIO.get(key) }.copied() {
+        let _ = FILEIO.remove(key);
+        fdmask_update(task.tgid, fd, false);
+        emit_io(task, fd, &e, at_exit);
+    }
+}
+
+/// The `for_each` callback that emits and forgets a process's entries (at exit, exec or
+/// close_range).
+#[repr(C)]
+struct Flush {
+    tgid: u32,
+    first: u32,
+    last: u32,
+    at_exit: u32,
+}
+
+extern "C" fn flush_step(
+    _map: *mut c_void,
+    key: *mut u64,
+    value: *mut FileIo,
+    ctx: *mut c_void,
+) -> i64 {
+    // SAFETY: for_each hands valid key, value and context pointers.
+    let (k, f) = unsafe { (*key, &*(ctx as *const Flush)) };
+    let fd = k as u32;
+    if (k >> 32) as u32 != f.tgid || fd < f.first || fd > f.last {
+        return 0;
+    }
+    // SAFETY: as above.
+    let e = unsafe { *value };
+    let _ = FILEIO.remove(k);
+    let mut task = Task::current();
+    emit_io(&mut task, fd as i32, &e, f.at_exit != 0);
+    0
+}
+
+/// Emits and forgets the entries of fds `first..=last` of `tgid`: through the fd mask, and a
+/// scan of the map only when the process had an entry for an fd above 62.
+#[inline(always)]
+fn fileio_flush(tgid: u32, first: u32, last: u32, at_exit: bool) {
+    // SAFETY: copied out.
+    let Some(mask) = (unsafe { FDMASK.get(tgid) }).copied() else {
+        return;
+    };
+    let mut f = Flush {
+        tgid,
+        first,
+        last,
+        at_exit: at_exit as u32,
+    };
+    if mask & (1u64 << 63) != 0 {
+        // SAFETY: map, callback and context are valid for the call.
+        unsafe {
+            generated::bpf_for_each_map_elem(
+                &FILEIO as *const _ as *mut c_void,
+                flush_step as *mut c_void,
+                &mut f as *mut Flush as *mut c_void,
+                0,
+            )
+        };
+    } else if mask != 0 {
+        // SAFETY: callback and context are valid for the call.
+        unsafe {
+            generated::bpf_loop(
+                63,
+                flush_fd as *mut c_void,
+                &mut f as *mut Flush as *mut c_void,
+                0,
+            )
+        };
+    }
+    if first == 0 && last == u32::MAX {
+        let _ = FDMASK.remove(tgid);
+    }
+}
+
+extern "C" fn flush_fd(i: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back the caller's context.
+    let f = unsafe { &*(ctx as *const Flush) };
+    if i < f.first || i > f.last {
+        return 0;
+    }
+    // SAFETY: copied out.
+    let Some(mask) = (unsafe { FDMASK.get(f.tgid) }).copied() else {
+        return 1;
+    };
+    if mask & (1u64 << (i & 63)) == 0 {
+        return 0;
+    }
+    let mut task = Task::current();
+    fileio_close(&mut task, i as i32, f.at_exit != 0);
+    0
+}
+
+/// Accounting syscalls: reads and writes add bytes, closes emit them.
+#[inline(always)]
+fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16, ret: i64) {
+    let fd = args.get(shape.fd) as i32;
+    match shape.io {
+        io::READ => fileio_add(task, fd, ret, false),
+        io::WRITE => fileio_add(task, fd, ret, true),
+        io::SENDFILE => {
+            fileio_add(task, args.get(1) as i32, ret, false);
+            fileio_add(task, args.get(0) as i32, ret, true);
+        }
+        io::COPY => {
+            fileio_add(task, args.get(0) as i32, ret, false);
+            fileio_add(task, args.get(2) as i32, ret, true);
+        }
+        io::CLOSE if ret == 0 => fileio_close(task, fd, false),
+        io::CLOSE_RANGE if ret == 0 => {
+            fileio_flush(task.tgid, args.get(0) as u32, args.get(1) as u32, false);
+        }
+        io::DUP | io::FCNTL if ret >= 0 => {
+            if shape.io == io::FCNTL {
+                let cmd = args.get(1);
+                if cmd != F_DUPFD && cmd != F_DUPFD_CLOEXEC {
+                    return;
+                }
+            }
+            let newfd = ret as i32;
+            // dup2/dup3 onto an open fd close it first.
+            fileio_close(task, newfd, false);
+            let Some(p) = fileio_entry(task, fd) else {
+                return;
+            };
+            // SAFETY: a map value, copied.
+            let mut v = unsafe { *p };
+            v.bytes_read = 0;
+            v.bytes_written = 0;
+            v.marks = 0;
+            if FILEIO.insert(fileio_key(task.tgid, newfd), v, 0).is_err() {
+                count(counter::FILEIO_FULL);
+            } else {
+                fdmask_update(task.tgid, newfd, true);
+            }
+        }
+        io::LIST if ret >= 0 => {
+            let Some(p) = fileio_entry(task, fd) else {
+                return;
+            };
+            // SAFETY: a map value.
+            let e = unsafe { &mut *p };
+            if e.class != fileio::DIRECTORY || e.marks & fileio::LISTED != 0 {
+                return;
+            }
+            e.marks |= fileio::LISTED;
+            let Some(s) = scratch() else { return };
+            fill_header(header(s), task, EventKind::List, syscall, ret);
+            header(s).fd = fd;
+            record_file(s, task, fd_file(task, fd as i64));
+            send(s);
+        }
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Execs
 
 #[inline(always)]
 fn stash_exec(syscall: Syscall, dirfd: i32, path: u64, argv: u64, flags: u64) {
@@ -534,7 +1674,6 @@ fn stash_exec(syscall: Syscall, dirfd: i32, path: u64, argv: u64, flags: u64) {
     if !task.in_scope() {
         return;
     }
-    let tid = task.tid;
     let v = Inflight {
         syscall: syscall as u16,
         _pad: 0,
@@ -544,7 +1683,7 @@ fn stash_exec(syscall: Syscall, dirfd: i32, path: u64, argv: u64, flags: u64) {
         flags,
         mode: 0,
     };
-    if INFLIGHT.insert(tid, v, 0).is_err() {
+    if INFLIGHT.insert(task.tid, v, 0).is_err() {
         count(counter::INFLIGHT_FULL);
     }
 }
@@ -605,14 +1744,14 @@ extern "C" fn argv_step(i: u32, ctx: *mut c_void) -> i64 {
     let Some(s) = scratch() else { return 1 };
     let base = st.base as usize;
     let off = st.off as usize;
-    if base > HEADER_SIZE + PATH_CAP || off >= ARGV_CAP {
+    if base > DATA_LIMIT || off >= ARGV_CAP {
         st.flags |= flags::ARGV_TRUNCATED;
         return 1;
     }
     let room = ARGV_CAP - off;
     let dst = s.buf[base + off..].as_mut_ptr();
-    // SAFETY: dst has at least `room` bytes: base <= HEADER+PATH_CAP, off + room <= ARGV_CAP, and
-    // the buffer is HEADER + PATH_CAP + 2 * ARGV_CAP long.
+    // SAFETY: dst has at least `room` bytes: base <= DATA_LIMIT, off + room <= ARGV_CAP, and the
+    // data area is DATA_LIMIT + 2 * ARGV_CAP long.
     let n = unsafe {
         generated::bpf_probe_read_user_str(dst as *mut c_void, room as u32, p as *const c_void)
     };
@@ -651,8 +1790,8 @@ fn exit_exec(args: &Args, mut task: Task, syscall: u16, ret: i64) {
     if args.compat {
         header(s).flags |= flags::COMPAT;
     }
-    capture_user_path(s, path);
-    let base = HEADER_SIZE + header(s).path_len as usize;
+    capture_user_str(s, section::PATH, path);
+    let base = section_start(header(s));
     let mut st = ArgvWalk {
         argv,
         base: base as u32,
@@ -672,14 +1811,19 @@ fn exit_exec(args: &Args, mut task: Task, syscall: u16, ret: i64) {
         };
     }
     let h = header(s);
-    h.argv_len = st.off;
+    h.len[section::ARGV] = st.off as u16;
     h.flags |= st.flags;
+    let dirfd = h.dirfd;
+    if section_first_byte(s, section::PATH) != b'/' {
+        walk_base(s, &task, section::WALK, dirfd);
+    }
     send(s);
 }
 
 /// A successful exec: the new image is in place. The file name is the kernel's copy
 /// (`bprm->filename`); the arguments are read from the new process's stack, where the kernel has
-/// just written them.
+/// just written them; the object is the file now running (`mm->exe_file`: for a `#!` script, its
+/// interpreter).
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
     let mut task = Task::current();
@@ -690,6 +1834,8 @@ fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
     if !task.in_scope() && !previous.in_scope() {
         return 0;
     }
+    // The exec closed the process's close-on-exec fds without close(): emit their accounting.
+    fileio_flush(task.tgid, 0, u32::MAX, true);
     // SAFETY: copied out before the entry is removed.
     let inflight = unsafe { INFLIGHT.get(old_pid) }.copied();
     let Some(s) = scratch() else { return 0 };
@@ -719,7 +1865,7 @@ fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
         header(s).flags |= flags::COMPAT;
     }
     let filename: u64 = kread(bprm, cfg(&offsets().bprm_filename));
-    capture_kernel_path(s, filename);
+    capture_kernel_str(s, section::PATH, filename);
 
     let mm = task.ptr.ptr(cfg(&offsets().task_mm));
     let (start, end) = if mm.is_null() {
@@ -730,8 +1876,8 @@ fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
             mm.read::<u64>(cfg(&offsets().mm_arg_end)),
         )
     };
-    let path_len = header(s).path_len as usize;
-    if mm.is_null() || end <= start || path_len > PATH_CAP {
+    let base = section_start(header(s));
+    if mm.is_null() || end <= start || base > DATA_LIMIT {
         header(s).flags |= flags::ARGV_UNREADABLE;
     } else {
         let mut n = (end - start) as usize;
@@ -739,7 +1885,7 @@ fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
             n = ARGV_CAP;
             header(s).flags |= flags::ARGV_TRUNCATED;
         }
-        let dst = s.buf[HEADER_SIZE + path_len..].as_mut_ptr();
+        let dst = s.buf[base..].as_mut_ptr();
         // SAFETY: dst has ARGV_CAP bytes of room and n <= ARGV_CAP.
         let r = unsafe {
             generated::bpf_probe_read_user(dst as *mut c_void, n as u32, start as *const c_void)
@@ -747,7 +1893,13 @@ fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
         if r < 0 {
             header(s).flags |= flags::ARGV_UNREADABLE;
         } else {
-            header(s).argv_len = n as u32;
+            header(s).len[section::ARGV] = n as u16;
+        }
+    }
+    if !mm.is_null() {
+        let exe = mm.ptr(cfg(&offsets().mm_exe_file));
+        if !exe.is_null() {
+            record_file(s, &task, FileRef::Btf(exe));
         }
     }
     send(s);
@@ -789,8 +1941,8 @@ fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// A task ends. It leaves the tracked set; the end of a process (its last thread) is recorded with
-/// its wait status.
+/// A task ends. It leaves the tracked set; the end of a process (its last thread) is recorded
+/// with its wait status, after the byte accounting of the files it still had open.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
     let mut task = Task::current();
@@ -808,6 +1960,7 @@ fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
     if !group_dead {
         return 0;
     }
+    fileio_flush(tgid, 0, u32::MAX, true);
     let Some(s) = scratch() else { return 0 };
     let code: i32 = task.ptr.read(cfg(&offsets().task_exit_code));
     fill_header(
@@ -818,6 +1971,44 @@ fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
         code as i64,
     );
     fill_comm(header(s));
+    send(s);
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// io_uring
+
+/// A request submitted to io_uring. Its open and statx paths are recorded (the kernel's copy);
+/// their results and any reads are not, so userspace marks a run that used io_uring incomplete.
+#[raw_tracepoint(tracepoint = "io_uring_submit_req")]
+fn io_uring_submit_req(ctx: RawTracePointContext) -> i32 {
+    let mut task = Task::current();
+    if !task.in_scope() {
+        return 0;
+    }
+    count(counter::IO_URING_SUBMITTED);
+    let req: u64 = ctx.arg(0);
+    let o = offsets();
+    let opcode: u8 = kread(req, cfg(&o.req_opcode));
+    let Some(s) = scratch() else { return 0 };
+    fill_header(
+        header(s),
+        &mut task,
+        EventKind::IoUring,
+        Syscall::None as u16,
+        0,
+    );
+    header(s).aux = opcode as u64;
+    let cmd = req + cfg(&o.req_cmd) as u64;
+    let filename: u64 = match opcode {
+        IORING_OP_OPENAT | IORING_OP_OPENAT2 => kread(cmd, cfg(&o.io_open_filename)),
+        IORING_OP_STATX => kread(cmd, cfg(&o.io_statx_filename)),
+        _ => 0,
+    };
+    if filename != 0 {
+        let name: u64 = kread(filename, cfg(&o.filename_name));
+        capture_kernel_str(s, section::PATH, name);
+    }
     send(s);
     0
 }

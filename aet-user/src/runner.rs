@@ -208,6 +208,27 @@ fn command_json(cmd: &[OsString]) -> String {
     serde_json::to_string(&v).unwrap_or_default()
 }
 
+/// In the command's child, before exec: closes every inherited fd above stderr that is not
+/// close-on-exec (the command starts with stdio only; a harness's stray fds never leak into it),
+/// then gives the child an fd table of its own, sized to what is left. The table a process
+/// inherits never shrinks, and a small one lets the monitor reach the command's files through
+/// the kernel's embedded fd array (checked loads) rather than helper reads.
+///
+/// Async-signal-safe: only fcntl, close and unshare.
+fn child_fd_hygiene() {
+    // SAFETY: plain syscalls on fds of this (forked, single-threaded) process.
+    unsafe {
+        let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(64, 65536) as i32;
+        for fd in 3..max {
+            let fl = libc::fcntl(fd, libc::F_GETFD);
+            if fl >= 0 && fl & libc::FD_CLOEXEC == 0 {
+                libc::close(fd);
+            }
+        }
+        libc::unshare(libc::CLONE_FILES);
+    }
+}
+
 /// Processes of the tracked set (thread ids mapped to their processes) that still exist and are
 /// not in `cg`.
 fn tracked_outside(monitor: &mut Monitor, cg: Option<&Path>) -> Vec<u32> {
@@ -272,11 +293,11 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
     unsafe {
         cmd.pre_exec(move || {
             let r = libc::write(procs_fd, b"0".as_ptr().cast(), 1);
-            if r == 1 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
+            if r != 1 {
+                return Err(io::Error::last_os_error());
             }
+            child_fd_hygiene();
+            Ok(())
         });
     }
     let started = Instant::now();

@@ -57,7 +57,7 @@ pub fn helper(name: &str) -> PathBuf {
         std::fs::create_dir_all(&dir).unwrap();
         let src = root().join("tests/helpers").join(format!("{name}.c"));
         let st = Command::new("cc")
-            .args(["-O2", "-o"])
+            .args(["-O2", "-pthread", "-o"])
             .arg(&out)
             .arg(&src)
             .status()
@@ -198,4 +198,49 @@ pub fn assert_complete(ledger: &Path) {
         Some("true"),
         "{m:?}"
     );
+}
+
+/// A running `aet run` or `aet monitor` whose monitor is attached.
+pub struct Attached {
+    pub child: std::process::Child,
+    rest: std::thread::JoinHandle<String>,
+    head: String,
+}
+
+impl Attached {
+    /// Spawns `cmd` (an aet invocation without `-q`) with stderr captured and returns once aet
+    /// says it is monitoring, so the test never races the program load.
+    pub fn spawn(cmd: &mut Command) -> Self {
+        use std::io::BufRead as _;
+        let mut child = cmd
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn aet");
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            let n = lines.read_line(&mut line).unwrap();
+            head.push_str(&line);
+            if n == 0 {
+                panic!("aet ended before it attached:\n{head}");
+            }
+            if line.starts_with("aet: monitoring") {
+                break;
+            }
+        }
+        let rest = std::thread::spawn(move || {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut lines, &mut s).unwrap();
+            s
+        });
+        Self { child, rest, head }
+    }
+
+    /// Waits for aet to end; its exit status and everything it wrote to stderr.
+    pub fn wait(mut self) -> (std::process::ExitStatus, String) {
+        let status = self.child.wait().unwrap();
+        let rest = self.rest.join().unwrap();
+        (status, self.head + &rest)
+    }
 }

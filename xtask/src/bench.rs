@@ -34,7 +34,7 @@ pub fn helper(name: &str) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     let out = dir.join(name);
     let status = Command::new("cc")
-        .args(["-O2", "-o"])
+        .args(["-O2", "-pthread", "-o"])
         .arg(&out)
         .arg(&src)
         .status()

@@ -158,25 +158,100 @@ impl KernelBtf {
         None
     }
 
+    /// The first of `names` that `strukt` has.
+    fn offset_of_any(&self, strukt: &str, names: &[&str]) -> Result<u32, BtfError> {
+        let mut last = None;
+        for n in names {
+            match self.offset_of(strukt, n) {
+                Ok(o) => return Ok(o),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| BtfError::NoStruct(strukt.to_owned())))
+    }
+
+    /// Number of elements of an array member.
+    pub fn array_len(&self, strukt: &str, member: &str) -> Result<u32, BtfError> {
+        let s = self.find_struct(strukt)?;
+        match self.find_member(&s, member)? {
+            Some((_, _, Type::Array(a))) => Ok(a.len() as u32),
+            _ => Err(BtfError::NoMember {
+                strukt: strukt.to_owned(),
+                member: format!("{member} (array)"),
+            }),
+        }
+    }
+
     /// The offsets of the kernel structs the eBPF programs read. The architecture-specific ones
-    /// (`pt_regs` members, `thread_info.status`) are left 0 for the loader to fill.
+    /// (`pt_regs` members, `thread_info.status`) are left 0 for the loader to fill; the io_uring
+    /// ones are 0 on a kernel without io_uring.
     pub fn offsets(&self) -> Result<Offsets, BtfError> {
+        let o = |s: &str, m: &str| self.offset_of(s, m);
+        let (req_opcode, req_cmd, io_open_filename, io_statx_filename) = match (
+            o("io_kiocb", "opcode"),
+            o("io_kiocb", "cmd"),
+            o("io_open", "filename"),
+            o("io_statx", "filename"),
+        ) {
+            (Ok(a), Ok(b), Ok(c), Ok(d)) => (a, b, c, d),
+            _ => (0, 0, 0, 0),
+        };
         Ok(Offsets {
-            task_pid: self.offset_of("task_struct", "pid")?,
-            task_tgid: self.offset_of("task_struct", "tgid")?,
-            task_real_parent: self.offset_of("task_struct", "real_parent")?,
-            task_mm: self.offset_of("task_struct", "mm")?,
-            task_exit_code: self.offset_of("task_struct", "exit_code")?,
-            mm_arg_start: self.offset_of("mm_struct", "arg_start")?,
-            mm_arg_end: self.offset_of("mm_struct", "arg_end")?,
-            bprm_filename: self.offset_of("linux_binprm", "filename")?,
-            task_cred: self.offset_of("task_struct", "cred")?,
-            cred_uid: self.offset_of("cred", "uid.val")?,
-            cred_gid: self.offset_of("cred", "gid.val")?,
-            task_cgroups: self.offset_of("task_struct", "cgroups")?,
-            css_set_dfl_cgrp: self.offset_of("css_set", "dfl_cgrp")?,
-            cgroup_kn: self.offset_of("cgroup", "kn")?,
-            kernfs_node_id: self.offset_of("kernfs_node", "id")?,
+            task_pid: o("task_struct", "pid")?,
+            task_tgid: o("task_struct", "tgid")?,
+            task_real_parent: o("task_struct", "real_parent")?,
+            task_mm: o("task_struct", "mm")?,
+            task_exit_code: o("task_struct", "exit_code")?,
+            task_cred: o("task_struct", "cred")?,
+            cred_uid: o("cred", "uid.val")?,
+            cred_gid: o("cred", "gid.val")?,
+            task_cgroups: o("task_struct", "cgroups")?,
+            css_set_dfl_cgrp: o("css_set", "dfl_cgrp")?,
+            cgroup_kn: o("cgroup", "kn")?,
+            kernfs_node_id: o("kernfs_node", "id")?,
+            mm_arg_start: o("mm_struct", "arg_start")?,
+            mm_arg_end: o("mm_struct", "arg_end")?,
+            mm_exe_file: o("mm_struct", "exe_file")?,
+            bprm_filename: o("linux_binprm", "filename")?,
+            task_files: o("task_struct", "files")?,
+            files_fdt: o("files_struct", "fdt")?,
+            files_fd_array: o("files_struct", "fd_array")?,
+            fdt_fd: o("fdtable", "fd")?,
+            fdt_max_fds: o("fdtable", "max_fds")?,
+            fd_array_len: self.array_len("files_struct", "fd_array")?.min(64),
+            task_fs: o("task_struct", "fs")?,
+            fs_root: o("fs_struct", "root")?,
+            fs_pwd: o("fs_struct", "pwd")?,
+            path_mnt: o("path", "mnt")?,
+            path_dentry: o("path", "dentry")?,
+            file_path: o("file", "f_path")?,
+            file_inode: o("file", "f_inode")?,
+            inode_ino: o("inode", "i_ino")?,
+            inode_sb: o("inode", "i_sb")?,
+            inode_mode: o("inode", "i_mode")?,
+            sb_dev: o("super_block", "s_dev")?,
+            dentry_parent: o("dentry", "d_parent")?,
+            dentry_name_len: o("dentry", "d_name.len")?,
+            dentry_name: o("dentry", "d_name.name")?,
+            dentry_inode: o("dentry", "d_inode")?,
+            dentry_iname: self.offset_of_any("dentry", &["d_shortname", "d_iname"])?,
+            dentry_iname_len: self
+                .array_len("dentry", "d_iname")
+                .or_else(|_| self.array_len("shortname_store", "string"))?,
+            dentry_hash_pprev: o("dentry", "d_hash.pprev")?,
+            vfsmount_root: o("vfsmount", "mnt_root")?,
+            mount_mnt: o("mount", "mnt")?,
+            mount_parent: o("mount", "mnt_parent")?,
+            mount_mountpoint: o("mount", "mnt_mountpoint")?,
+            mount_id: o("mount", "mnt_id")?,
+            task_nsproxy: o("task_struct", "nsproxy")?,
+            nsproxy_mnt_ns: o("nsproxy", "mnt_ns")?,
+            mnt_ns_inum: o("mnt_namespace", "ns.inum")?,
+            req_opcode,
+            req_cmd,
+            io_open_filename,
+            io_statx_filename,
+            filename_name: o("filename", "name")?,
             ..Offsets::default()
         })
     }

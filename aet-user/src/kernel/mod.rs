@@ -1,5 +1,6 @@
 //! What aet needs from the running kernel: BTF layouts, tracefs, cgroups, /proc.
 pub mod btf;
 pub mod cgroup;
+pub mod mountinfo;
 pub mod procfs;
 pub mod tracefs;

@@ -8,7 +8,7 @@ use std::{collections::HashMap, sync::Arc};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 /// Version of the ledger schema written by this build.
-pub const SCHEMA_VERSION: &str = "1";
+pub const SCHEMA_VERSION: &str = "2";
 
 /// File-level metadata keys (in the Arrow schema's metadata).
 pub mod meta {
@@ -50,6 +50,8 @@ pub mod meta {
     pub const EXIT_STATUS: &str = "aet.exit_status";
     /// Processes aet killed at the end of the run, a JSON array of `{pid, comm}`.
     pub const KILLED: &str = "aet.killed";
+    /// aet's own mount namespace id (rows with another `mntns` come from a sandbox).
+    pub const HOST_MNTNS: &str = "aet.host_mntns";
     /// Set to `true` by `aet ledger recover` on a ledger rebuilt from an unfinished file.
     pub const RECOVERED: &str = "aet.recovered";
 }
@@ -70,10 +72,26 @@ pub mod col {
     pub const PATH: &str = "path";
     pub const PATH_RAW: &str = "path_raw";
     pub const PATH_TRUNCATED: &str = "path_truncated";
+    pub const RESOLVED_PATH: &str = "resolved_path";
+    pub const RESOLVED_PATH_RAW: &str = "resolved_path_raw";
+    pub const RESOLVED_FROM: &str = "resolved_from";
+    pub const RESOLVED_PARTIAL: &str = "resolved_partial";
+    pub const HOST_PATH: &str = "host_path";
+    pub const HOST_PATH_RAW: &str = "host_path_raw";
+    pub const PATH2: &str = "path2";
+    pub const PATH2_RAW: &str = "path2_raw";
+    pub const RESOLVED_PATH2: &str = "resolved_path2";
+    pub const RESOLVED_PATH2_RAW: &str = "resolved_path2_raw";
     pub const DIRFD: &str = "dirfd";
+    pub const DIRFD2: &str = "dirfd2";
+    pub const FD: &str = "fd";
     pub const FLAGS: &str = "flags";
     pub const MODE: &str = "mode";
     pub const RESOLVE: &str = "resolve";
+    pub const DEV: &str = "dev";
+    pub const INO: &str = "ino";
+    pub const MNT_ID: &str = "mnt_id";
+    pub const MNTNS: &str = "mntns";
     pub const RET: &str = "ret";
     pub const ERRNO: &str = "errno";
     pub const ARGV: &str = "argv";
@@ -81,43 +99,83 @@ pub mod col {
     pub const CHILD_PID: &str = "child_pid";
     pub const EXIT_CODE: &str = "exit_code";
     pub const EXIT_SIGNAL: &str = "exit_signal";
+    pub const BYTES_READ: &str = "bytes_read";
+    pub const BYTES_WRITTEN: &str = "bytes_written";
+    pub const LENGTH: &str = "length";
+    pub const PROT: &str = "prot";
+    pub const IO_URING_OP: &str = "io_uring_op";
     pub const CAPTURE: &str = "capture";
 }
 
 /// The ledger schema, with `metadata`.
 pub fn schema(metadata: HashMap<String, String>) -> SchemaRef {
-    let item = Arc::new(Field::new("item", DataType::Utf8, true));
+    use DataType::*;
+    let item = Arc::new(Field::new("item", Utf8, true));
+    let f = |name: &str, ty: DataType, nullable: bool| Field::new(name, ty, nullable);
     Arc::new(
         Schema::new(vec![
-            Field::new(col::SEQ, DataType::UInt64, false),
-            Field::new(col::TS_NS, DataType::Int64, false),
-            Field::new(col::KIND, DataType::Utf8, false),
-            Field::new(col::SYSCALL, DataType::Utf8, true),
-            Field::new(col::PID, DataType::UInt32, false),
-            Field::new(col::TID, DataType::UInt32, false),
-            Field::new(col::PPID, DataType::UInt32, false),
-            Field::new(col::UID, DataType::UInt32, false),
-            Field::new(col::GID, DataType::UInt32, false),
-            Field::new(col::CGROUP_ID, DataType::UInt64, false),
-            Field::new(col::COMM, DataType::Utf8, false),
-            Field::new(col::PATH, DataType::Utf8, true),
-            Field::new(col::PATH_RAW, DataType::Binary, true),
-            Field::new(col::PATH_TRUNCATED, DataType::Boolean, false),
-            Field::new(col::DIRFD, DataType::Int32, true),
-            Field::new(col::FLAGS, DataType::UInt32, true),
-            Field::new(col::MODE, DataType::UInt32, true),
-            Field::new(col::RESOLVE, DataType::UInt64, true),
-            Field::new(col::RET, DataType::Int64, true),
-            Field::new(col::ERRNO, DataType::Utf8, true),
-            Field::new(col::ARGV, DataType::List(item), true),
-            Field::new(col::ARGV_TRUNCATED, DataType::Boolean, true),
-            Field::new(col::CHILD_PID, DataType::UInt32, true),
-            Field::new(col::EXIT_CODE, DataType::Int32, true),
-            Field::new(col::EXIT_SIGNAL, DataType::Int32, true),
-            Field::new(col::CAPTURE, DataType::UInt32, false),
+            f(col::SEQ, UInt64, false),
+            f(col::TS_NS, Int64, false),
+            f(col::KIND, Utf8, false),
+            f(col::SYSCALL, Utf8, true),
+            f(col::PID, UInt32, false),
+            f(col::TID, UInt32, false),
+            f(col::PPID, UInt32, false),
+            f(col::UID, UInt32, false),
+            f(col::GID, UInt32, false),
+            f(col::CGROUP_ID, UInt64, false),
+            f(col::COMM, Utf8, false),
+            f(col::PATH, Utf8, true),
+            f(col::PATH_RAW, Binary, true),
+            f(col::PATH_TRUNCATED, Boolean, false),
+            f(col::RESOLVED_PATH, Utf8, true),
+            f(col::RESOLVED_PATH_RAW, Binary, true),
+            f(col::RESOLVED_FROM, Utf8, true),
+            f(col::RESOLVED_PARTIAL, Boolean, true),
+            f(col::HOST_PATH, Utf8, true),
+            f(col::HOST_PATH_RAW, Binary, true),
+            f(col::PATH2, Utf8, true),
+            f(col::PATH2_RAW, Binary, true),
+            f(col::RESOLVED_PATH2, Utf8, true),
+            f(col::RESOLVED_PATH2_RAW, Binary, true),
+            f(col::DIRFD, Int32, true),
+            f(col::DIRFD2, Int32, true),
+            f(col::FD, Int32, true),
+            f(col::FLAGS, UInt32, true),
+            f(col::MODE, UInt32, true),
+            f(col::RESOLVE, UInt64, true),
+            f(col::DEV, UInt64, true),
+            f(col::INO, UInt64, true),
+            f(col::MNT_ID, UInt32, true),
+            f(col::MNTNS, UInt32, false),
+            f(col::RET, Int64, true),
+            f(col::ERRNO, Utf8, true),
+            f(col::ARGV, List(item), true),
+            f(col::ARGV_TRUNCATED, Boolean, true),
+            f(col::CHILD_PID, UInt32, true),
+            f(col::EXIT_CODE, Int32, true),
+            f(col::EXIT_SIGNAL, Int32, true),
+            f(col::BYTES_READ, UInt64, true),
+            f(col::BYTES_WRITTEN, UInt64, true),
+            f(col::LENGTH, UInt64, true),
+            f(col::PROT, UInt32, true),
+            f(col::IO_URING_OP, UInt32, true),
+            f(col::CAPTURE, UInt32, false),
         ])
         .with_metadata(metadata),
     )
+}
+
+/// Bits of the `capture` column beyond the kernel's record flags (`aet_common::flags`, bits
+/// 0-15): the walk flags (`aet_common::walk`) of the walk at bits 16-21 and of the second walk at
+/// bits 24-29, and userspace's own below.
+pub mod capture {
+    /// Shift of the first walk's flags.
+    pub const WALK_SHIFT: u32 = 16;
+    /// Shift of the second walk's flags.
+    pub const WALK2_SHIFT: u32 = 24;
+    /// The row comes from another mount namespace and its host path could not be mapped.
+    pub const HOST_UNMAPPED: u32 = 1 << 31;
 }
 
 /// The symbolic name of an errno value (`ENOENT`), or `E<n>` for one the platform does not name.

@@ -1,29 +1,31 @@
 //! `aet ledger summary`: what a run did, from the kernel's record — processes, execs, files read
-//! and written (by open flags), failed opens, lost events, duration. The seed's
-//! `file_access_ledger`, computed from syscalls instead of a transcript.
+//! and written (by open flags and changes) with the bytes moved through them, probes, failed
+//! opens, lost events, duration. The seed's `file_access_ledger`, computed from syscalls instead
+//! of a transcript.
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     fmt::Write as _,
 };
 
-use arrow_array::{
-    Array, BinaryArray, Int64Array, RecordBatch, StringArray, UInt32Array, cast::AsArray as _,
-};
 use serde::Serialize;
 
 use super::{
     reader::{Form, Ledger, ReadError},
-    schema::{col, meta},
+    rows::{LedgerRow, rows_of},
+    schema::meta,
 };
 
 /// One file in the summary.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct FileUse {
-    /// The path as the process passed it (lossy UTF-8 for display).
+    /// The kernel-resolved path when the ledger has one, else the path as passed (lossy UTF-8 for
+    /// display).
     pub path: String,
-    /// Successful opens of this path with this access.
+    /// Successful opens (or changes) of this file with this access.
     pub opens: u64,
+    /// Bytes moved through its fds with this access.
+    pub bytes: u64,
 }
 
 /// A ledger's summary.
@@ -46,8 +48,18 @@ pub struct Summary {
     pub execs_failed: u64,
     pub files_read: Vec<FileUse>,
     pub files_written: Vec<FileUse>,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// stat, access, readlink and the like: paths probed without being opened.
+    pub probes: u64,
+    /// Changes to the file system by syscall (rename, unlink, mkdir, ...).
+    pub changes_by_syscall: BTreeMap<String, u64>,
     pub failed_opens: u64,
     pub failed_opens_by_errno: BTreeMap<String, u64>,
+    /// Rows whose resolved path is partial.
+    pub partial_paths: u64,
+    /// io_uring rows (set-ups, entries, submitted requests).
+    pub io_uring: u64,
     /// `None` when the ledger does not say (unfinished).
     pub events_lost: Option<u64>,
     pub events_lost_by_reason: BTreeMap<String, u64>,
@@ -61,6 +73,33 @@ const O_WRONLY: u32 = 0o1;
 const O_RDWR: u32 = 0o2;
 const O_CREAT: u32 = 0o100;
 const O_TRUNC: u32 = 0o1000;
+
+/// What identifies a file in the summary: its (device, inode) when the kernel said, else its
+/// path.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum FileKey {
+    Inode(u64, u64),
+    Path(Vec<u8>),
+}
+
+#[derive(Default)]
+struct Tally {
+    pids: HashSet<u32>,
+    names: HashMap<FileKey, Vec<u8>>,
+    read: BTreeMap<FileKey, (u64, u64)>,
+    written: BTreeMap<FileKey, (u64, u64)>,
+    first_ts: Option<i64>,
+    last_ts: Option<i64>,
+}
+
+fn key_of(r: &LedgerRow, path: Option<&Vec<u8>>) -> Option<FileKey> {
+    match (r.dev, r.ino) {
+        (Some(d), Some(i)) if r.kind != "stat" || r.resolved_from.as_deref() == Some("object") => {
+            Some(FileKey::Inode(d, i))
+        }
+        _ => path.cloned().map(FileKey::Path),
+    }
+}
 
 /// Summarises an open ledger (reads all its batches, one at a time).
 pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
@@ -89,8 +128,14 @@ pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
         execs_failed: 0,
         files_read: Vec::new(),
         files_written: Vec::new(),
+        bytes_read: 0,
+        bytes_written: 0,
+        probes: 0,
+        changes_by_syscall: BTreeMap::new(),
         failed_opens: 0,
         failed_opens_by_errno: BTreeMap::new(),
+        partial_paths: 0,
+        io_uring: 0,
         events_lost: num(meta::EVENTS_LOST).map(|v| v as u64),
         events_lost_by_reason: get(meta::EVENTS_LOST_BY_REASON)
             .and_then(|c| serde_json::from_str(&c).ok())
@@ -106,32 +151,35 @@ pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
     if let (Some(a), Some(b)) = (s.started_ns, s.ended_ns) {
         s.duration_s = Some((b - a) as f64 / 1e9);
     }
-    let mut pids = HashSet::new();
-    let mut read: BTreeMap<Vec<u8>, (String, u64)> = BTreeMap::new();
-    let mut written: BTreeMap<Vec<u8>, (String, u64)> = BTreeMap::new();
-    let mut first_ts = None;
-    let mut last_ts = None;
+    let mut t = Tally::default();
     while let Some(batch) = ledger.next_batch()? {
-        tally(
-            &batch,
-            &mut s,
-            &mut pids,
-            &mut read,
-            &mut written,
-            &mut first_ts,
-            &mut last_ts,
-        );
+        for r in rows_of(&batch) {
+            tally(&r, &mut s, &mut t);
+        }
     }
-    s.processes = pids.len() as u64;
-    let to_list = |m: BTreeMap<Vec<u8>, (String, u64)>| {
-        m.into_values()
-            .map(|(path, opens)| FileUse { path, opens })
-            .collect()
+    s.processes = t.pids.len() as u64;
+    let to_list = |m: BTreeMap<FileKey, (u64, u64)>, names: &HashMap<FileKey, Vec<u8>>| {
+        let mut v: Vec<FileUse> = m
+            .into_iter()
+            .map(|(k, (opens, bytes))| FileUse {
+                path: match names.get(&k) {
+                    Some(p) => String::from_utf8_lossy(p).into_owned(),
+                    None => match &k {
+                        FileKey::Inode(d, i) => format!("<dev {d} ino {i}>"),
+                        FileKey::Path(p) => String::from_utf8_lossy(p).into_owned(),
+                    },
+                },
+                opens,
+                bytes,
+            })
+            .collect();
+        v.sort_by(|a, b| a.path.cmp(&b.path));
+        v
     };
-    s.files_read = to_list(read);
-    s.files_written = to_list(written);
+    s.files_read = to_list(std::mem::take(&mut t.read), &t.names);
+    s.files_written = to_list(std::mem::take(&mut t.written), &t.names);
     if s.duration_s.is_none()
-        && let (Some(a), Some(b)) = (first_ts, last_ts)
+        && let (Some(a), Some(b)) = (t.first_ts, t.last_ts)
     {
         s.duration_s = Some((b - a) as f64 / 1e9);
     }
@@ -154,6 +202,12 @@ pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
         s.incomplete_reasons
             .push("the ledger was recovered from an unfinished file".into());
     }
+    if s.io_uring > 0 && !s.incomplete_reasons.iter().any(|r| r.contains("io_uring")) {
+        s.incomplete_reasons.push(format!(
+            "the run used io_uring ({} rows): its reads and results are not recorded",
+            s.io_uring
+        ));
+    }
     s.complete = ledger.form() == Form::Finished
         && m.get(meta::COMPLETE).map(String::as_str) == Some("true")
         && s.events_lost == Some(0)
@@ -165,96 +219,86 @@ pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
     Ok(s)
 }
 
-fn tally(
-    batch: &RecordBatch,
-    s: &mut Summary,
-    pids: &mut HashSet<u32>,
-    read: &mut BTreeMap<Vec<u8>, (String, u64)>,
-    written: &mut BTreeMap<Vec<u8>, (String, u64)>,
-    first_ts: &mut Option<i64>,
-    last_ts: &mut Option<i64>,
-) {
-    let kind: &StringArray = batch
-        .column_by_name(col::KIND)
-        .expect("checked")
-        .as_string();
-    let pid: &UInt32Array = batch
-        .column_by_name(col::PID)
-        .expect("checked")
-        .as_primitive();
-    let flags: &UInt32Array = batch
-        .column_by_name(col::FLAGS)
-        .expect("checked")
-        .as_primitive();
-    let ret: &Int64Array = batch
-        .column_by_name(col::RET)
-        .expect("checked")
-        .as_primitive();
-    let errno: &StringArray = batch
-        .column_by_name(col::ERRNO)
-        .expect("checked")
-        .as_string();
-    let path: &StringArray = batch
-        .column_by_name(col::PATH)
-        .expect("checked")
-        .as_string();
-    let path_raw: &BinaryArray = batch
-        .column_by_name(col::PATH_RAW)
-        .expect("checked")
-        .as_binary();
-    let ts: &Int64Array = batch
-        .column_by_name(col::TS_NS)
-        .expect("checked")
-        .as_primitive();
-    for i in 0..batch.num_rows() {
-        s.events += 1;
-        pids.insert(pid.value(i));
-        let k = kind.value(i);
-        *s.events_by_kind.entry(k.to_owned()).or_default() += 1;
-        let t = ts.value(i);
-        first_ts.get_or_insert(t);
-        *last_ts = Some(t);
-        let ok = ret.is_valid(i) && ret.value(i) >= 0;
-        match k {
-            "exec" => {
-                s.execs += 1;
-                if !ok {
-                    s.execs_failed += 1;
+fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
+    s.events += 1;
+    t.pids.insert(r.pid);
+    *s.events_by_kind.entry(r.kind.clone()).or_default() += 1;
+    t.first_ts.get_or_insert(r.ts_ns);
+    t.last_ts = Some(r.ts_ns);
+    if r.resolved_partial == Some(true) {
+        s.partial_paths += 1;
+    }
+    let ok = r.ret.is_some_and(|v| v >= 0);
+    let best = r.resolved_path.as_ref().or(r.path.as_ref());
+    let note = |key: &FileKey, t: &mut Tally| {
+        if let Some(p) = best {
+            let prefer = r.resolved_from.as_deref() == Some("object");
+            match t.names.get(key) {
+                Some(_) if !prefer => {}
+                _ => {
+                    t.names.insert(key.clone(), p.clone());
                 }
             }
-            "open" if !ok => {
-                s.failed_opens += 1;
-                let e = if errno.is_valid(i) {
-                    errno.value(i)
-                } else {
-                    "?"
-                };
-                *s.failed_opens_by_errno.entry(e.to_owned()).or_default() += 1;
-            }
-            "open" if path.is_valid(i) => {
-                let bytes = if path_raw.is_valid(i) {
-                    path_raw.value(i).to_vec()
-                } else {
-                    path.value(i).as_bytes().to_vec()
-                };
-                let f = flags.value(i);
-                let acc = f & O_ACCMODE;
-                let is_write = acc == O_WRONLY || acc == O_RDWR || f & (O_CREAT | O_TRUNC) != 0;
-                let is_read = acc != O_WRONLY;
-                if is_read {
-                    read.entry(bytes.clone())
-                        .or_insert_with(|| (path.value(i).to_owned(), 0))
-                        .1 += 1;
-                }
-                if is_write {
-                    written
-                        .entry(bytes)
-                        .or_insert_with(|| (path.value(i).to_owned(), 0))
-                        .1 += 1;
-                }
-            }
-            _ => {}
         }
+    };
+    match r.kind.as_str() {
+        "exec" => {
+            s.execs += 1;
+            if !ok {
+                s.execs_failed += 1;
+            }
+        }
+        "open" if !ok => {
+            s.failed_opens += 1;
+            let e = r.errno.clone().unwrap_or_else(|| "?".into());
+            *s.failed_opens_by_errno.entry(e).or_default() += 1;
+        }
+        "open" => {
+            let Some(key) = key_of(r, best) else { return };
+            note(&key, t);
+            let f = r.flags.unwrap_or(0);
+            let acc = f & O_ACCMODE;
+            if acc != O_WRONLY {
+                t.read.entry(key.clone()).or_default().0 += 1;
+            }
+            if acc == O_WRONLY || acc == O_RDWR || f & (O_CREAT | O_TRUNC) != 0 {
+                t.written.entry(key).or_default().0 += 1;
+            }
+        }
+        "io" => {
+            let Some(key) = key_of(r, best) else { return };
+            note(&key, t);
+            let (br, bw) = (r.bytes_read.unwrap_or(0), r.bytes_written.unwrap_or(0));
+            s.bytes_read += br;
+            s.bytes_written += bw;
+            if br > 0 {
+                t.read.entry(key.clone()).or_default().1 += br;
+            }
+            if bw > 0 {
+                t.written.entry(key).or_default().1 += bw;
+            }
+        }
+        "stat" => s.probes += 1,
+        "modify" if ok => {
+            let sc = r.syscall.clone().unwrap_or_default();
+            *s.changes_by_syscall.entry(sc.clone()).or_default() += 1;
+            // The file a change creates or overwrites: the target of rename/link/symlink, else
+            // the path.
+            let target = if r.path2.is_some() {
+                r.resolved_path2.as_ref().or(r.path2.as_ref())
+            } else {
+                best
+            };
+            if let Some(p) = target
+                && !matches!(sc.as_str(), "unlink" | "unlinkat" | "rmdir")
+            {
+                let key = FileKey::Path(p.clone());
+                t.names.entry(key.clone()).or_insert_with(|| p.clone());
+                t.written.entry(key).or_default().0 += 1;
+            }
+        }
+        "io_uring" => s.io_uring += 1,
+        _ => {}
     }
 }
 
@@ -284,8 +328,37 @@ pub fn render_text(s: &Summary, list_files: bool) -> String {
     let _ = writeln!(o, "events          {} ({})", s.events, kinds.join(", "));
     let _ = writeln!(o, "processes       {}", s.processes);
     let _ = writeln!(o, "execs           {} ({} failed)", s.execs, s.execs_failed);
-    let _ = writeln!(o, "files read      {}", s.files_read.len());
-    let _ = writeln!(o, "files written   {}", s.files_written.len());
+    let _ = writeln!(
+        o,
+        "files read      {} ({} bytes through their fds)",
+        s.files_read.len(),
+        s.bytes_read
+    );
+    let _ = writeln!(
+        o,
+        "files written   {} ({} bytes)",
+        s.files_written.len(),
+        s.bytes_written
+    );
+    let _ = writeln!(
+        o,
+        "probes          {} (stat, access, readlink, ...)",
+        s.probes
+    );
+    if !s.changes_by_syscall.is_empty() {
+        let c: Vec<String> = s
+            .changes_by_syscall
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let _ = writeln!(o, "changes         {}", c.join(", "));
+    }
+    if s.partial_paths > 0 {
+        let _ = writeln!(o, "partial paths   {}", s.partial_paths);
+    }
+    if s.io_uring > 0 {
+        let _ = writeln!(o, "io_uring        {} rows", s.io_uring);
+    }
     let errnos: Vec<String> = s
         .failed_opens_by_errno
         .iter()
@@ -322,12 +395,26 @@ pub fn render_text(s: &Summary, list_files: bool) -> String {
     }
     if list_files {
         let _ = writeln!(o, "\nfiles read:");
+        let _ = writeln!(o, "  opens      bytes  path");
         for f in &s.files_read {
-            let _ = writeln!(o, "  {:>5}  {}", f.opens, escape_path(&f.path));
+            let _ = writeln!(
+                o,
+                "  {:>5} {:>10}  {}",
+                f.opens,
+                f.bytes,
+                escape_path(&f.path)
+            );
         }
         let _ = writeln!(o, "\nfiles written:");
+        let _ = writeln!(o, "  opens      bytes  path");
         for f in &s.files_written {
-            let _ = writeln!(o, "  {:>5}  {}", f.opens, escape_path(&f.path));
+            let _ = writeln!(
+                o,
+                "  {:>5} {:>10}  {}",
+                f.opens,
+                f.bytes,
+                escape_path(&f.path)
+            );
         }
     }
     o

@@ -66,10 +66,22 @@ pub struct Row<'a> {
     pub comm: [u8; 16],
     pub path: Option<&'a [u8]>,
     pub path_truncated: bool,
+    pub resolved_path: Option<Vec<u8>>,
+    pub resolved_from: Option<&'static str>,
+    pub resolved_partial: Option<bool>,
+    pub host_path: Option<Vec<u8>>,
+    pub path2: Option<&'a [u8]>,
+    pub resolved_path2: Option<Vec<u8>>,
     pub dirfd: Option<i32>,
+    pub dirfd2: Option<i32>,
+    pub fd: Option<i32>,
     pub flags: Option<u32>,
     pub mode: Option<u32>,
     pub resolve: Option<u64>,
+    pub dev: Option<u64>,
+    pub ino: Option<u64>,
+    pub mnt_id: Option<u32>,
+    pub mntns: u32,
     pub ret: Option<i64>,
     /// NUL-separated arguments.
     pub argv: Option<&'a [u8]>,
@@ -77,7 +89,51 @@ pub struct Row<'a> {
     pub child_pid: Option<u32>,
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
+    pub bytes_read: Option<u64>,
+    pub bytes_written: Option<u64>,
+    pub length: Option<u64>,
+    pub prot: Option<u32>,
+    pub io_uring_op: Option<u32>,
     pub capture: u32,
+}
+
+/// A path column pair: `name` (UTF-8, lossy) and `name_raw` (the exact bytes, only when they
+/// are not UTF-8).
+struct PathCol {
+    text: StringBuilder,
+    raw: BinaryBuilder,
+}
+
+impl PathCol {
+    fn new(n: usize) -> Self {
+        Self {
+            text: StringBuilder::with_capacity(n, n * 32),
+            raw: BinaryBuilder::new(),
+        }
+    }
+
+    fn append(&mut self, p: Option<&[u8]>) {
+        match p {
+            None => {
+                self.text.append_null();
+                self.raw.append_null();
+            }
+            Some(p) => match std::str::from_utf8(p) {
+                Ok(s) => {
+                    self.text.append_value(s);
+                    self.raw.append_null();
+                }
+                Err(_) => {
+                    self.text.append_value(String::from_utf8_lossy(p));
+                    self.raw.append_value(p);
+                }
+            },
+        }
+    }
+
+    fn finish(&mut self) -> [ArrayRef; 2] {
+        [Arc::new(self.text.finish()), Arc::new(self.raw.finish())]
+    }
 }
 
 struct Builders {
@@ -92,13 +148,24 @@ struct Builders {
     gid: UInt32Builder,
     cgroup_id: UInt64Builder,
     comm: StringBuilder,
-    path: StringBuilder,
-    path_raw: BinaryBuilder,
+    path: PathCol,
     path_truncated: BooleanBuilder,
+    resolved: PathCol,
+    resolved_from: StringBuilder,
+    resolved_partial: BooleanBuilder,
+    host: PathCol,
+    path2: PathCol,
+    resolved2: PathCol,
     dirfd: Int32Builder,
+    dirfd2: Int32Builder,
+    fd: Int32Builder,
     flags: UInt32Builder,
     mode: UInt32Builder,
     resolve: UInt64Builder,
+    dev: UInt64Builder,
+    ino: UInt64Builder,
+    mnt_id: UInt32Builder,
+    mntns: UInt32Builder,
     ret: Int64Builder,
     errno: StringBuilder,
     argv: ListBuilder<StringBuilder>,
@@ -106,6 +173,11 @@ struct Builders {
     child_pid: UInt32Builder,
     exit_code: Int32Builder,
     exit_signal: Int32Builder,
+    bytes_read: UInt64Builder,
+    bytes_written: UInt64Builder,
+    length: UInt64Builder,
+    prot: UInt32Builder,
+    io_uring_op: UInt32Builder,
     capture: UInt32Builder,
     len: usize,
 }
@@ -125,13 +197,24 @@ impl Builders {
             gid: UInt32Builder::with_capacity(n),
             cgroup_id: UInt64Builder::with_capacity(n),
             comm: StringBuilder::with_capacity(n, n * 8),
-            path: StringBuilder::with_capacity(n, n * 48),
-            path_raw: BinaryBuilder::new(),
+            path: PathCol::new(n),
             path_truncated: BooleanBuilder::with_capacity(n),
+            resolved: PathCol::new(n),
+            resolved_from: StringBuilder::with_capacity(n, n * 6),
+            resolved_partial: BooleanBuilder::with_capacity(n),
+            host: PathCol::new(n / 8),
+            path2: PathCol::new(n / 8),
+            resolved2: PathCol::new(n / 8),
             dirfd: Int32Builder::with_capacity(n),
+            dirfd2: Int32Builder::with_capacity(n),
+            fd: Int32Builder::with_capacity(n),
             flags: UInt32Builder::with_capacity(n),
             mode: UInt32Builder::with_capacity(n),
             resolve: UInt64Builder::with_capacity(n),
+            dev: UInt64Builder::with_capacity(n),
+            ino: UInt64Builder::with_capacity(n),
+            mnt_id: UInt32Builder::with_capacity(n),
+            mntns: UInt32Builder::with_capacity(n),
             ret: Int64Builder::with_capacity(n),
             errno: StringBuilder::new(),
             argv: ListBuilder::new(StringBuilder::new()),
@@ -139,6 +222,11 @@ impl Builders {
             child_pid: UInt32Builder::with_capacity(n),
             exit_code: Int32Builder::with_capacity(n),
             exit_signal: Int32Builder::with_capacity(n),
+            bytes_read: UInt64Builder::with_capacity(n),
+            bytes_written: UInt64Builder::with_capacity(n),
+            length: UInt64Builder::with_capacity(n),
+            prot: UInt32Builder::with_capacity(n),
+            io_uring_op: UInt32Builder::with_capacity(n),
             capture: UInt32Builder::with_capacity(n),
             len: 0,
         }
@@ -157,27 +245,24 @@ impl Builders {
         self.cgroup_id.append_value(r.cgroup_id);
         let comm = r.comm.split(|&b| b == 0).next().unwrap_or_default();
         self.comm.append_value(String::from_utf8_lossy(comm));
-        match r.path {
-            None => {
-                self.path.append_null();
-                self.path_raw.append_null();
-            }
-            Some(p) => match std::str::from_utf8(p) {
-                Ok(s) => {
-                    self.path.append_value(s);
-                    self.path_raw.append_null();
-                }
-                Err(_) => {
-                    self.path.append_value(String::from_utf8_lossy(p));
-                    self.path_raw.append_value(p);
-                }
-            },
-        }
+        self.path.append(r.path);
         self.path_truncated.append_value(r.path_truncated);
+        self.resolved.append(r.resolved_path.as_deref());
+        self.resolved_from.append_option(r.resolved_from);
+        self.resolved_partial.append_option(r.resolved_partial);
+        self.host.append(r.host_path.as_deref());
+        self.path2.append(r.path2);
+        self.resolved2.append(r.resolved_path2.as_deref());
         self.dirfd.append_option(r.dirfd);
+        self.dirfd2.append_option(r.dirfd2);
+        self.fd.append_option(r.fd);
         self.flags.append_option(r.flags);
         self.mode.append_option(r.mode);
         self.resolve.append_option(r.resolve);
+        self.dev.append_option(r.dev);
+        self.ino.append_option(r.ino);
+        self.mnt_id.append_option(r.mnt_id);
+        self.mntns.append_value(r.mntns);
         self.ret.append_option(r.ret);
         match r.ret {
             Some(ret) if ret < 0 => self.errno.append_value(schema::errno_name((-ret) as i32)),
@@ -198,12 +283,17 @@ impl Builders {
         self.child_pid.append_option(r.child_pid);
         self.exit_code.append_option(r.exit_code);
         self.exit_signal.append_option(r.exit_signal);
+        self.bytes_read.append_option(r.bytes_read);
+        self.bytes_written.append_option(r.bytes_written);
+        self.length.append_option(r.length);
+        self.prot.append_option(r.prot);
+        self.io_uring_op.append_option(r.io_uring_op);
         self.capture.append_value(r.capture);
         self.len += 1;
     }
 
     fn finish(&mut self, schema: SchemaRef) -> Result<RecordBatch, ArrowError> {
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             Arc::new(self.seq.finish()),
             Arc::new(self.ts.finish()),
             Arc::new(self.kind.finish()),
@@ -215,13 +305,26 @@ impl Builders {
             Arc::new(self.gid.finish()),
             Arc::new(self.cgroup_id.finish()),
             Arc::new(self.comm.finish()),
-            Arc::new(self.path.finish()),
-            Arc::new(self.path_raw.finish()),
-            Arc::new(self.path_truncated.finish()),
-            Arc::new(self.dirfd.finish()),
+        ];
+        columns.extend(self.path.finish());
+        columns.push(Arc::new(self.path_truncated.finish()));
+        columns.extend(self.resolved.finish());
+        columns.push(Arc::new(self.resolved_from.finish()));
+        columns.push(Arc::new(self.resolved_partial.finish()));
+        columns.extend(self.host.finish());
+        columns.extend(self.path2.finish());
+        columns.extend(self.resolved2.finish());
+        columns.extend([
+            Arc::new(self.dirfd.finish()) as ArrayRef,
+            Arc::new(self.dirfd2.finish()),
+            Arc::new(self.fd.finish()),
             Arc::new(self.flags.finish()),
             Arc::new(self.mode.finish()),
             Arc::new(self.resolve.finish()),
+            Arc::new(self.dev.finish()),
+            Arc::new(self.ino.finish()),
+            Arc::new(self.mnt_id.finish()),
+            Arc::new(self.mntns.finish()),
             Arc::new(self.ret.finish()),
             Arc::new(self.errno.finish()),
             Arc::new(self.argv.finish()),
@@ -229,8 +332,13 @@ impl Builders {
             Arc::new(self.child_pid.finish()),
             Arc::new(self.exit_code.finish()),
             Arc::new(self.exit_signal.finish()),
+            Arc::new(self.bytes_read.finish()),
+            Arc::new(self.bytes_written.finish()),
+            Arc::new(self.length.finish()),
+            Arc::new(self.prot.finish()),
+            Arc::new(self.io_uring_op.finish()),
             Arc::new(self.capture.finish()),
-        ];
+        ]);
         self.len = 0;
         RecordBatch::try_new(schema, columns)
     }

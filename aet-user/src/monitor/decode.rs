@@ -1,8 +1,8 @@
-//! Decoding of the records the eBPF programs send: a fixed [`EventHeader`] followed by the path
-//! and argument bytes it announces. A record that does not parse is an error the consumer counts
-//! as a lost event; it is never guessed at.
+//! Decoding of the records the eBPF programs send: a fixed [`EventHeader`] followed by the
+//! sections it announces (path, second path, argv, walk, second walk). A record that does not
+//! parse is an error the consumer counts as a lost event; it is never guessed at.
 
-use aet_common::{EventHeader, EventKind, HEADER_SIZE, Syscall};
+use aet_common::{EventHeader, EventKind, HEADER_SIZE, Syscall, section};
 
 /// A decoded record, borrowing its variable parts from the ring buffer.
 #[derive(Clone, Copy, Debug)]
@@ -10,10 +10,17 @@ pub struct RawEvent<'a> {
     pub header: EventHeader,
     pub kind: EventKind,
     pub syscall: Syscall,
-    /// The path bytes exactly as captured (no NUL).
+    /// The path argument exactly as captured (no NUL).
     pub path: &'a [u8],
+    /// The second path argument.
+    pub path2: &'a [u8],
     /// The argument vector, NUL-separated (a trailing NUL may be present).
     pub argv: &'a [u8],
+    /// The kernel walk of the object or of the first path's base directory: components leaf
+    /// first, each followed by `/`.
+    pub walk: &'a [u8],
+    /// The kernel walk of the second path's base directory.
+    pub walk2: &'a [u8],
 }
 
 /// Why a record could not be decoded.
@@ -42,22 +49,34 @@ pub fn decode(bytes: &[u8]) -> Result<RawEvent<'_>, DecodeError> {
     // is unaligned-safe.
     let header: EventHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
     let kind = EventKind::from_u16(header.kind).ok_or(DecodeError::Kind(header.kind))?;
-    let syscall = Syscall::from_u16(header.syscall).ok_or(DecodeError::Syscall(header.syscall))?;
-    let path_len = header.path_len as usize;
-    let argv_len = header.argv_len as usize;
+    let syscall = u8::try_from(header.syscall)
+        .ok()
+        .and_then(Syscall::from_u8)
+        .ok_or(DecodeError::Syscall(header.syscall))?;
     let data = &bytes[HEADER_SIZE..];
-    if path_len + argv_len > data.len() {
+    let total: usize = header.len.iter().map(|&l| l as usize).sum();
+    if total > data.len() {
         return Err(DecodeError::Length {
-            announced: path_len + argv_len,
+            announced: total,
             actual: data.len(),
         });
+    }
+    let mut parts = [&data[..0]; section::COUNT];
+    let mut at = 0;
+    for (i, part) in parts.iter_mut().enumerate() {
+        let l = header.len[i] as usize;
+        *part = &data[at..at + l];
+        at += l;
     }
     Ok(RawEvent {
         header,
         kind,
         syscall,
-        path: &data[..path_len],
-        argv: &data[path_len..path_len + argv_len],
+        path: parts[section::PATH],
+        path2: parts[section::PATH2],
+        argv: parts[section::ARGV],
+        walk: parts[section::WALK],
+        walk2: parts[section::WALK2],
     })
 }
 
@@ -75,54 +94,56 @@ pub(crate) mod tests {
 
     /// Builds a record as the kernel would.
     pub(crate) fn record(kind: EventKind, syscall: Syscall, path: &[u8], argv: &[u8]) -> Vec<u8> {
-        record_with(kind, syscall, path, argv, |_| {})
+        record_with(kind, syscall, &[path, b"", argv, b"", b""], |_| {})
     }
 
-    /// Builds a record, letting the caller adjust the header.
+    /// Builds a record with all its sections, letting the caller adjust the header.
     pub(crate) fn record_with(
         kind: EventKind,
         syscall: Syscall,
-        path: &[u8],
-        argv: &[u8],
+        sections: &[&[u8]; section::COUNT],
         edit: impl FnOnce(&mut EventHeader),
     ) -> Vec<u8> {
-        let mut h = EventHeader {
-            kind: kind as u16,
-            syscall: syscall as u16,
-            flags: 0,
-            ts_ns: 5,
-            cgroup_id: 9,
-            ret: 3,
-            aux: 0,
-            pid: 10,
-            tid: 11,
-            ppid: 1,
-            uid: 1000,
-            gid: 1000,
-            dirfd: -100,
-            open_flags: 0,
-            mode: 0,
-            path_len: path.len() as u32,
-            argv_len: argv.len() as u32,
-            comm: *b"cat\0\0\0\0\0\0\0\0\0\0\0\0\0",
-        };
+        // SAFETY: EventHeader is plain data; all-zero is valid.
+        let mut h: EventHeader = unsafe { std::mem::zeroed() };
+        h.kind = kind as u16;
+        h.syscall = syscall as u16;
+        h.ts_ns = 5;
+        h.cgroup_id = 9;
+        h.ret = 3;
+        h.pid = 10;
+        h.tid = 11;
+        h.uid = 1000;
+        h.gid = 1000;
+        h.dirfd = -100;
+        h.dirfd2 = -100;
+        h.fd = -1;
+        h.comm = *b"cat\0\0\0\0\0\0\0\0\0\0\0\0\0";
         edit(&mut h);
-        h.path_len = path.len() as u32;
-        h.argv_len = argv.len() as u32;
+        for (i, s) in sections.iter().enumerate() {
+            h.len[i] = s.len() as u16;
+        }
         let mut v = vec![0u8; HEADER_SIZE];
         // SAFETY: v has HEADER_SIZE bytes.
         unsafe { std::ptr::write_unaligned(v.as_mut_ptr().cast(), h) };
-        v.extend_from_slice(path);
-        v.extend_from_slice(argv);
+        for s in sections {
+            v.extend_from_slice(s);
+        }
         v
     }
 
     #[test]
     fn round_trip_keeps_bytes_exactly() {
         let path = b"/tmp/a\nb\xff";
-        let rec = record(EventKind::Open, Syscall::Openat, path, b"");
+        let rec = record_with(
+            EventKind::Open,
+            Syscall::Openat,
+            &[path, b"", b"", b"b\xff/a\n/tmp/", b""],
+            |_| {},
+        );
         let ev = decode(&rec).unwrap();
         assert_eq!(ev.path, path);
+        assert_eq!(ev.walk, b"b\xff/a\n/tmp/");
         assert_eq!(ev.kind, EventKind::Open);
         assert_eq!(ev.syscall, Syscall::Openat);
         assert_eq!(ev.header.pid, 10);

@@ -7,6 +7,7 @@
 //! not decode is counted as lost.
 
 pub mod decode;
+pub mod paths;
 pub mod source;
 
 use std::{
@@ -24,12 +25,13 @@ use aet_common::{EventKind, counter, flags};
 
 use crate::{
     ledger::{
-        schema::meta,
+        schema::{capture, meta},
         writer::{LedgerWriter, Row, WriteError},
     },
     loader::{Counters, LoadError, LoadOptions, Loaded, Scope},
 };
 use decode::RawEvent;
+use paths::ResolvedFrom;
 use source::EventSource;
 
 /// Longest time rows wait in memory before they are written to the ledger.
@@ -103,13 +105,29 @@ struct ProcInfo {
     comm: [u8; 16],
 }
 
-/// Turns records into rows: numbers them, converts time, and keeps the process tree so that each
-/// row's `ppid` is the process that created the actor (as recorded), not whoever adopted it, and
-/// its `comm` is the actor's name as of its last exec.
+/// What the row maker noticed that bears on the record's completeness.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowStats {
+    /// io_uring set-ups, entries and submitted requests.
+    pub io_uring: u64,
+    /// Rows whose resolved path is partial.
+    pub partial_paths: u64,
+    /// Rows from another mount namespace whose host path could not be mapped.
+    pub host_unmapped: u64,
+}
+
+/// Turns records into rows: numbers them, converts time, keeps the process tree so that each
+/// row's `ppid` is the process that created the actor (as recorded) and its `comm` the actor's
+/// name as of its last exec, turns the kernel's walks into paths, and maps sandbox paths to the
+/// host's.
 pub struct RowMaker {
     clock: WallClock,
     seq: u64,
     procs: HashMap<u32, ProcInfo>,
+    mapper: crate::kernel::mountinfo::HostMapper,
+    /// A path under which the kernel saw each inode, for io rows.
+    inode_paths: HashMap<(u64, u64), Vec<u8>>,
+    stats: RowStats,
 }
 
 /// Reads what `/proc` says of a process seen for the first time without a fork or exec record
@@ -127,6 +145,56 @@ fn proc_info_from_procfs(pid: u32) -> ProcInfo {
     info
 }
 
+/// The object's device in the userspace encoding (as `stat` reports it).
+fn userspace_dev(h: &aet_common::EventHeader) -> u64 {
+    if h.flags & flags::DEV_STAT != 0 {
+        h.dev
+    } else if h.flags & flags::DEV_STATX != 0 {
+        libc::makedev(h.dev as u32, (h.dev >> 32) as u32)
+    } else {
+        // The kernel's dev_t: major in the top 12 bits of 32, minor in the low 20.
+        libc::makedev((h.dev >> 20) as u32, (h.dev & 0xfffff) as u32)
+    }
+}
+
+/// The resolved path of a path argument and how it was obtained.
+fn resolve(
+    raw: &[u8],
+    raw_ok: bool,
+    walk: &[u8],
+    wflags: u16,
+    is_object: bool,
+) -> (Option<Vec<u8>>, Option<ResolvedFrom>, Option<bool>) {
+    let walked = wflags & aet_common::walk::PRESENT != 0;
+    let partial = wflags & (aet_common::walk::TRUNCATED | aet_common::walk::FAILED) != 0;
+    if is_object && walked {
+        return (
+            Some(paths::walk_to_path(walk)),
+            Some(ResolvedFrom::Object),
+            Some(partial),
+        );
+    }
+    if !raw_ok || raw.is_empty() {
+        return (None, None, None);
+    }
+    if raw[0] == b'/' {
+        return (
+            Some(paths::normalize(raw)),
+            Some(ResolvedFrom::Lexical),
+            Some(false),
+        );
+    }
+    if walked {
+        let unreachable = wflags & aet_common::walk::REACHED_ROOT == 0;
+        return (
+            Some(paths::join(&paths::walk_to_path(walk), raw)),
+            Some(ResolvedFrom::Joined),
+            Some(partial || unreachable),
+        );
+    }
+    (None, None, None)
+}
+
 impl RowMaker {
     /// A row maker whose first row gets `seq` 0.
     pub fn new(clock: WallClock) -> Self {
@@ -134,7 +202,20 @@ impl RowMaker {
             clock,
             seq: 0,
             procs: HashMap::new(),
+            mapper: crate::kernel::mountinfo::HostMapper::new(),
+            inode_paths: HashMap::new(),
+            stats: RowStats::default(),
         }
+    }
+
+    /// What this row maker noticed so far.
+    pub fn stats(&self) -> RowStats {
+        self.stats
+    }
+
+    /// aet's own mount namespace.
+    pub fn host_mntns(&self) -> u32 {
+        self.mapper.own_ns()
     }
 
     /// The process table entry for the actor of `h`, created from the record or from `/proc`.
@@ -163,6 +244,7 @@ impl RowMaker {
             }
             *info
         };
+        self.mapper.seen(h.mntns, h.pid);
         let mut row = Row {
             seq: self.seq,
             ts_ns: self.clock.wall(h.ts_ns),
@@ -175,38 +257,25 @@ impl RowMaker {
             gid: h.gid,
             cgroup_id: h.cgroup_id,
             comm: info.comm,
-            capture: h.flags,
+            mntns: h.mntns,
+            capture: h.flags
+                | (h.walk_flags as u32) << capture::WALK_SHIFT
+                | (h.walk2_flags as u32) << capture::WALK2_SHIFT,
             ..Row::default()
         };
         self.seq += 1;
+        let identity = h.flags & flags::IDENTITY != 0;
+        if identity {
+            row.dev = Some(userspace_dev(h));
+            row.ino = Some(h.ino);
+            row.mnt_id = (h.mnt_id != 0).then_some(h.mnt_id);
+        }
+        let shape = aet_common::SHAPES
+            .get(ev.syscall as usize)
+            .copied()
+            .unwrap_or(aet_common::SHAPES[0]);
         let path_ok = h.flags & flags::PATH_UNREADABLE == 0;
         match ev.kind {
-            EventKind::Open => {
-                row.path = path_ok.then_some(ev.path);
-                row.path_truncated = h.flags & flags::PATH_TRUNCATED != 0;
-                row.dirfd = Some(h.dirfd);
-                row.flags = Some(h.open_flags);
-                const O_CREAT: u32 = 0o100;
-                const O_TMPFILE: u32 = 0o20000000;
-                if h.open_flags & (O_CREAT | O_TMPFILE) != 0 {
-                    row.mode = Some(h.mode);
-                }
-                if ev.syscall == aet_common::Syscall::Openat2 {
-                    row.resolve = Some(h.aux);
-                }
-                row.ret = Some(h.ret);
-            }
-            EventKind::Exec => {
-                row.path = path_ok.then_some(ev.path);
-                row.path_truncated = h.flags & flags::PATH_TRUNCATED != 0;
-                row.dirfd = Some(h.dirfd);
-                row.flags = Some(h.open_flags);
-                row.ret = Some(h.ret);
-                if h.flags & flags::ARGV_UNREADABLE == 0 {
-                    row.argv = Some(ev.argv);
-                }
-                row.argv_truncated = Some(h.flags & flags::ARGV_TRUNCATED != 0);
-            }
             EventKind::Fork => {
                 let child = h.aux as u32;
                 row.child_pid = Some(child);
@@ -217,6 +286,7 @@ impl RowMaker {
                         comm: info.comm,
                     },
                 );
+                return row;
             }
             EventKind::Exit => {
                 let status = h.ret as i32;
@@ -226,6 +296,149 @@ impl RowMaker {
                     row.exit_signal = Some(status & 0x7f);
                 }
                 self.procs.remove(&h.pid);
+                return row;
+            }
+            EventKind::Io => {
+                row.fd = Some(h.fd);
+                row.bytes_read = Some(h.aux);
+                row.bytes_written = Some(h.aux2);
+                if let (Some(dev), Some(ino)) = (row.dev, row.ino)
+                    && let Some(p) = self.inode_paths.get(&(dev, ino))
+                {
+                    row.resolved_path = Some(p.clone());
+                    row.resolved_from = Some(ResolvedFrom::Inode.name());
+                }
+                return row;
+            }
+            EventKind::IoUring => {
+                self.stats.io_uring += 1;
+                if ev.syscall == aet_common::Syscall::None {
+                    row.io_uring_op = Some(h.aux as u32);
+                    if !ev.path.is_empty() {
+                        row.path = Some(ev.path);
+                        let (r, from, partial) = resolve(ev.path, true, b"", 0, false);
+                        row.resolved_path = r;
+                        row.resolved_from = from.map(ResolvedFrom::name);
+                        row.resolved_partial = partial;
+                    }
+                } else {
+                    row.fd = (h.fd >= 0).then_some(h.fd);
+                    row.ret = Some(h.ret);
+                }
+                return row;
+            }
+            _ => {}
+        }
+        row.ret = Some(h.ret);
+        let is_exec = ev.kind == EventKind::Exec;
+        if shape.dirfd >= 0 || is_exec {
+            row.dirfd = Some(h.dirfd);
+        }
+        if shape.dirfd2 >= 0 {
+            row.dirfd2 = Some(h.dirfd2);
+        }
+        if shape.fd >= 0 || ev.kind == EventKind::List {
+            row.fd = Some(h.fd);
+        }
+        if shape.flags >= 0 || ev.kind == EventKind::Open || is_exec || ev.kind == EventKind::Mmap {
+            row.flags = Some(h.open_flags);
+        }
+        match ev.kind {
+            EventKind::Open => {
+                const O_CREAT: u32 = 0o100;
+                const O_TMPFILE: u32 = 0o20000000;
+                if h.open_flags & (O_CREAT | O_TMPFILE) != 0 {
+                    row.mode = Some(h.mode);
+                }
+                if ev.syscall == aet_common::Syscall::Openat2 {
+                    row.resolve = Some(h.aux);
+                }
+            }
+            EventKind::Mmap => {
+                row.length = Some(h.aux);
+                row.prot = Some(h.aux2 as u32);
+                row.flags = Some((h.aux2 >> 32) as u32);
+            }
+            EventKind::Exec => {
+                if h.flags & flags::ARGV_UNREADABLE == 0 {
+                    row.argv = Some(ev.argv);
+                }
+                row.argv_truncated = Some(h.flags & flags::ARGV_TRUNCATED != 0);
+            }
+            _ => {
+                if shape.mode >= 0 {
+                    row.mode = Some(h.mode);
+                }
+            }
+        }
+        let has_path = shape.path >= 0 || is_exec;
+        if has_path && path_ok {
+            row.path = Some(ev.path);
+            row.path_truncated = h.flags & flags::PATH_TRUNCATED != 0;
+        }
+        let verbatim = shape.bits & aet_common::shape::PATH_VERBATIM != 0;
+        let is_object = h.flags & flags::WALK_IS_OBJECT != 0;
+        if !verbatim || is_object {
+            let (r, from, partial) = resolve(
+                ev.path,
+                has_path && path_ok,
+                ev.walk,
+                h.walk_flags,
+                is_object,
+            );
+            row.resolved_path = r;
+            row.resolved_from = from.map(ResolvedFrom::name);
+            row.resolved_partial = partial;
+        }
+        if shape.path2 >= 0 {
+            row.path2 = Some(ev.path2);
+            let (r, _, _) = resolve(ev.path2, true, ev.walk2, h.walk2_flags, false);
+            row.resolved_path2 = r;
+        }
+        if row.resolved_partial == Some(true) {
+            self.stats.partial_paths += 1;
+        }
+        if let Some(r) = &row.resolved_path {
+            if is_object
+                && identity
+                && let (Some(dev), Some(ino)) = (row.dev, row.ino)
+            {
+                self.inode_paths
+                    .entry((dev, ino))
+                    .or_insert_with(|| r.clone());
+            }
+            if h.mntns != self.mapper.own_ns() && h.mntns != 0 {
+                let mnt = if is_object { row.mnt_id } else { None };
+                // An object seen through a mount of the process's namespace: the kernel walked
+                // its file system path too (walk2 + the walk below the crossing).
+                let split = h.walk_split as usize;
+                let from_kernel = (is_object
+                    && h.walk_split != aet_common::NO_SPLIT
+                    && h.walk2_flags & aet_common::walk::REACHED_ROOT != 0
+                    && split <= ev.walk.len())
+                .then(|| {
+                    let mut fsp = paths::walk_to_path(ev.walk2);
+                    let below = paths::walk_to_path(&ev.walk[..split]);
+                    if below != b"/" {
+                        if fsp == b"/" {
+                            fsp.clear();
+                        }
+                        fsp.extend_from_slice(&below);
+                    }
+                    fsp
+                });
+                let mapped = match (from_kernel, row.dev) {
+                    (Some(fsp), Some(dev)) => self.mapper.host_of(dev, &fsp),
+                    _ => self.mapper.map(h.mntns, h.pid, r, mnt),
+                };
+                match mapped {
+                    Some(host) if &host != r => row.host_path = Some(host),
+                    Some(_) => {}
+                    None => {
+                        row.capture |= capture::HOST_UNMAPPED;
+                        self.stats.host_unmapped += 1;
+                    }
+                }
             }
         }
         row
@@ -236,6 +449,8 @@ impl RowMaker {
 struct Consumed {
     writer: LedgerWriter,
     decode_errors: u64,
+    stats: RowStats,
+    host_mntns: u32,
 }
 
 fn consume(
@@ -286,6 +501,8 @@ fn consume(
     Ok(Consumed {
         writer,
         decode_errors,
+        stats: maker.stats(),
+        host_mntns: maker.host_mntns(),
     })
 }
 
@@ -304,6 +521,8 @@ pub struct MonitorReport {
     pub counters: Counters,
     /// Records that could not be decoded.
     pub decode_errors: u64,
+    /// What the row maker noticed.
+    pub stats: RowStats,
     /// Why the record is incomplete (empty when complete).
     pub incomplete: Vec<String>,
 }
@@ -408,6 +627,17 @@ impl Monitor {
             .join()
             .map_err(|_| MonitorError::ConsumerPanicked)??;
         let counters = self.loaded.counters()?;
+        let stats = consumed.stats;
+        let submitted = counters.get(counter::IO_URING_SUBMITTED);
+        if stats.io_uring > 0 || submitted > 0 {
+            reasons.push(format!(
+                "the run used io_uring ({} set-ups, entries or requests; {submitted} requests \
+                 submitted): aet records the paths of its opens and stats but not their results \
+                 or the data they moved",
+                stats.io_uring
+            ));
+        }
+        extra.insert(meta::HOST_MNTNS.into(), consumed.host_mntns.to_string());
         let lost_by_reason: Vec<(&'static str, u64)> = counter::LOSSES
             .iter()
             .map(|&i| (counter::NAMES[i as usize], counters.get(i)))
@@ -459,6 +689,7 @@ impl Monitor {
             lost_by_reason,
             counters,
             decode_errors: consumed.decode_errors,
+            stats,
             incomplete: reasons,
         })
     }
@@ -484,8 +715,7 @@ mod tests {
         let exec = record_with(
             EventKind::Exec,
             Syscall::Execve,
-            b"/usr/bin/python3",
-            b"",
+            &[b"/usr/bin/python3", b"", b"", b"", b""],
             |h| {
                 h.ppid = 1;
                 h.flags = flags::PPID_KERNEL;
@@ -495,7 +725,7 @@ mod tests {
         let ev = decode::decode(&exec).unwrap();
         let row = m.row(&ev);
         assert_eq!((row.ppid, row.seq, row.ts_ns), (1, 0, 1005));
-        let fork = record_with(EventKind::Fork, Syscall::None, b"", b"", |h| {
+        let fork = record_with(EventKind::Fork, Syscall::None, &[b""; 5], |h| {
             h.aux = 77;
             h.ppid = 1;
             h.flags = flags::PPID_KERNEL;
@@ -506,10 +736,15 @@ mod tests {
 
         // The child opens a file after its creator died and init adopted it: the row still
         // names its creator, and its name (it has not exec'd) is its parent's.
-        let open = record_with(EventKind::Open, Syscall::Openat, b"/x", b"", |h| {
-            h.pid = 77;
-            h.comm = [0; 16];
-        });
+        let open = record_with(
+            EventKind::Open,
+            Syscall::Openat,
+            &[b"/x", b"", b"", b"", b""],
+            |h| {
+                h.pid = 77;
+                h.comm = [0; 16];
+            },
+        );
         let ev = decode::decode(&open).unwrap();
         let row = m.row(&ev);
         assert_eq!(row.pid, 77);
@@ -520,13 +755,79 @@ mod tests {
     }
 
     #[test]
+    fn walks_become_resolved_paths() {
+        let mut m = RowMaker::new(WallClock { offset_ns: 0 });
+        // A relative open the kernel resolved through the new file: the object's walk.
+        let open = record_with(
+            EventKind::Open,
+            Syscall::Openat,
+            &[
+                b"../answers/key.txt",
+                b"",
+                b"",
+                b"key.txt/answers/task/",
+                b"",
+            ],
+            |h| {
+                h.flags = flags::WALK_IS_OBJECT | flags::IDENTITY;
+                h.walk_flags = aet_common::walk::PRESENT | aet_common::walk::REACHED_ROOT;
+                h.dev = (254 << 20) | 1;
+                h.ino = 77;
+            },
+        );
+        let ev = decode::decode(&open).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(
+            row.resolved_path.as_deref(),
+            Some(&b"/task/answers/key.txt"[..])
+        );
+        assert_eq!(row.resolved_from, Some("object"));
+        assert_eq!(row.dev, Some(libc::makedev(254, 1)));
+        // A failed open: the base directory the kernel walked, joined lexically.
+        let failed = record_with(
+            EventKind::Open,
+            Syscall::Openat,
+            &[b"../answers/nope", b"", b"", b"src/task/", b""],
+            |h| {
+                h.ret = -2;
+                h.walk_flags = aet_common::walk::PRESENT | aet_common::walk::REACHED_ROOT;
+            },
+        );
+        let ev = decode::decode(&failed).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(
+            row.resolved_path.as_deref(),
+            Some(&b"/task/answers/nope"[..])
+        );
+        assert_eq!(row.resolved_from, Some("joined"));
+        assert_eq!(row.resolved_partial, Some(false));
+        // The io record of the opened file carries the path its inode was seen under.
+        let io = record_with(EventKind::Io, Syscall::None, &[b""; 5], |h| {
+            h.flags = flags::IDENTITY;
+            h.dev = (254 << 20) | 1;
+            h.ino = 77;
+            h.aux = 100;
+        });
+        let ev = decode::decode(&io).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(row.bytes_read, Some(100));
+        assert_eq!(
+            row.resolved_path.as_deref(),
+            Some(&b"/task/answers/key.txt"[..])
+        );
+        assert_eq!(row.resolved_from, Some("inode"));
+    }
+
+    #[test]
     fn exit_status_is_split_into_code_and_signal() {
         let mut m = RowMaker::new(WallClock { offset_ns: 0 });
-        let exit = record_with(EventKind::Exit, Syscall::None, b"", b"", |h| h.ret = 3 << 8);
+        let exit = record_with(EventKind::Exit, Syscall::None, &[b""; 5], |h| {
+            h.ret = 3 << 8
+        });
         let ev = decode::decode(&exit).unwrap();
         let row = m.row(&ev);
         assert_eq!((row.exit_code, row.exit_signal), (Some(3), None));
-        let exit = record_with(EventKind::Exit, Syscall::None, b"", b"", |h| h.ret = 9);
+        let exit = record_with(EventKind::Exit, Syscall::None, &[b""; 5], |h| h.ret = 9);
         let ev = decode::decode(&exit).unwrap();
         let row = m.row(&ev);
         assert_eq!((row.exit_code, row.exit_signal), (None, Some(9)));
@@ -537,9 +838,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.arrow");
         let writer = LedgerWriter::create(&path, HashMap::new()).unwrap();
-        let good = record_with(EventKind::Open, Syscall::Openat, b"/etc/passwd", b"", |h| {
-            h.flags = flags::PPID_KERNEL;
-        });
+        let good = record_with(
+            EventKind::Open,
+            Syscall::Openat,
+            &[b"/etc/passwd", b"", b"", b"", b""],
+            |h| {
+                h.flags = flags::PPID_KERNEL;
+            },
+        );
         let source = source::VecSource {
             records: vec![good.clone(), vec![1, 2, 3], good].into(),
         };
