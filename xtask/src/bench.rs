@@ -25,6 +25,82 @@ pub struct Args {
     /// Processes in the exec storm.
     #[arg(long, default_value_t = 2_000)]
     execs: u64,
+    /// Files in the git workload's repository.
+    #[arg(long, default_value_t = 5_000)]
+    git_files: usize,
+    /// C files in the build workload.
+    #[arg(long, default_value_t = 50)]
+    c_files: usize,
+    /// Only the workloads whose name contains this.
+    #[arg(long)]
+    only: Option<String>,
+}
+
+/// A git repository of `files` files over 50 directories, committed, for the git workload.
+fn git_fixture(dir: &Path, files: usize) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for i in 0..files {
+        let sub = dir.join(format!("d{:02}", i % 50));
+        std::fs::create_dir_all(&sub)?;
+        std::fs::write(
+            sub.join(format!("f{i:05}.txt")),
+            format!("file {i}\n").repeat(1 + i % 20),
+        )?;
+    }
+    let git = |args: &[&str]| -> anyhow::Result<()> {
+        let st = Command::new("git")
+            .args(["-c", "user.name=aet", "-c", "user.email=aet@localhost"])
+            .args(args)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .context("git")?;
+        if !st.success() {
+            bail!("git {args:?} failed in {}", dir.display());
+        }
+        Ok(())
+    };
+    git(&["init", "-q"])?;
+    git(&["add", "-A"])?;
+    git(&["commit", "-q", "-m", "fixture"])?;
+    Ok(())
+}
+
+/// `files` small C files and a Makefile linking them, for the build workload.
+fn make_fixture(dir: &Path, files: usize) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut objs = Vec::new();
+    let mut main = String::from("#include <stdio.h>\n");
+    for i in 0..files {
+        let body: String = (0..20)
+            .map(|j| {
+                format!(
+                    "static int s{j}(int x) {{ return x * {j} + {i}; }}\n\
+                     int f{i}_{j}(int x) {{ int a = 0; for (int k = 0; k < x; k++) a += s{j}(k); return a; }}\n"
+                )
+            })
+            .collect();
+        std::fs::write(
+            dir.join(format!("u{i:03}.c")),
+            format!("#include <string.h>\n#include <stdlib.h>\n{body}"),
+        )?;
+        objs.push(format!("u{i:03}.o"));
+        main.push_str(&format!("int f{i}_0(int);\n"));
+    }
+    main.push_str("int main(void) { int t = 0;\n");
+    for i in 0..files {
+        main.push_str(&format!("t += f{i}_0(3);\n"));
+    }
+    main.push_str("printf(\"%d\\n\", t); return 0; }\n");
+    std::fs::write(dir.join("main.c"), main)?;
+    std::fs::write(
+        dir.join("Makefile"),
+        format!(
+            "OBJS = main.o {}\nprog: $(OBJS)\n\t$(CC) -o $@ $(OBJS)\n%.o: %.c\n\t$(CC) -O1 -c -o $@ $<\n",
+            objs.join(" ")
+        ),
+    )?;
+    Ok(())
 }
 
 /// Compiles a C helper from `tests/helpers` into `target/helpers`.
@@ -117,6 +193,11 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
     let storm = helper("openstorm")?;
     let target = root().join("Cargo.toml");
     let dir = std::env::temp_dir().join(format!("aet-bench-{}", std::process::id()));
+    let fixtures = std::env::temp_dir().join(format!("aet-bench-fixtures-{}", std::process::id()));
+    let git_dir = fixtures.join("repo");
+    let make_dir = fixtures.join("build");
+    git_fixture(&git_dir, args.git_files)?;
+    make_fixture(&make_dir, args.c_files)?;
     let workloads: Vec<(&str, Vec<String>)> = vec![
         (
             "open storm",
@@ -124,6 +205,31 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
                 storm.display().to_string(),
                 args.opens.to_string(),
                 target.display().to_string(),
+            ],
+        ),
+        (
+            "git cycle",
+            vec![
+                "sh".into(),
+                "-c".into(),
+                format!(
+                    "cd {} && for f in d0*/f0000*.txt; do echo change >> $f; done && \
+                     git status --porcelain >/dev/null && git add -A && \
+                     git diff --cached --stat >/dev/null && git diff HEAD >/dev/null && \
+                     git reset -q --hard",
+                    git_dir.display()
+                ),
+            ],
+        ),
+        (
+            "make -j2",
+            vec![
+                "sh".into(),
+                "-c".into(),
+                format!(
+                    "cd {} && rm -f *.o prog && make -s -j2 prog && ./prog >/dev/null",
+                    make_dir.display()
+                ),
             ],
         ),
         (
@@ -143,6 +249,9 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
         "workload", "untraced (ms)", "traced (ms)", "ratio", "events", "events/s", "lost"
     );
     for (name, cmd) in workloads {
+        if args.only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
         let mut base = Vec::new();
         let mut with = Vec::new();
         let mut events = 0;
@@ -170,6 +279,7 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&fixtures);
     println!(
         "(medians of {} alternating runs; ratio = traced / untraced)",
         args.runs
