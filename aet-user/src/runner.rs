@@ -147,13 +147,15 @@ pub fn guard_main(cgroup: &Path) -> anyhow::Result<()> {
 }
 
 /// Options of `aet run`.
-#[derive(Clone, Debug)]
 pub struct RunOptions {
     pub out: PathBuf,
     pub command: Vec<OsString>,
     pub grace: Duration,
     pub ringbuf_bytes: u32,
     pub quiet: bool,
+    /// Run the command in this sandbox (bwrap starts inside the run's cgroup, so its set-up is
+    /// in the ledger too).
+    pub sandbox: Option<crate::sandbox::Prepared>,
 }
 
 /// A process aet killed.
@@ -287,9 +289,19 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
 
     let procs = cg.procs_file()?;
     let procs_fd = procs.as_raw_fd();
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(&opts.command[1..]);
-    // SAFETY: the closure only calls write(2), which is async-signal-safe.
+    let (mut cmd, keep_fd) = match &opts.sandbox {
+        Some(sb) => (
+            tokio::process::Command::from(sb.command()),
+            Some(sb.args_fd()),
+        ),
+        None => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(&opts.command[1..]);
+            (c, None)
+        }
+    };
+    // SAFETY: the closure only calls write(2), close(2) and fcntl(2), which are
+    // async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
             let r = libc::write(procs_fd, b"0".as_ptr().cast(), 1);
@@ -297,6 +309,9 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
                 return Err(io::Error::last_os_error());
             }
             child_fd_hygiene();
+            if let Some(fd) = keep_fd {
+                crate::sandbox::inherit_fd(fd)?;
+            }
             Ok(())
         });
     }
@@ -408,7 +423,39 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
     if monitor.consumer_failed() {
         reasons.push("the event consumer stopped early".into());
     }
+    let mut exit_status = exit_status;
     let mut extra = HashMap::new();
+    if let Some(sb) = &opts.sandbox {
+        let report = sb.report();
+        match &report {
+            Ok(r) if r.ok => note(
+                opts.quiet,
+                format_args!(
+                    "sandbox {} verified from inside: {} checks",
+                    sb.spec_path.display(),
+                    r.checks.len()
+                ),
+            ),
+            Ok(r) => {
+                eprintln!(
+                    "aet: SANDBOX NOT AS SPECIFIED ({}); the command was not run:",
+                    sb.spec_path.display()
+                );
+                for f in &r.failures {
+                    eprintln!("aet:   - {f}");
+                }
+                exit_status = crate::cli::EXIT_AET_FAILED.into();
+            }
+            Err(e) => {
+                eprintln!("aet: error: {e}");
+                exit_status = crate::cli::EXIT_AET_FAILED.into();
+            }
+        }
+        extra.insert(
+            meta::SANDBOX.to_owned(),
+            sb.record(report.as_ref().ok()).to_string(),
+        );
+    }
     extra.insert(meta::EXIT_STATUS.to_owned(), exit_status.to_string());
     extra.insert(
         meta::KILLED.to_owned(),

@@ -13,6 +13,7 @@ mod doctor;
 mod ledger;
 mod monitor;
 mod run;
+mod sandbox;
 
 use std::{io::Write as _, process::ExitCode};
 
@@ -40,17 +41,29 @@ pub enum Command {
     /// Read ledgers.
     #[command(subcommand)]
     Ledger(ledger::Command),
+    /// Build, show, run and probe the bubblewrap sandbox of a spec.
+    #[command(subcommand)]
+    Sandbox(sandbox::Command),
     /// Report what this machine supports and whether `aet run` can work here.
     Doctor(doctor::Args),
     /// Internal: kills a run's cgroup if `aet run` dies before finishing (see `runner::Guard`).
     #[command(name = "__guard", hide = true)]
     Guard { cgroup: std::path::PathBuf },
+    /// Internal: aet's stage inside the sandbox (see `sandbox::stage`).
+    #[command(name = "__stage", hide = true, trailing_var_arg = true)]
+    Stage {
+        /// The directory holding the plan (default: the sandbox's stage directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        #[arg(allow_hyphen_values = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 /// Parses the arguments, runs the subcommand, and returns the process exit code.
 pub fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let is_run = args.get(1).is_some_and(|a| a == "run");
+    let is_run = args.get(1).is_some_and(|a| a == "run") || is_sandbox_run(&args);
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -70,6 +83,18 @@ pub fn main() -> ExitCode {
         Command::Ledger(c) => (ledger::run(c), EXIT_USAGE),
         Command::Doctor(a) => (doctor::run(a), EXIT_USAGE),
         Command::Guard { cgroup } => (crate::runner::guard_main(&cgroup).map(|()| 0), 1),
+        Command::Sandbox(c) => (
+            sandbox::run(c),
+            if is_sandbox_run(&args) {
+                EXIT_AET_FAILED
+            } else {
+                EXIT_USAGE
+            },
+        ),
+        Command::Stage { dir, command } => {
+            let code = crate::sandbox::stage::stage_main(dir.as_deref(), strip_dashdash(&command));
+            return ExitCode::from(u8::try_from(code).unwrap_or(255));
+        }
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -80,6 +105,19 @@ pub fn main() -> ExitCode {
             eprintln!("aet: error: {e:#}");
             ExitCode::from(failure_code)
         }
+    }
+}
+
+/// `aet sandbox run` fails like `aet run` (125), not like the other subcommands.
+fn is_sandbox_run(args: &[std::ffi::OsString]) -> bool {
+    args.get(1).is_some_and(|a| a == "sandbox") && args.get(2).is_some_and(|a| a == "run")
+}
+
+/// The command after the stage's `--` (clap keeps a leading `--` in trailing arguments).
+fn strip_dashdash(cmd: &[std::ffi::OsString]) -> &[std::ffi::OsString] {
+    match cmd.first() {
+        Some(a) if a == "--" => &cmd[1..],
+        _ => cmd,
     }
 }
 

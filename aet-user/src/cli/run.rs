@@ -21,6 +21,13 @@ pub struct Args {
     /// Only print aet's messages when something is wrong.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Run the command in the bubblewrap sandbox this spec describes (verified from inside
+    /// before the command starts).
+    #[arg(long, value_name = "SPEC")]
+    pub sandbox: Option<PathBuf>,
+    /// Shell text run before the command inside the sandbox (`export PATH=...;`).
+    #[arg(long, value_name = "TEXT", requires = "sandbox")]
+    pub env_prefix: Option<String>,
     /// The command and its arguments.
     #[arg(required = true, value_name = "COMMAND", allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -31,12 +38,26 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         anyhow::bail!("--grace must be between 0 and 86400 seconds");
     }
     let out = a.out.unwrap_or_else(default_out);
+    let sandbox = match &a.sandbox {
+        Some(spec) => Some(crate::sandbox::Prepared::new(
+            spec,
+            crate::sandbox::PrepareOptions {
+                command: a.command.clone(),
+                env_prefix: a.env_prefix.clone(),
+                mode: crate::sandbox::plan::Mode::Exec,
+                identity: None,
+                env_start: crate::sandbox::env::Start::Inherit,
+            },
+        )?),
+        None => None,
+    };
     let opts = runner::RunOptions {
         out,
         command: a.command,
         grace: Duration::from_secs_f64(a.grace),
         ringbuf_bytes: a.ringbuf_bytes,
         quiet: a.quiet,
+        sandbox,
     };
     let outcome = super::runtime()?
         .block_on(runner::run(opts))

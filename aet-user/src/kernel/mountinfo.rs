@@ -19,6 +19,10 @@ pub struct MountEntry {
     pub root: Vec<u8>,
     /// Where it is mounted, relative to the process's root.
     pub mount_point: Vec<u8>,
+    /// The mount is read-only (`ro` in its per-mount options).
+    pub read_only: bool,
+    /// The file system type (`tmpfs`, `ext4`, `proc`, ...).
+    pub fstype: Vec<u8>,
 }
 
 /// Decodes mountinfo's octal escapes (`\040` for a space).
@@ -54,12 +58,25 @@ pub fn parse(text: &[u8]) -> Vec<MountEntry> {
                 let (a, b) = s.split_once(':')?;
                 (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)
             };
+            let read_only = f
+                .get(5)
+                .is_some_and(|o| o.split(|&b| b == b',').any(|o| o == b"ro"));
+            // Optional fields end at " - ", then the file system type.
+            let fstype = f
+                .iter()
+                .skip(6)
+                .skip_while(|x| **x != b"-")
+                .nth(1)
+                .map(|t| t.to_vec())
+                .unwrap_or_default();
             Some(MountEntry {
                 id: num(f[0])?,
                 parent: num(f[1])?,
                 dev: libc::makedev(maj, min),
                 root: unescape(f[3]),
                 mount_point: unescape(f[4]),
+                read_only,
+                fstype,
             })
         })
         .collect()
@@ -248,6 +265,9 @@ mod tests {
         assert_eq!(t[1].mount_point, b"/inputs");
         assert_eq!(t[1].dev, libc::makedev(254, 0));
         assert_eq!(t[5].root, b"/odd dir");
+        assert!(t[1].read_only && !t[0].read_only);
+        assert_eq!(t[0].fstype, b"tmpfs");
+        assert_eq!(t[1].fstype, b"ext4");
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub mod meta {
     pub const KILLED: &str = "aet.killed";
     /// aet's own mount namespace id (rows with another `mntns` come from a sandbox).
     pub const HOST_MNTNS: &str = "aet.host_mntns";
+    /// `aet run --sandbox`: the spec, the exact bwrap command line, the agent's variable names,
+    /// and the stage's verification report (JSON).
+    pub const SANDBOX: &str = "aet.sandbox";
     /// Set to `true` by `aet ledger recover` on a ledger rebuilt from an unfinished file.
     pub const RECOVERED: &str = "aet.recovered";
 }

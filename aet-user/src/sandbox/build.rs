@@ -1,0 +1,625 @@
+//! From a checked spec to the bwrap arguments and the stage's plan.
+//!
+//! The view is layered in this order:
+//!
+//! 1. namespaces and process set-up (`--unshare-pid`, `--die-with-parent`, `--new-session`, …);
+//! 2. every grant, base layer included, parents before children (by path depth; at equal depth:
+//!    base, tmpfs, read-only binds, workspace, rw binds), so a writable state directory inside a
+//!    broad read-only allow stays writable and a read-only bind inside a tmpfs is not hidden;
+//! 3. every deny and mask, after all grants, so nothing granted can re-expose them;
+//! 4. `/dev` and the sandbox root remounted read-only: only the workspace, the rw binds and the
+//!    tmpfs blanks (`/tmp`, `/dev/shm` in the base) are writable.
+
+use std::{
+    ffi::{OsStr, OsString},
+    fs, io,
+    os::unix::fs::MetadataExt as _,
+    path::{Component, Path, PathBuf},
+};
+
+use super::{
+    plan::{Check, Expect, Identity, Mode, PLAN_VERSION, PPath, Plan},
+    spec::{Base, Role, SandboxSpec},
+};
+
+/// Where the stage binary is bound inside the sandbox.
+pub const STAGE_BIN: &str = "/.aet/aet";
+/// Where the stage's private directory is bound inside the sandbox: aet writes the plan there,
+/// the stage its report; the stage removes it from the view before the agent starts.
+pub const STAGE_DIR: &str = "/.aet/run";
+/// The plan file inside the stage directory.
+pub const PLAN_FILE: &str = "plan.json";
+/// The report file inside the stage directory.
+pub const REPORT_FILE: &str = "report.json";
+/// The host file bound over masked files (empty, read-only, root's).
+pub const EMPTY_FILE: &str = "/run/aet/empty";
+
+/// Files of the host's `/etc` in the standard base layer: what programs need to start, resolve
+/// users and hosts, find libraries, certificates and locales. Nothing that holds secrets
+/// (`shadow`, `ssh/`, `ssl/private`, `sudoers`, package-manager tokens).
+pub const BASE_ETC: &[&str] = &[
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates.conf",
+    "debian_version",
+    "gai.conf",
+    "group",
+    "host.conf",
+    "hostname",
+    "hosts",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "localtime",
+    "magic",
+    "magic.mime",
+    "mime.types",
+    "networks",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "profile",
+    "protocols",
+    "services",
+    "shells",
+    "ssl/certs",
+    "timezone",
+];
+
+/// The top-level directories of the standard base layer besides `/usr`: symlinks are recreated,
+/// directories bound read-only.
+const BASE_TOP: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+
+/// Problems building the view (the spec was fine, the host was not).
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("dns = true, but {path} cannot be resolved: {source}")]
+    Resolver {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{entry}: cannot examine it: {source}")]
+    Examine {
+        entry: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot prepare {path}: {source}")]
+    Host {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// One mount (or file-system) operation of the view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Op {
+    RoBind(PathBuf),
+    Bind(PathBuf),
+    Tmpfs,
+    /// An empty read-only directory: a tmpfs remounted read-only.
+    TmpfsRo,
+    /// An empty read-only file: the host's empty file bound read-only.
+    EmptyFile,
+    Symlink(OsString),
+    Dir,
+    Proc,
+    Dev,
+}
+
+#[derive(Clone, Debug)]
+struct Mount {
+    dst: PathBuf,
+    op: Op,
+    /// Layering order at equal depth.
+    rank: u8,
+}
+
+impl Mount {
+    fn writable(&self) -> bool {
+        matches!(self.op, Op::Bind(_) | Op::Tmpfs)
+    }
+}
+
+/// What the stage binary needs from the host.
+#[derive(Clone, Debug)]
+pub struct StageFiles {
+    /// This aet binary, bound at [`STAGE_BIN`].
+    pub aet: PathBuf,
+    /// A private directory bound at [`STAGE_DIR`], holding the plan and the stage's report.
+    pub dir: PathBuf,
+}
+
+/// How to build.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// Verify the view from inside before running anything (aet's stage); `None` gives the plain
+    /// bwrap arguments, with no verification.
+    pub stage: Option<StageFiles>,
+    /// The command to run inside (may be empty when only printing the arguments).
+    pub command: Vec<OsString>,
+    /// Shell text run before the command (`export PATH=...;`), as the seed's `env_prefix`.
+    pub env_prefix: Option<String>,
+    pub mode: Mode,
+    pub identity: Option<Identity>,
+}
+
+/// The bwrap options, the command bwrap runs, and, with a stage, its plan.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// bwrap's options (without `bwrap` itself and the `--` that ends them).
+    pub args: Vec<OsString>,
+    /// What bwrap runs: aet's stage and then the command, or the command.
+    pub command: Vec<OsString>,
+    pub plan: Option<Plan>,
+}
+
+impl Built {
+    /// The whole command line: `bwrap`, the options, `--`, the command.
+    pub fn argv(&self) -> Vec<OsString> {
+        let mut v = vec![OsString::from("bwrap")];
+        v.extend(self.args.iter().cloned());
+        v.push("--".into());
+        v.extend(self.command.iter().cloned());
+        v
+    }
+}
+
+/// Normalises an absolute path (drops `.` components and trailing slashes).
+fn norm(p: &Path) -> PathBuf {
+    p.components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect()
+}
+
+fn depth(p: &Path) -> usize {
+    p.components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .count()
+}
+
+/// The deepest grant whose destination is `p` or an ancestor of it.
+fn covering<'a>(grants: &'a [Mount], p: &Path) -> Option<&'a Mount> {
+    grants
+        .iter()
+        .filter(|m| p.starts_with(&m.dst) && !matches!(m.op, Op::Dir | Op::Symlink(_)))
+        .max_by_key(|m| (depth(&m.dst), m.rank))
+}
+
+/// `p` with its longest existing prefix canonicalised (symlinks resolved), the rest appended.
+fn canonical_alias(p: &Path) -> Option<PathBuf> {
+    let mut existing = p.to_owned();
+    let mut rest = Vec::new();
+    loop {
+        match fs::canonicalize(&existing) {
+            Ok(c) => {
+                let mut out = c;
+                for r in rest.iter().rev() {
+                    out.push(r);
+                }
+                return Some(out);
+            }
+            Err(_) => {
+                let name = existing.file_name()?.to_owned();
+                rest.push(name);
+                if !existing.pop() {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+fn ids(p: &Path, entry: &str) -> Result<(u64, u64), BuildError> {
+    let m = fs::metadata(p).map_err(|source| BuildError::Examine {
+        entry: entry.to_owned(),
+        source,
+    })?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// Makes sure [`EMPTY_FILE`] is an empty read-only regular file owned by root, in a directory
+/// only root can write.
+pub fn ensure_empty_file() -> Result<(), BuildError> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    let file = Path::new(EMPTY_FILE);
+    let dir = file.parent().expect("EMPTY_FILE has a parent");
+    let host = |source| BuildError::Host {
+        path: file.to_owned(),
+        source,
+    };
+    match fs::DirBuilder::new().mode(0o755).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(host(e)),
+    }
+    let ok = |m: &fs::Metadata| {
+        m.file_type().is_file() && m.len() == 0 && m.uid() == 0 && m.mode() & 0o222 == 0
+    };
+    match fs::symlink_metadata(file) {
+        Ok(m) if ok(&m) => return Ok(()),
+        Ok(_) => fs::remove_file(file).map_err(host)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(host(e)),
+    }
+    let tmp = dir.join(format!(".empty-{}", std::process::id()));
+    fs::write(&tmp, b"").map_err(host)?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o444)).map_err(host)?;
+    fs::rename(&tmp, file).map_err(host)?;
+    Ok(())
+}
+
+/// Builds the view of a checked spec.
+pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildError> {
+    let mut grants: Vec<Mount> = Vec::new();
+    let push = |grants: &mut Vec<Mount>, dst: PathBuf, op: Op, rank: u8| {
+        if !grants.iter().any(|m| m.dst == dst) {
+            grants.push(Mount { dst, op, rank });
+        } else if let Some(m) = grants.iter_mut().find(|m| m.dst == dst) {
+            // A spec entry replaces the base layer's at the same place.
+            if rank > m.rank {
+                *m = Mount { dst, op, rank };
+            }
+        }
+    };
+
+    // Spec grants first in this list so they take precedence over the base at the same path.
+    let mut checks = Vec::new();
+    let mut writable: Vec<PPath> = Vec::new();
+    for e in spec.entries() {
+        let path = norm(&e.path);
+        let name = e.name();
+        match e.role {
+            Role::Tmpfs => {
+                push(&mut grants, path.clone(), Op::Tmpfs, 1);
+                checks.push(Check {
+                    entry: name,
+                    path: path.as_path().into(),
+                    expect: Expect::Tmpfs,
+                });
+                writable.push(path.into());
+            }
+            Role::Allow | Role::ExtraBind => {
+                let (dev, ino) = ids(&path, &name)?;
+                push(&mut grants, path.clone(), Op::RoBind(path.clone()), 2);
+                checks.push(Check {
+                    entry: name,
+                    path: path.into(),
+                    expect: Expect::ReadOnly { dev, ino },
+                });
+            }
+            Role::Workspace | Role::RwBind => {
+                let (dev, ino) = ids(&path, &name)?;
+                let rank = if e.role == Role::Workspace { 3 } else { 4 };
+                push(&mut grants, path.clone(), Op::Bind(path.clone()), rank);
+                checks.push(Check {
+                    entry: name,
+                    path: path.as_path().into(),
+                    expect: Expect::Writable { dev, ino },
+                });
+                writable.push(path.into());
+            }
+            Role::Deny | Role::MaskFile => {}
+        }
+    }
+    if spec.base == Base::Standard {
+        push(&mut grants, "/usr".into(), Op::RoBind("/usr".into()), 0);
+        for top in BASE_TOP {
+            let p = Path::new(top);
+            match fs::symlink_metadata(p) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(t) = fs::read_link(p) {
+                        push(&mut grants, p.into(), Op::Symlink(t.into()), 0);
+                    }
+                }
+                Ok(m) if m.is_dir() => push(&mut grants, p.into(), Op::RoBind(p.into()), 0),
+                _ => {}
+            }
+        }
+        push(&mut grants, "/proc".into(), Op::Proc, 0);
+        push(&mut grants, "/dev".into(), Op::Dev, 0);
+        push(&mut grants, "/dev/shm".into(), Op::Tmpfs, 0);
+        push(&mut grants, "/tmp".into(), Op::Tmpfs, 0);
+        push(&mut grants, "/etc".into(), Op::Dir, 0);
+        for f in BASE_ETC {
+            let p = Path::new("/etc").join(f);
+            match fs::symlink_metadata(&p) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(t) = fs::read_link(&p) {
+                        push(&mut grants, p, Op::Symlink(t.into()), 0);
+                    }
+                }
+                Ok(_) => push(&mut grants, p.clone(), Op::RoBind(p), 0),
+                Err(_) => {}
+            }
+        }
+        for w in ["/tmp", "/dev/shm"] {
+            if !writable.iter().any(|x| x.as_path() == Path::new(w)) {
+                writable.push(PathBuf::from(w).into());
+            }
+        }
+    }
+    if spec.dns {
+        let conf = Path::new("/etc/resolv.conf");
+        let real = fs::canonicalize(conf).map_err(|source| BuildError::Resolver {
+            path: conf.to_owned(),
+            source,
+        })?;
+        grants.retain(|m| m.dst != conf);
+        grants.push(Mount {
+            dst: conf.to_owned(),
+            op: Op::RoBind(real),
+            rank: 5,
+        });
+    }
+    // Parents before children; at equal depth by rank (base, tmpfs, ro, workspace, rw).
+    grants.sort_by_key(|m| (depth(&m.dst), m.rank));
+
+    // Masks, after every grant.
+    let mut masks: Vec<Mount> = Vec::new();
+    for e in spec.entries() {
+        if e.role.grants() {
+            continue;
+        }
+        let dir = e.role == Role::Deny;
+        let path = norm(&e.path);
+        let name = e.name();
+        let mask_op = if dir { Op::TmpfsRo } else { Op::EmptyFile };
+        let masked = if dir {
+            Expect::EmptyDir
+        } else {
+            Expect::EmptyFile
+        };
+        let mask_at = |p: &Path, masks: &mut Vec<Mount>, checks: &mut Vec<Check>, what: &str| {
+            let entry = if what.is_empty() {
+                name.clone()
+            } else {
+                format!("{name} ({what} {})", p.display())
+            };
+            let exists = match fs::symlink_metadata(p) {
+                Ok(_) => Some(true),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => Some(false),
+                // Cannot tell (a chmod 000 parent when not root): mask it anyway.
+                Err(_) => None,
+            };
+            let cover = covering(&grants, p);
+            let expect = match (exists, cover) {
+                // Not in the view at all: nothing to mask, nothing can appear there.
+                (_, None) => Expect::Absent,
+                (Some(false), Some(c)) if !c.writable() => Expect::Absent,
+                _ => {
+                    if !masks.iter().any(|m| m.dst == p) {
+                        masks.push(Mount {
+                            dst: p.to_owned(),
+                            op: mask_op.clone(),
+                            rank: 6,
+                        });
+                    }
+                    masked.clone()
+                }
+            };
+            checks.push(Check {
+                entry,
+                path: p.into(),
+                expect,
+            });
+        };
+        let is_link = fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+        let alias = canonical_alias(&path).filter(|a| *a != path);
+        if is_link {
+            // Mask the object the link leads to, and check the link leads only there.
+            if let Some(target) = &alias {
+                mask_at(target, &mut masks, &mut checks, "link target");
+            }
+            checks.push(Check {
+                entry: name.clone(),
+                path: path.as_path().into(),
+                expect: Expect::MaskedOrAbsent { dir },
+            });
+        } else {
+            mask_at(&path, &mut masks, &mut checks, "");
+            // The same object reached through a symlinked parent elsewhere in the view.
+            if let Some(a) = &alias
+                && covering(&grants, a).is_some()
+            {
+                mask_at(a, &mut masks, &mut checks, "also reachable as");
+            }
+        }
+    }
+    masks.sort_by_key(|m| depth(&m.dst));
+
+    let mut args: Vec<OsString> = Vec::new();
+    let mut arg = |a: &str| args.push(a.into());
+    for a in [
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+    ] {
+        arg(a);
+    }
+    if !spec.network {
+        arg("--unshare-net");
+    }
+    let emit = |args: &mut Vec<OsString>, m: &Mount| {
+        let dst = m.dst.as_os_str().to_owned();
+        let mut push = |xs: &[&OsStr]| args.extend(xs.iter().map(|x| x.to_os_string()));
+        match &m.op {
+            Op::RoBind(src) => push(&["--ro-bind".as_ref(), src.as_os_str(), &dst]),
+            Op::Bind(src) => push(&["--bind".as_ref(), src.as_os_str(), &dst]),
+            Op::Tmpfs => push(&["--tmpfs".as_ref(), &dst]),
+            Op::TmpfsRo => push(&["--tmpfs".as_ref(), &dst, "--remount-ro".as_ref(), &dst]),
+            Op::EmptyFile => push(&["--ro-bind".as_ref(), EMPTY_FILE.as_ref(), &dst]),
+            Op::Symlink(t) => push(&["--symlink".as_ref(), t, &dst]),
+            Op::Dir => push(&["--dir".as_ref(), &dst]),
+            Op::Proc => push(&["--proc".as_ref(), &dst]),
+            Op::Dev => push(&["--dev".as_ref(), &dst]),
+        }
+    };
+    // Fault injection for the tests of the stage's verification: build the view without its
+    // masks while the plan still expects them.
+    if std::env::var_os("AET_DEBUG_SANDBOX_SKIP_MASKS").is_some() {
+        masks.clear();
+    }
+    for m in grants.iter().chain(masks.iter()) {
+        emit(&mut args, m);
+    }
+    let mut unmount = Vec::new();
+    if let Some(st) = &opts.stage {
+        for (src, dst, op) in [
+            (&st.aet, STAGE_BIN, Op::RoBind(st.aet.clone())),
+            (&st.dir, STAGE_DIR, Op::Bind(st.dir.clone())),
+        ] {
+            let _ = src;
+            emit(
+                &mut args,
+                &Mount {
+                    dst: dst.into(),
+                    op,
+                    rank: 7,
+                },
+            );
+            unmount.push(PPath(dst.into()));
+        }
+        writable.push(PathBuf::from(STAGE_DIR).into());
+    }
+    if spec.base == Base::Standard {
+        args.extend(["--remount-ro".into(), "/dev".into()]);
+    }
+    args.extend(["--remount-ro".into(), "/".into()]);
+    for name in &spec.unsetenv {
+        args.extend(["--unsetenv".into(), name.into()]);
+    }
+    for (k, v) in &spec.setenv {
+        args.extend(["--setenv".into(), k.into(), v.into()]);
+    }
+    let ws = norm(&spec.workspace);
+    args.extend(["--chdir".into(), ws.as_os_str().to_owned()]);
+
+    let mut command: Vec<OsString> = Vec::new();
+    if let Some(prefix) = &opts.env_prefix {
+        command.extend([
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("{prefix}\nexec \"$@\"").into(),
+            "aet-env".into(),
+        ]);
+    }
+    command.extend(opts.command.iter().cloned());
+
+    let plan = opts.stage.as_ref().map(|_| Plan {
+        version: PLAN_VERSION,
+        workspace: ws.into(),
+        checks,
+        writable,
+        report: PathBuf::from(STAGE_DIR).join(REPORT_FILE).into(),
+        unmount,
+        identity: opts.identity.clone(),
+        mode: opts.mode.clone(),
+        view: true,
+        new_session: false,
+    });
+    let command = match &plan {
+        Some(_) => {
+            let mut c: Vec<OsString> = vec![STAGE_BIN.into(), "__stage".into(), "--".into()];
+            c.extend(command);
+            c
+        }
+        None => command,
+    };
+    Ok(Built {
+        args,
+        command,
+        plan,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(ws: &Path) -> SandboxSpec {
+        SandboxSpec::parse(&format!("workspace = {:?}", ws.to_str().unwrap())).unwrap()
+    }
+
+    fn opts() -> BuildOptions {
+        BuildOptions {
+            stage: None,
+            command: vec!["true".into()],
+            env_prefix: None,
+            mode: Mode::Exec,
+            identity: None,
+        }
+    }
+
+    fn pos(args: &[OsString], seq: &[&str]) -> usize {
+        args.windows(seq.len())
+            .position(|w| w.iter().zip(seq).all(|(a, b)| a == b))
+            .unwrap_or_else(|| panic!("{seq:?} not in {args:?}"))
+    }
+
+    #[test]
+    fn grants_are_layered_parents_first_and_masks_last() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        for p in ["home/u/.state", "home/u/secret", "ws"] {
+            fs::create_dir_all(root.join(p)).unwrap();
+        }
+        let s = |p: &str| root.join(p).to_str().unwrap().to_owned();
+        let mut sp = spec(&root.join("ws"));
+        // The rw child is listed before its read-only parent: the order still puts the parent
+        // first.
+        sp.rw_binds = vec![s("home/u/.state").into()];
+        sp.allow = vec![s("home/u").into()];
+        sp.deny = vec![s("home/u/secret").into()];
+        let b = build(&sp, &opts()).unwrap();
+        let ro = pos(&b.args, &["--ro-bind", &s("home/u"), &s("home/u")]);
+        let rw = pos(
+            &b.args,
+            &["--bind", &s("home/u/.state"), &s("home/u/.state")],
+        );
+        let deny = pos(&b.args, &["--tmpfs", &s("home/u/secret"), "--remount-ro"]);
+        let ws = pos(&b.args, &["--bind", &s("ws"), &s("ws")]);
+        assert!(ro < rw && rw < deny && ws < deny, "{:?}", b.args);
+        let root_ro = pos(&b.args, &["--remount-ro", "/"]);
+        assert!(deny < root_ro);
+        assert_eq!(b.command, ["true"]);
+    }
+
+    #[test]
+    fn a_missing_deny_under_a_read_only_grant_is_checked_absent() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir_all(d.path().join("in")).unwrap();
+        fs::create_dir_all(d.path().join("ws")).unwrap();
+        let mut sp = spec(&d.path().join("ws"));
+        sp.allow = vec![d.path().join("in")];
+        sp.deny = vec![d.path().join("in/answers"), d.path().join("ws/answers")];
+        let mut o = opts();
+        o.stage = Some(StageFiles {
+            aet: "/proc/self/exe".into(),
+            dir: "/tmp".into(),
+        });
+        let b = build(&sp, &o).unwrap();
+        let plan = b.plan.unwrap();
+        let find = |p: PathBuf| {
+            plan.checks
+                .iter()
+                .find(|c| c.path.0 == p)
+                .unwrap()
+                .expect
+                .clone()
+        };
+        // Cannot be created under a read-only bind: no mount, checked absent.
+        assert_eq!(find(d.path().join("in/answers")), Expect::Absent);
+        // Could be created in the writable workspace: masked.
+        assert_eq!(find(d.path().join("ws/answers")), Expect::EmptyDir);
+        let ws_answers = d.path().join("ws/answers");
+        pos(&b.args, &["--tmpfs", ws_answers.to_str().unwrap()]);
+    }
+}

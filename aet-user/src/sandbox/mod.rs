@@ -1,0 +1,234 @@
+//! The sandbox: a deny-by-default bubblewrap view built from a [`spec::SandboxSpec`], verified
+//! from inside by aet's stage before the agent's command runs.
+//!
+//! - [`spec`]: the TOML spec and its checks;
+//! - [`build`]: the bwrap arguments and the stage's plan;
+//! - [`stage`]: what runs inside first (verify, drop privileges, exec);
+//! - [`env`]: the agent's environment (credentials never pass unless named);
+//! - [`plan`]: what travels between aet and its stage.
+
+pub mod build;
+pub mod env;
+pub mod plan;
+pub mod spec;
+pub mod stage;
+
+use std::{
+    ffi::OsString,
+    io::{self, Seek as _, Write as _},
+    os::{
+        fd::{AsRawFd as _, OwnedFd, RawFd},
+        unix::ffi::OsStrExt as _,
+    },
+    path::{Path, PathBuf},
+};
+
+use build::{BuildError, BuildOptions, Built, StageFiles};
+use plan::{Identity, Mode, Report};
+use spec::{SandboxSpec, SpecError};
+
+/// Where aet keeps the sandbox's host-side files (the empty mask file, report directories).
+pub const RUNTIME_DIR: &str = "/run/aet";
+
+/// Why a sandbox could not be prepared or did not come up as specified.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error(
+        "the sandbox needs root: bwrap builds the view as root and aet's stage drops every \
+         privilege before the command starts"
+    )]
+    NotRoot,
+    #[error("bwrap (bubblewrap) is not installed or not on PATH (`cargo xtask setup` installs it)")]
+    NoBwrap,
+    #[error("cannot prepare the sandbox: {0}")]
+    Io(#[from] io::Error),
+    #[error(
+        "the sandbox was not set up: bwrap failed before aet's stage could check the view (see \
+         bwrap's message above)"
+    )]
+    NoReport,
+    #[error("the stage's report {path} is unreadable: {message}")]
+    BadReport { path: PathBuf, message: String },
+}
+
+/// What to run in the sandbox, and as whom.
+#[derive(Clone, Debug)]
+pub struct PrepareOptions {
+    pub command: Vec<OsString>,
+    pub env_prefix: Option<String>,
+    pub mode: Mode,
+    pub identity: Option<Identity>,
+    pub env_start: env::Start,
+}
+
+/// A sandbox ready to start: the bwrap arguments (handed over with `bwrap --args FD`, so the
+/// view, including where the masked material is, appears in no process's command line), the
+/// agent's environment, and the private directory the stage reports into.
+pub struct Prepared {
+    pub spec_path: PathBuf,
+    pub spec: SandboxSpec,
+    pub built: Built,
+    pub env: env::Env,
+    bwrap: PathBuf,
+    args_fd: OwnedFd,
+    stage_dir: tempfile::TempDir,
+}
+
+/// Finds a program on PATH.
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+impl Prepared {
+    /// Loads and checks the spec, builds the view, and prepares what bwrap needs.
+    pub fn new(spec_path: &Path, opts: PrepareOptions) -> Result<Self, SandboxError> {
+        let spec = SandboxSpec::load(spec_path)?;
+        if !nix::unistd::geteuid().is_root() {
+            return Err(SandboxError::NotRoot);
+        }
+        let bwrap = find_on_path("bwrap").ok_or(SandboxError::NoBwrap)?;
+        build::ensure_empty_file()?;
+        let stage_dir = tempfile::Builder::new()
+            .prefix("stage-")
+            .tempdir_in(RUNTIME_DIR)?;
+        let aet = std::env::current_exe()?;
+        let built = build::build(
+            &spec,
+            &BuildOptions {
+                stage: Some(StageFiles {
+                    aet,
+                    dir: stage_dir.path().to_owned(),
+                }),
+                command: opts.command,
+                env_prefix: opts.env_prefix,
+                mode: opts.mode,
+                identity: opts.identity,
+            },
+        )?;
+        let env = env::EnvPolicy {
+            start: opts.env_start,
+            pass: spec.pass_env.clone(),
+            unset: spec.unsetenv.clone(),
+            set: spec.setenv.clone(),
+        }
+        .apply(std::env::vars_os());
+        let args_fd = args_memfd(&built.args)?;
+        if let Some(plan) = &built.plan {
+            std::fs::write(
+                stage_dir.path().join(build::PLAN_FILE),
+                serde_json::to_vec(plan).expect("a plan serialises"),
+            )?;
+        }
+        Ok(Self {
+            spec_path: spec_path.to_owned(),
+            spec,
+            built,
+            env,
+            bwrap,
+            args_fd,
+            stage_dir,
+        })
+    }
+
+    /// The bwrap command (`bwrap --args FD -- COMMAND`) with the agent's environment. The fd is
+    /// close-on-exec here: the child must clear that flag ([`Prepared::args_fd`]).
+    pub fn command(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(&self.bwrap);
+        c.arg("--args")
+            .arg(self.args_fd.as_raw_fd().to_string())
+            .arg("--")
+            .args(&self.built.command)
+            .env_clear()
+            .envs(self.env.vars.iter().map(|(k, v)| (k, v)));
+        c
+    }
+
+    /// The fd bwrap reads its arguments from.
+    pub fn args_fd(&self) -> RawFd {
+        self.args_fd.as_raw_fd()
+    }
+
+    /// Reads the stage's report (after bwrap started, or ended).
+    pub fn report(&self) -> Result<Report, SandboxError> {
+        let path = self.stage_dir.path().join(build::REPORT_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(SandboxError::NoReport),
+            Err(e) => return Err(e.into()),
+        };
+        if text.trim().is_empty() {
+            return Err(SandboxError::NoReport);
+        }
+        serde_json::from_str(&text).map_err(|e| SandboxError::BadReport {
+            path,
+            message: e.to_string(),
+        })
+    }
+
+    /// What the run record keeps of the sandbox: the spec, the exact arguments, the variable
+    /// names (never values), and the stage's report.
+    pub fn record(&self, report: Option<&Report>) -> serde_json::Value {
+        serde_json::json!({
+            "spec": self.spec_path,
+            "bwrap_argv": self.built.argv().iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+            "env": self.env.names(),
+            "env_removed": self.env.removed,
+            "verified": report.is_some_and(|r| r.ok),
+            "report": report,
+        })
+    }
+}
+
+/// Clears close-on-exec on `fd`, in a child between fork and exec.
+///
+/// # Safety
+/// Only async-signal-safe calls: fit for `pre_exec`.
+pub unsafe fn inherit_fd(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl is async-signal-safe.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A memfd holding NUL-terminated arguments, positioned at its start.
+fn args_memfd(args: &[OsString]) -> io::Result<OwnedFd> {
+    let fd =
+        nix::sys::memfd::memfd_create(c"aet-bwrap-args", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)?;
+    let mut f = std::fs::File::from(fd);
+    for a in args {
+        f.write_all(a.as_bytes())?;
+        f.write_all(b"\0")?;
+    }
+    f.rewind()?;
+    Ok(f.into())
+}
+
+/// Writes arguments one a line, escaping what would break the lines (`\n`, `\\`, bytes that are
+/// not UTF-8 as `\xNN`); `--null` output is exact instead.
+pub fn format_args_lines(args: &[OsString]) -> String {
+    let mut out = String::new();
+    for a in args {
+        for chunk in a.as_bytes().utf8_chunks() {
+            for ch in chunk.valid().chars() {
+                match ch {
+                    '\n' => out.push_str("\\n"),
+                    '\\' => out.push_str("\\\\"),
+                    c => out.push(c),
+                }
+            }
+            for b in chunk.invalid() {
+                out.push_str(&format!("\\x{b:02x}"));
+            }
+        }
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,214 @@
+//! What aet hands its stage inside the sandbox (the checks to make, the privileges to drop, what
+//! to run), and what the stage reports back. Both travel as JSON.
+
+use std::{
+    ffi::OsString,
+    os::unix::ffi::{OsStrExt as _, OsStringExt as _},
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Version of the plan and report formats (the stage is the same binary, but a stale stage
+/// binary must not misread a plan).
+pub const PLAN_VERSION: u32 = 1;
+
+/// A path that survives JSON whatever its bytes: a string when it is UTF-8, else
+/// `{"hex": "..."}`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PPath(pub PathBuf);
+
+impl PPath {
+    pub fn as_path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl From<&Path> for PPath {
+    fn from(p: &Path) -> Self {
+        Self(p.to_owned())
+    }
+}
+
+impl From<PathBuf> for PPath {
+    fn from(p: PathBuf) -> Self {
+        Self(p)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum PPathRepr {
+    Text(String),
+    Hex { hex: String },
+}
+
+impl Serialize for PPath {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.to_str() {
+            Some(t) => PPathRepr::Text(t.to_owned()),
+            None => PPathRepr::Hex {
+                hex: self
+                    .0
+                    .as_os_str()
+                    .as_bytes()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect(),
+            },
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for PPath {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match PPathRepr::deserialize(d)? {
+            PPathRepr::Text(t) => Ok(Self(t.into())),
+            PPathRepr::Hex { hex } => {
+                if hex.len() % 2 != 0 {
+                    return Err(serde::de::Error::custom("odd-length hex path"));
+                }
+                let bytes = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+                    .collect::<Result<Vec<u8>, _>>()
+                    .map_err(serde::de::Error::custom)?;
+                Ok(Self(OsString::from_vec(bytes).into()))
+            }
+        }
+    }
+}
+
+/// What one spec entry must look like from inside.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case", tag = "expect")]
+pub enum Expect {
+    /// The host object (same device and inode), read-only.
+    ReadOnly { dev: u64, ino: u64 },
+    /// The host object, writable.
+    Writable { dev: u64, ino: u64 },
+    /// A private writable tmpfs.
+    Tmpfs,
+    /// An empty directory on a read-only mount.
+    EmptyDir,
+    /// An empty regular file on a read-only mount.
+    EmptyFile,
+    /// Nothing there, and nothing can be created there (the nearest existing ancestor is on a
+    /// read-only mount).
+    Absent,
+    /// A symbolic link to a masked object: it leads to an empty read-only object (a directory
+    /// when `dir`), or to nothing.
+    MaskedOrAbsent { dir: bool },
+}
+
+impl Expect {
+    /// A short description for reports.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Self::ReadOnly { .. } => "the granted object, read-only",
+            Self::Writable { .. } => "the granted object, writable",
+            Self::Tmpfs => "a private writable tmpfs",
+            Self::EmptyDir => "an empty read-only directory",
+            Self::EmptyFile => "an empty read-only file",
+            Self::Absent => "nothing, and nothing can be created there",
+            Self::MaskedOrAbsent { .. } => "a link to a masked object, or nothing",
+        }
+    }
+}
+
+/// One check of the view.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Check {
+    /// The spec entry (`deny[0] = "/x"`), or what the check is about.
+    pub entry: String,
+    pub path: PPath,
+    #[serde(flatten)]
+    pub expect: Expect,
+}
+
+/// The identity the agent runs as; `None` keeps aet's uid (without capabilities).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// What the stage does once the view is verified.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum Mode {
+    /// Exec the command that follows the plan.
+    Exec,
+    /// Probe these paths as the agent and print the results as JSON.
+    Probe { paths: Vec<PPath> },
+}
+
+/// Everything the stage needs.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Plan {
+    pub version: u32,
+    /// The agent's working directory.
+    pub workspace: PPath,
+    pub checks: Vec<Check>,
+    /// Mount points that may be writable (besides /proc, /dev/pts and /dev's device nodes).
+    pub writable: Vec<PPath>,
+    /// Where the stage writes its report (a file in a directory bound from the host).
+    pub report: PPath,
+    /// Mounts the stage removes before the agent starts (its own binary, the report directory).
+    pub unmount: Vec<PPath>,
+    /// The identity to take, if any; capabilities are always dropped and no_new_privs set.
+    pub identity: Option<Identity>,
+    pub mode: Mode,
+    /// Check the mount table (inside a sandbox); without a sandbox only the working directory is
+    /// checked.
+    pub view: bool,
+    /// Start a new session first (bwrap's `--new-session` does it in a sandbox).
+    pub new_session: bool,
+}
+
+/// The result of one check.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CheckResult {
+    pub entry: String,
+    pub path: PPath,
+    pub expected: String,
+    pub found: String,
+    pub ok: bool,
+}
+
+/// What the stage found.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Report {
+    pub version: u32,
+    /// Every check passed and nothing else is writable: the agent may start.
+    pub ok: bool,
+    pub checks: Vec<CheckResult>,
+    /// One sentence per problem, naming the entry or mount.
+    pub failures: Vec<String>,
+    /// Mounts in the view.
+    pub mounts: usize,
+    /// Mount points found writable (all of them allowed when `ok`).
+    pub writable_mounts: Vec<PPath>,
+    /// The identity taken (none: aet's uid, without capabilities).
+    #[serde(default)]
+    pub identity: Option<Identity>,
+    /// What the command runs with, as read back after dropping privileges.
+    #[serde(default)]
+    pub privileges: Option<String>,
+}
+
+/// One probe result (`aet sandbox probe`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProbeResult {
+    pub path: PPath,
+    /// `dir`, `file`, `link`, `other`, or an errno name.
+    pub stat: String,
+    /// `ok` or an errno name.
+    pub read: String,
+    /// `ok` (an existing file opened for writing, or a file could be created in the directory,
+    /// without leaving anything behind) or an errno name.
+    pub write: String,
+    /// `N entries`, `-` for a non-directory, or an errno name.
+    pub list: String,
+}

@@ -1,0 +1,461 @@
+//! The sandbox spec: what an agent may see and write, as users write it in TOML.
+//!
+//! A spec is checked whole before anything is built from it: every problem is reported, each
+//! naming its entry (`deny[1] = "/x"`), and a spec with any problem is never applied, not even in
+//! part.
+
+use std::{
+    collections::BTreeMap,
+    fmt, fs, io,
+    path::{Component, Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+/// The layer that makes programs start at all; see the README ("Sandbox").
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Base {
+    /// `/usr` and the `/bin`, `/sbin`, `/lib*` links or binds, a minimal `/etc` without
+    /// secrets, `/dev`, `/proc`, a private `/tmp` and `/dev/shm`.
+    #[default]
+    Standard,
+    /// Nothing: the spec's own binds must provide the loader, libraries and programs.
+    None,
+}
+
+/// A sandbox spec (the TOML file's fields).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSpec {
+    /// The only unconditionally writable directory, and the agent's working directory.
+    pub workspace: PathBuf,
+    /// Read-only binds of granted inputs and in-repo tools.
+    #[serde(default)]
+    pub allow: Vec<PathBuf>,
+    /// Extra writable binds (e.g. an agent CLI's state directory under a read-only home).
+    #[serde(default)]
+    pub rw_binds: Vec<PathBuf>,
+    /// Directories masked after every grant: empty and read-only inside.
+    #[serde(default)]
+    pub deny: Vec<PathBuf>,
+    /// Single files masked after every grant: empty and read-only inside.
+    #[serde(default)]
+    pub mask_files: Vec<PathBuf>,
+    /// Read-only binds of tools outside the repository.
+    #[serde(default)]
+    pub extra_binds: Vec<PathBuf>,
+    /// Directories blanked with a private, writable, initially empty tmpfs.
+    #[serde(default)]
+    pub tmpfs: Vec<PathBuf>,
+    /// Environment variables removed.
+    #[serde(default)]
+    pub unsetenv: Vec<String>,
+    /// Environment variables set (after everything else).
+    #[serde(default)]
+    pub setenv: BTreeMap<String, String>,
+    /// Environment variables passed through even though they look like credentials.
+    #[serde(default)]
+    pub pass_env: Vec<String>,
+    /// Make name resolution work inside (bind the host's real resolver configuration).
+    #[serde(default)]
+    pub dns: bool,
+    /// Share the host's network (`false`: a private network namespace with only loopback).
+    #[serde(default = "default_true")]
+    pub network: bool,
+    /// The base layer.
+    #[serde(default)]
+    pub base: Base,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// A spec that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The file could not be read.
+    #[error("cannot read sandbox spec {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The file is not a valid spec (TOML syntax, unknown key, wrong type).
+    #[error("sandbox spec {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// The spec names things that cannot be honoured; every problem is listed.
+    #[error("sandbox spec {}: {} problem(s), nothing was applied:{}", path.display(), problems.len(), Problems(problems))]
+    Invalid {
+        path: PathBuf,
+        problems: Vec<String>,
+    },
+}
+
+struct Problems<'a>(&'a [String]);
+
+impl fmt::Display for Problems<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for p in self.0 {
+            write!(f, "\n  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The role of a spec entry; ordered as the mounts are layered at equal depth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Tmpfs,
+    Allow,
+    ExtraBind,
+    Workspace,
+    RwBind,
+    Deny,
+    MaskFile,
+}
+
+impl Role {
+    /// The spec key.
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Tmpfs => "tmpfs",
+            Self::Allow => "allow",
+            Self::ExtraBind => "extra_binds",
+            Self::Workspace => "workspace",
+            Self::RwBind => "rw_binds",
+            Self::Deny => "deny",
+            Self::MaskFile => "mask_files",
+        }
+    }
+
+    /// Does the role grant something visible (as opposed to masking)?
+    pub fn grants(self) -> bool {
+        !matches!(self, Self::Deny | Self::MaskFile)
+    }
+
+    /// Is what the role grants writable?
+    pub fn writable(self) -> bool {
+        matches!(self, Self::Tmpfs | Self::Workspace | Self::RwBind)
+    }
+}
+
+/// One path entry of a spec, with its name for messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub role: Role,
+    /// Index in its list (0 for `workspace`).
+    pub index: usize,
+    pub path: PathBuf,
+}
+
+impl Entry {
+    /// `deny[1] = "/x"` (or `workspace = "/x"`).
+    pub fn name(&self) -> String {
+        match self.role {
+            Role::Workspace => format!("workspace = {:?}", self.path),
+            r => format!("{}[{}] = {:?}", r.key(), self.index, self.path),
+        }
+    }
+}
+
+impl SandboxSpec {
+    /// Reads, parses and checks a spec file.
+    pub fn load(path: &Path) -> Result<Self, SpecError> {
+        let text = fs::read_to_string(path).map_err(|source| SpecError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let spec = Self::parse(&text).map_err(|message| SpecError::Parse {
+            path: path.to_owned(),
+            message,
+        })?;
+        spec.check().map_err(|problems| SpecError::Invalid {
+            path: path.to_owned(),
+            problems,
+        })?;
+        Ok(spec)
+    }
+
+    /// Parses TOML text (no checks against the file system).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())
+    }
+
+    /// Every path entry, in spec order.
+    pub fn entries(&self) -> Vec<Entry> {
+        let mut out = vec![Entry {
+            role: Role::Workspace,
+            index: 0,
+            path: self.workspace.clone(),
+        }];
+        for (role, list) in [
+            (Role::Allow, &self.allow),
+            (Role::ExtraBind, &self.extra_binds),
+            (Role::RwBind, &self.rw_binds),
+            (Role::Tmpfs, &self.tmpfs),
+            (Role::Deny, &self.deny),
+            (Role::MaskFile, &self.mask_files),
+        ] {
+            for (index, path) in list.iter().enumerate() {
+                out.push(Entry {
+                    role,
+                    index,
+                    path: path.clone(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Checks the spec against itself and the file system; every problem found.
+    pub fn check(&self) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        let entries = self.entries();
+        for e in &entries {
+            if let Err(p) = check_path_syntax(&e.path) {
+                problems.push(format!("{}: {p}", e.name()));
+                continue;
+            }
+            if e.path == Path::new("/") && e.role != Role::Deny {
+                problems.push(format!(
+                    "{}: `/` would expose (or hide) the whole host; name the directories instead",
+                    e.name()
+                ));
+                continue;
+            }
+            match e.role {
+                Role::Workspace | Role::Allow | Role::ExtraBind | Role::RwBind => {
+                    match fs::metadata(&e.path) {
+                        Ok(m) if e.role == Role::Workspace && !m.is_dir() => {
+                            problems.push(format!("{}: is not a directory", e.name()));
+                        }
+                        Ok(_) => {}
+                        Err(err) => problems.push(format!("{}: {}", e.name(), io_problem(&err))),
+                    }
+                }
+                Role::Deny => {
+                    if let Ok(m) = fs::metadata(&e.path)
+                        && !m.is_dir()
+                    {
+                        problems.push(format!(
+                            "{}: is a file, not a directory (mask it with mask_files)",
+                            e.name()
+                        ));
+                    }
+                }
+                Role::MaskFile => {
+                    if let Ok(m) = fs::metadata(&e.path)
+                        && m.is_dir()
+                    {
+                        problems.push(format!(
+                            "{}: is a directory, not a file (mask it with deny)",
+                            e.name()
+                        ));
+                    }
+                }
+                Role::Tmpfs => {
+                    if let Ok(m) = fs::metadata(&e.path)
+                        && !m.is_dir()
+                    {
+                        problems.push(format!("{}: is not a directory", e.name()));
+                    }
+                }
+            }
+        }
+        // Contradictions between entries.
+        let valid: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| check_path_syntax(&e.path).is_ok())
+            .collect();
+        for (i, a) in valid.iter().enumerate() {
+            for b in &valid[i + 1..] {
+                if let Some(p) = contradiction(a, b) {
+                    problems.push(p);
+                }
+            }
+        }
+        if self.dns && !self.network {
+            problems.push(
+                "dns = true with network = false: names cannot resolve without a network".into(),
+            );
+        }
+        for (i, name) in self.unsetenv.iter().enumerate() {
+            if let Err(p) = check_env_name(name) {
+                problems.push(format!("unsetenv[{i}] = {name:?}: {p}"));
+            }
+            if self.setenv.contains_key(name) {
+                problems.push(format!(
+                    "unsetenv[{i}] = {name:?}: also set by setenv; say one or the other"
+                ));
+            }
+            if self.pass_env.contains(name) {
+                problems.push(format!(
+                    "unsetenv[{i}] = {name:?}: also passed by pass_env; say one or the other"
+                ));
+            }
+        }
+        for (name, value) in &self.setenv {
+            if let Err(p) = check_env_name(name) {
+                problems.push(format!("setenv.{name}: {p}"));
+            }
+            if value.contains('\0') {
+                problems.push(format!("setenv.{name}: the value contains a NUL byte"));
+            }
+        }
+        for (i, name) in self.pass_env.iter().enumerate() {
+            if let Err(p) = check_env_name(name) {
+                problems.push(format!("pass_env[{i}] = {name:?}: {p}"));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+/// Absolute, normalised, no NUL.
+fn check_path_syntax(p: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt as _;
+    if p.as_os_str().is_empty() {
+        return Err("empty path".into());
+    }
+    if !p.is_absolute() {
+        return Err("not an absolute path".into());
+    }
+    if p.as_os_str().as_bytes().contains(&0) {
+        return Err("the path contains a NUL byte".into());
+    }
+    for c in p.components() {
+        match c {
+            Component::CurDir | Component::ParentDir => {
+                return Err("contains `.` or `..`; write the path out".into());
+            }
+            Component::Normal(_) | Component::RootDir => {}
+            Component::Prefix(_) => return Err("not a Unix path".into()),
+        }
+    }
+    Ok(())
+}
+
+fn check_env_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("empty variable name".into());
+    }
+    if name.contains('=') || name.contains('\0') {
+        return Err("a variable name cannot contain `=` or NUL".into());
+    }
+    Ok(())
+}
+
+fn io_problem(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::NotFound => "does not exist".into(),
+        io::ErrorKind::PermissionDenied => "cannot be examined (permission denied)".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// Is `inner` `outer` or below it (component-wise)?
+pub fn is_within(inner: &Path, outer: &Path) -> bool {
+    inner.starts_with(outer)
+}
+
+/// Why entries `a` and `b` cannot both be honoured, if they cannot.
+fn contradiction(a: &Entry, b: &Entry) -> Option<String> {
+    let same = a.path.components().eq(b.path.components());
+    if same {
+        if a.role == b.role {
+            // Listed twice: harmless, applied once.
+            return None;
+        }
+        let both_ro = matches!(
+            (a.role, b.role),
+            (Role::Allow, Role::ExtraBind) | (Role::ExtraBind, Role::Allow)
+        );
+        if both_ro {
+            return None;
+        }
+        return Some(format!(
+            "{} and {} name the same path: it cannot be both",
+            a.name(),
+            b.name()
+        ));
+    }
+    // A grant inside a mask is hidden by it: contradictory.
+    for (grant, mask) in [(a, b), (b, a)] {
+        if grant.role.grants() && !mask.role.grants() && is_within(&grant.path, &mask.path) {
+            return Some(format!(
+                "{} is inside {}: the mask would hide it",
+                grant.name(),
+                mask.name()
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_seed_example_parses_as_written() {
+        let text = r#"
+workspace   = "/run/ws"
+allow       = ["/repo/inputs", "/repo/tools"]
+rw_binds    = ["/root/.claude"]
+deny        = ["/repo/inputs/answers"]
+mask_files  = ["/repo/inputs/golden.yaml"]
+extra_binds = ["/opt/toolchain"]
+tmpfs       = ["/tmp", "/scratch"]
+unsetenv    = ["CLAUDE_CODE_SSE_PORT"]
+dns         = true
+"#;
+        let s = SandboxSpec::parse(text).unwrap();
+        assert_eq!(s.workspace, Path::new("/run/ws"));
+        assert_eq!(s.deny, vec![PathBuf::from("/repo/inputs/answers")]);
+        assert!(s.dns && s.network);
+        assert_eq!(s.base, Base::Standard);
+    }
+
+    #[test]
+    fn unknown_keys_and_wrong_types_name_the_line() {
+        let e = SandboxSpec::parse("workspace = \"/w\"\nallw = [\"/x\"]\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("allw"), "{e}");
+        let e = SandboxSpec::parse("workspace = \"/w\"\ndns = \"yes\"\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("dns"), "{e}");
+    }
+
+    #[test]
+    fn contradictions_are_found() {
+        let e = |role, index, p: &str| Entry {
+            role,
+            index,
+            path: p.into(),
+        };
+        assert!(
+            contradiction(&e(Role::Allow, 0, "/a/b/c"), &e(Role::Deny, 1, "/a/b"))
+                .unwrap()
+                .contains("inside deny[1]")
+        );
+        assert!(contradiction(&e(Role::Allow, 0, "/a"), &e(Role::RwBind, 0, "/a")).is_some());
+        assert!(contradiction(&e(Role::Allow, 0, "/a"), &e(Role::Deny, 0, "/a/b")).is_none());
+        assert!(contradiction(&e(Role::Allow, 0, "/a"), &e(Role::ExtraBind, 0, "/a")).is_none());
+        assert!(
+            contradiction(&e(Role::Allow, 0, "/a/bc"), &e(Role::Deny, 0, "/a/b")).is_none(),
+            "component-wise, not string prefix"
+        );
+    }
+
+    #[test]
+    fn path_syntax() {
+        assert!(check_path_syntax(Path::new("rel")).is_err());
+        assert!(check_path_syntax(Path::new("/a/../b")).is_err());
+        assert!(check_path_syntax(Path::new("/a/b")).is_ok());
+    }
+}
