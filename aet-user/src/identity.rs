@@ -424,17 +424,24 @@ pub struct Stray {
     pub comm: String,
 }
 
-/// Processes whose real, effective or saved uid is `uid`.
+/// Live processes (not zombies) whose real, effective or saved uid is `uid`.
 fn processes_of(uid: u32) -> Vec<u32> {
     let Ok(d) = fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let want = uid.to_string();
     d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
             fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Uid:"))
-                    .is_some_and(|v| v.split_whitespace().take(3).any(|x| x == uid.to_string()))
+                let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name));
+                // A zombie has ended; only its parent's wait is missing.
+                let dead = field("State:").is_some_and(|v| {
+                    let v = v.trim_start();
+                    v.starts_with('Z') || v.starts_with('X')
+                });
+                !dead
+                    && field("Uid:")
+                        .is_some_and(|v| v.split_whitespace().take(3).any(|x| x == want))
             })
         })
         .collect()
@@ -443,6 +450,11 @@ fn processes_of(uid: u32) -> Vec<u32> {
 /// Kills every process of `uid` left anywhere on the machine and waits until none remains.
 /// Returns what it killed; an error names the survivors.
 pub fn reap_uid(uid: u32) -> Result<Vec<Stray>, String> {
+    // Processes killed with the run's cgroup may still be on their way out: give them a moment.
+    let settle = Instant::now() + Duration::from_millis(500);
+    while !processes_of(uid).is_empty() && Instant::now() < settle {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut killed: Vec<Stray> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -475,9 +487,19 @@ pub fn reap_uid(uid: u32) -> Result<Vec<Stray>, String> {
     }
 }
 
-/// Files and directories owned by `uid` under the shared scratch places (`/tmp`, `/var/tmp`,
-/// `/dev/shm`), without following links or leaving their file systems; at most `limit` listed.
-pub fn leftovers(uid: u32, skip: &[PathBuf], limit: usize) -> (Vec<PathBuf>, u64) {
+/// Files and directories owned by `uid` and created or changed since `since` (their ctime)
+/// under the shared scratch places (`/tmp`, `/var/tmp`, `/dev/shm`), without following links or
+/// leaving their file systems; at most `limit` listed, all counted.
+pub fn leftovers(
+    uid: u32,
+    since: std::time::SystemTime,
+    skip: &[PathBuf],
+    limit: usize,
+) -> (Vec<PathBuf>, u64) {
+    let since = since
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
     let mut found = Vec::new();
     let mut total = 0u64;
     for top in ["/tmp", "/var/tmp", "/dev/shm"] {
@@ -496,7 +518,7 @@ pub fn leftovers(uid: u32, skip: &[PathBuf], limit: usize) -> (Vec<PathBuf>, u64
                 let Ok(m) = fs::symlink_metadata(&p) else {
                     continue;
                 };
-                if m.uid() == uid {
+                if m.uid() == uid && m.ctime() >= since {
                     total += 1;
                     if found.len() < limit {
                         found.push(p.clone());

@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod identity;
 pub mod kernel;
+pub mod launch;
 pub mod ledger;
 pub mod loader;
 pub mod monitor;

@@ -153,9 +153,9 @@ pub struct RunOptions {
     pub grace: Duration,
     pub ringbuf_bytes: u32,
     pub quiet: bool,
-    /// Run the command in this sandbox (bwrap starts inside the run's cgroup, so its set-up is
-    /// in the ledger too).
-    pub sandbox: Option<crate::sandbox::Prepared>,
+    /// How the command starts: in a sandbox (bwrap starts inside the run's cgroup, so its
+    /// set-up is in the ledger too), as an agent identity, or as it is.
+    pub launch: crate::launch::Launch,
 }
 
 /// A process aet killed.
@@ -261,6 +261,8 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
         return Err(RunError::NoCommand);
     };
     let ledger = prepare_out(&opts.out)?;
+    // Whole seconds: ctimes are compared at that resolution.
+    let run_started = std::time::SystemTime::now() - Duration::from_secs(1);
     let name = format!("run-{}-{}", std::process::id(), crate::monitor::now_ns());
     let cg = RunCgroup::create(&name)?;
     let guard = Guard::start(cg.path()).map_err(RunError::Guard)?;
@@ -289,17 +291,8 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
 
     let procs = cg.procs_file()?;
     let procs_fd = procs.as_raw_fd();
-    let (mut cmd, keep_fd) = match &opts.sandbox {
-        Some(sb) => (
-            tokio::process::Command::from(sb.command()),
-            Some(sb.args_fd()),
-        ),
-        None => {
-            let mut c = tokio::process::Command::new(program);
-            c.args(&opts.command[1..]);
-            (c, None)
-        }
-    };
+    let (std_cmd, keep_fd) = opts.launch.command();
+    let mut cmd = tokio::process::Command::from(std_cmd);
     // SAFETY: the closure only calls write(2), close(2) and fcntl(2), which are
     // async-signal-safe.
     unsafe {
@@ -425,35 +418,84 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
     }
     let mut exit_status = exit_status;
     let mut extra = HashMap::new();
-    if let Some(sb) = &opts.sandbox {
-        let report = sb.report();
-        match &report {
-            Ok(r) if r.ok => note(
-                opts.quiet,
-                format_args!(
-                    "sandbox {} verified from inside: {} checks",
-                    sb.spec_path.display(),
-                    r.checks.len()
-                ),
-            ),
-            Ok(r) => {
-                eprintln!(
-                    "aet: SANDBOX NOT AS SPECIFIED ({}); the command was not run:",
-                    sb.spec_path.display()
+    let stage = opts.launch.stage_report();
+    match &stage {
+        None => {}
+        Some(Ok(r)) if r.ok => {
+            if let Some(sb) = &opts.launch.sandbox {
+                note(
+                    opts.quiet,
+                    format_args!(
+                        "sandbox {} verified from inside: {} checks",
+                        sb.spec_path.display(),
+                        r.checks.len()
+                    ),
                 );
-                for f in &r.failures {
-                    eprintln!("aet:   - {f}");
-                }
-                exit_status = crate::cli::EXIT_AET_FAILED.into();
             }
-            Err(e) => {
-                eprintln!("aet: error: {e}");
-                exit_status = crate::cli::EXIT_AET_FAILED.into();
+            if let Some(p) = &r.privileges {
+                note(opts.quiet, format_args!("the command ran as {p}"));
             }
         }
+        Some(Ok(r)) => {
+            eprintln!(
+                "aet: THE AGENT'S ENVIRONMENT WAS NOT AS SPECIFIED; the command was not run:"
+            );
+            for f in &r.failures {
+                eprintln!("aet:   - {f}");
+            }
+            exit_status = crate::cli::EXIT_AET_FAILED.into();
+        }
+        Some(Err(e)) => {
+            eprintln!("aet: error: {e}");
+            exit_status = crate::cli::EXIT_AET_FAILED.into();
+        }
+    }
+    let report_ok = stage.as_ref().and_then(|r| r.as_ref().ok());
+    if let Some(sb) = &opts.launch.sandbox {
+        extra.insert(meta::SANDBOX.to_owned(), sb.record(report_ok).to_string());
+    }
+    if let Some(id) = &opts.launch.identity {
+        // No process of the agent's uid may outlive the run, anywhere on the machine.
+        let (strays, reap_error) = match crate::identity::reap_uid(id.config.uid) {
+            Ok(s) => (s, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        if !strays.is_empty() {
+            let list: Vec<String> = strays
+                .iter()
+                .map(|k| format!("{} ({})", k.pid, k.comm))
+                .collect();
+            eprintln!(
+                "aet: killed {} process(es) of uid {} found outside the run after teardown: {}",
+                strays.len(),
+                id.config.uid,
+                list.join(", ")
+            );
+        }
+        if let Some(e) = &reap_error {
+            eprintln!("aet: error: {e}");
+            reasons.push(e.clone());
+        }
+        let (files, total) = crate::identity::leftovers(
+            id.config.uid,
+            run_started,
+            &[id.workspace.clone(), id.home.clone()],
+            1000,
+        );
+        if total > 0 {
+            note(
+                opts.quiet,
+                format_args!(
+                    "the agent (uid {}) left {total} file(s) outside its workspace and home, e.g. {}",
+                    id.config.uid,
+                    files[0].display()
+                ),
+            );
+        }
         extra.insert(
-            meta::SANDBOX.to_owned(),
-            sb.record(report.as_ref().ok()).to_string(),
+            meta::IDENTITY.to_owned(),
+            id.record(report_ok, &strays, reap_error.as_deref(), &files, total)
+                .to_string(),
         );
     }
     extra.insert(meta::EXIT_STATUS.to_owned(), exit_status.to_string());

@@ -25,9 +25,27 @@ pub struct Args {
     /// before the command starts).
     #[arg(long, value_name = "SPEC")]
     pub sandbox: Option<PathBuf>,
-    /// Shell text run before the command inside the sandbox (`export PATH=...;`).
-    #[arg(long, value_name = "TEXT", requires = "sandbox")]
+    /// Shell text run before the command (`export PATH=...;`), inside the sandbox and as the
+    /// agent identity.
+    #[arg(long, value_name = "TEXT")]
     pub env_prefix: Option<String>,
+    /// Run as a dedicated unprivileged identity: `agent` (2000:2000, the default), UID or
+    /// UID:GID; without a value, the run config's `[identity]` or the default.
+    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
+    pub identity: Option<String>,
+    /// A run config (TOML): `sandbox`, `workspace` and `[identity]`.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The agent's workspace, handed over to the identity (a sandbox's is its spec's).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Grading material the agent must not reach: must be root's, 0700, and outside everything
+    /// the agent is granted.
+    #[arg(long, value_name = "DIR")]
+    pub grader_root: Option<PathBuf>,
+    /// Make the grader root root's and 0700 instead of refusing to start.
+    #[arg(long)]
+    pub fix_grader_root: bool,
     /// The command and its arguments.
     #[arg(required = true, value_name = "COMMAND", allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -38,26 +56,60 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         anyhow::bail!("--grace must be between 0 and 86400 seconds");
     }
     let out = a.out.unwrap_or_else(default_out);
-    let sandbox = match &a.sandbox {
-        Some(spec) => Some(crate::sandbox::Prepared::new(
-            spec,
-            crate::sandbox::PrepareOptions {
-                command: a.command.clone(),
-                env_prefix: a.env_prefix.clone(),
-                mode: crate::sandbox::plan::Mode::Exec,
-                identity: None,
-                env_start: crate::sandbox::env::Start::Inherit,
-            },
-        )?),
-        None => None,
+    let ledger = out.join(runner::LEDGER_FILE);
+    if ledger.symlink_metadata().is_ok() {
+        anyhow::bail!(runner::RunError::LedgerExists(ledger));
+    }
+    let config = match &a.config {
+        Some(p) => crate::identity::RunConfig::load(p)?,
+        None => crate::identity::RunConfig::default(),
     };
+    let mut identity = match (&a.identity, config.identity) {
+        (None, c) => c,
+        (Some(s), c) => {
+            let mut c = c.unwrap_or_default();
+            if !s.is_empty() {
+                (c.uid, c.gid) = crate::identity::parse_identity(s)?;
+            }
+            Some(c)
+        }
+    };
+    if let Some(id) = identity.as_mut() {
+        if let Some(g) = &a.grader_root {
+            id.grader_root = Some(g.clone());
+        }
+        id.fix_grader_root |= a.fix_grader_root;
+    } else if a.grader_root.is_some() || a.fix_grader_root {
+        anyhow::bail!(
+            "--grader-root protects grading material from an agent identity: add --identity"
+        );
+    }
+    let sandbox = a.sandbox.or(config.sandbox);
+    let workspace = a.workspace.or(config.workspace);
+    let launch = if sandbox.is_none() && identity.is_none() {
+        if a.env_prefix.is_some() {
+            anyhow::bail!("--env-prefix applies inside a sandbox or as an agent identity");
+        }
+        crate::launch::Launch::plain(a.command.clone())
+    } else {
+        crate::launch::Launch::prepare(crate::launch::LaunchOptions {
+            command: a.command.clone(),
+            env_prefix: a.env_prefix.clone(),
+            sandbox,
+            identity,
+            workspace,
+            run_dir: out.clone(),
+            mode: crate::sandbox::plan::Mode::Exec,
+        })?
+    };
+    let command = a.command;
     let opts = runner::RunOptions {
         out,
-        command: a.command,
+        command,
         grace: Duration::from_secs_f64(a.grace),
         ringbuf_bytes: a.ringbuf_bytes,
         quiet: a.quiet,
-        sandbox,
+        launch,
     };
     let outcome = super::runtime()?
         .block_on(runner::run(opts))

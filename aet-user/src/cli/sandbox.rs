@@ -72,6 +72,10 @@ pub enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Probe as the agent identity `aet run --identity` would use: `agent` (2000:2000, the
+        /// default), UID or UID:GID. The workspace is handed over to it, as for a run.
+        #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "agent")]
+        identity: Option<String>,
     },
 }
 
@@ -127,28 +131,48 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             quiet,
             command,
         } => run_sandboxed(spec, env_prefix, report, quiet, command),
-        Command::Probe { spec, paths, json } => {
-            let prepared = Prepared::new(
-                &spec,
-                PrepareOptions {
-                    command: Vec::new(),
-                    env_prefix: None,
-                    mode: Mode::Probe {
-                        paths: paths.iter().map(|p| PPath(p.clone())).collect(),
-                    },
-                    identity: None,
-                    env_start: env::Start::Inherit,
+        Command::Probe {
+            spec,
+            paths,
+            json,
+            identity,
+        } => {
+            let identity = match identity {
+                Some(s) => {
+                    let (uid, gid) = crate::identity::parse_identity(&s)?;
+                    Some(crate::identity::IdentityConfig {
+                        uid,
+                        gid,
+                        ..Default::default()
+                    })
+                }
+                None => None,
+            };
+            let home = tempfile::Builder::new()
+                .prefix("probe-")
+                .tempdir_in(sandbox::RUNTIME_DIR)
+                .context("cannot create the probe's home")?;
+            let launch = crate::launch::Launch::prepare(crate::launch::LaunchOptions {
+                command: Vec::new(),
+                env_prefix: None,
+                sandbox: Some(spec),
+                identity,
+                workspace: None,
+                run_dir: home.path().to_owned(),
+                mode: Mode::Probe {
+                    paths: paths.iter().map(|p| PPath(p.clone())).collect(),
                 },
-            )?;
-            let mut cmd = prepared.command();
-            let fd = prepared.args_fd();
-            // SAFETY: only fcntl between fork and exec.
-            unsafe { cmd.pre_exec(move || sandbox::inherit_fd(fd)) };
+            })?;
+            let (mut cmd, fd) = launch.command();
+            if let Some(fd) = fd {
+                // SAFETY: only fcntl between fork and exec.
+                unsafe { cmd.pre_exec(move || sandbox::inherit_fd(fd)) };
+            }
             let out = cmd
                 .stderr(std::process::Stdio::inherit())
                 .output()
                 .context("cannot start bwrap")?;
-            let report = prepared.report()?;
+            let report = launch.stage_report().expect("a sandbox has a stage")?;
             if !report.ok {
                 anyhow::bail!(verify_failed(&report));
             }
@@ -159,6 +183,9 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             if json {
                 super::print_out(&format!("{}\n", serde_json::to_string_pretty(&results)?))?;
             } else {
+                if let Some(p) = &report.privileges {
+                    super::print_out(&format!("probed as {p}\n"))?;
+                }
                 super::print_out(&probe_table(&results))?;
             }
             Ok(0)
@@ -209,6 +236,8 @@ fn run_sandboxed(
             mode: Mode::Exec,
             identity: None,
             env_start: env::Start::Inherit,
+            env: None,
+            extra_rw: Vec::new(),
         },
     )?;
     let mut cmd = prepared.command();

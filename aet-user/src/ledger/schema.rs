@@ -55,6 +55,10 @@ pub mod meta {
     /// `aet run --sandbox`: the spec, the exact bwrap command line, the agent's variable names,
     /// and the stage's verification report (JSON).
     pub const SANDBOX: &str = "aet.sandbox";
+    /// `aet run --identity`: uid, gid, home, workspace, the agent's variable names, what was
+    /// handed over, the grader root check, the privileges read back, processes killed after
+    /// teardown and files left outside the workspace (JSON).
+    pub const IDENTITY: &str = "aet.identity";
     /// Set to `true` by `aet ledger recover` on a ledger rebuilt from an unfinished file.
     pub const RECOVERED: &str = "aet.recovered";
 }

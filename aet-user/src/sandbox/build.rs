@@ -356,6 +356,36 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
             rank: 5,
         });
     }
+    // bwrap creates missing parents of a mount point with mode 0700, which would make
+    // everything below them unreachable to an agent identity: create them 0755 first. (Parents
+    // inside a bound host directory exist there already.)
+    let mut parents: Vec<PathBuf> = Vec::new();
+    let dsts: Vec<PathBuf> = grants
+        .iter()
+        .map(|m| m.dst.clone())
+        .chain(spec.deny.iter().chain(&spec.mask_files).map(|p| norm(p)))
+        .collect();
+    for d in &dsts {
+        for a in d.ancestors().skip(1) {
+            if a == Path::new("/") || parents.iter().any(|p| p == a) {
+                continue;
+            }
+            if grants.iter().any(|m| m.dst == a) {
+                continue;
+            }
+            if covering(&grants, a).is_some_and(|c| matches!(c.op, Op::RoBind(_) | Op::Bind(_))) {
+                continue;
+            }
+            parents.push(a.to_owned());
+        }
+    }
+    for p in parents {
+        grants.push(Mount {
+            dst: p,
+            op: Op::Dir,
+            rank: 0,
+        });
+    }
     // Parents before children; at equal depth by rank (base, tmpfs, ro, workspace, rw).
     grants.sort_by_key(|m| (depth(&m.dst), m.rank));
 
@@ -453,11 +483,17 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
         match &m.op {
             Op::RoBind(src) => push(&["--ro-bind".as_ref(), src.as_os_str(), &dst]),
             Op::Bind(src) => push(&["--bind".as_ref(), src.as_os_str(), &dst]),
-            Op::Tmpfs => push(&["--tmpfs".as_ref(), &dst]),
+            // Sticky and world-writable, like /tmp: writable for an agent identity too.
+            Op::Tmpfs => push(&[
+                "--perms".as_ref(),
+                "1777".as_ref(),
+                "--tmpfs".as_ref(),
+                &dst,
+            ]),
             Op::TmpfsRo => push(&["--tmpfs".as_ref(), &dst, "--remount-ro".as_ref(), &dst]),
             Op::EmptyFile => push(&["--ro-bind".as_ref(), EMPTY_FILE.as_ref(), &dst]),
             Op::Symlink(t) => push(&["--symlink".as_ref(), t, &dst]),
-            Op::Dir => push(&["--dir".as_ref(), &dst]),
+            Op::Dir => push(&["--perms".as_ref(), "0755".as_ref(), "--dir".as_ref(), &dst]),
             Op::Proc => push(&["--proc".as_ref(), &dst]),
             Op::Dev => push(&["--dev".as_ref(), &dst]),
         }
@@ -472,6 +508,14 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
     }
     let mut unmount = Vec::new();
     if let Some(st) = &opts.stage {
+        emit(
+            &mut args,
+            &Mount {
+                dst: "/.aet".into(),
+                op: Op::Dir,
+                rank: 7,
+            },
+        );
         for (src, dst, op) in [
             (&st.aet, STAGE_BIN, Op::RoBind(st.aet.clone())),
             (&st.dir, STAGE_DIR, Op::Bind(st.dir.clone())),
@@ -524,6 +568,7 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
         mode: opts.mode.clone(),
         view: true,
         new_session: false,
+        debug_skip_setuid: super::plan::debug_skip_setuid(),
     });
     let command = match &plan {
         Some(_) => {

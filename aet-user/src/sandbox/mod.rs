@@ -63,6 +63,11 @@ pub struct PrepareOptions {
     pub mode: Mode,
     pub identity: Option<Identity>,
     pub env_start: env::Start,
+    /// The agent's environment when already decided (an agent identity's); else it is made from
+    /// `env_start` and the spec.
+    pub env: Option<env::Env>,
+    /// Writable binds added to the spec's (an agent identity's home).
+    pub extra_rw: Vec<PathBuf>,
 }
 
 /// A sandbox ready to start: the bwrap arguments (handed over with `bwrap --args FD`, so the
@@ -90,6 +95,22 @@ impl Prepared {
     /// Loads and checks the spec, builds the view, and prepares what bwrap needs.
     pub fn new(spec_path: &Path, opts: PrepareOptions) -> Result<Self, SandboxError> {
         let spec = SandboxSpec::load(spec_path)?;
+        Self::with_spec(spec_path, spec, opts)
+    }
+
+    /// [`Prepared::new`] for a spec already loaded.
+    pub fn with_spec(
+        spec_path: &Path,
+        mut spec: SandboxSpec,
+        opts: PrepareOptions,
+    ) -> Result<Self, SandboxError> {
+        if !opts.extra_rw.is_empty() {
+            spec.rw_binds.extend(opts.extra_rw.iter().cloned());
+            spec.check().map_err(|problems| SpecError::Invalid {
+                path: spec_path.to_owned(),
+                problems,
+            })?;
+        }
         if !nix::unistd::geteuid().is_root() {
             return Err(SandboxError::NotRoot);
         }
@@ -112,13 +133,16 @@ impl Prepared {
                 identity: opts.identity,
             },
         )?;
-        let env = env::EnvPolicy {
-            start: opts.env_start,
-            pass: spec.pass_env.clone(),
-            unset: spec.unsetenv.clone(),
-            set: spec.setenv.clone(),
-        }
-        .apply(std::env::vars_os());
+        let env = match opts.env {
+            Some(e) => e,
+            None => env::EnvPolicy {
+                start: opts.env_start,
+                pass: spec.pass_env.clone(),
+                unset: spec.unsetenv.clone(),
+                set: spec.setenv.clone(),
+            }
+            .apply(std::env::vars_os()),
+        };
         let args_fd = args_memfd(&built.args)?;
         if let Some(plan) = &built.plan {
             std::fs::write(

@@ -165,6 +165,15 @@ pub struct Plan {
     pub view: bool,
     /// Start a new session first (bwrap's `--new-session` does it in a sandbox).
     pub new_session: bool,
+    /// Fault injection (`AET_DEBUG_SKIP_SETUID` in aet's environment): skip the setuid so the
+    /// tests can see the read-back refuse the run.
+    #[serde(default)]
+    pub debug_skip_setuid: bool,
+}
+
+/// Is the `AET_DEBUG_SKIP_SETUID` fault injection asked for?
+pub fn debug_skip_setuid() -> bool {
+    std::env::var_os("AET_DEBUG_SKIP_SETUID").is_some()
 }
 
 /// The result of one check.

@@ -1,0 +1,314 @@
+//! How the agent's command is started: as it is, in a sandbox, as an agent identity, or both.
+//!
+//! Everything that can refuse a run (a bad spec, a grader root that is not root's and 0700 or
+//! that the agent is granted, a workspace that cannot be handed over) is decided here, before the
+//! monitor or the command starts.
+
+use std::{
+    collections::BTreeMap,
+    ffi::OsString,
+    os::fd::RawFd,
+    path::{Path, PathBuf},
+};
+
+use crate::{
+    identity::{self, GraderRoot, HandOver, IdentityConfig, IdentityError, Stray},
+    sandbox::{
+        self, PrepareOptions, Prepared, SandboxError, build,
+        env::{self, Env},
+        plan::{Mode, PLAN_VERSION, PPath, Plan, Report},
+        spec::SandboxSpec,
+    },
+};
+
+/// Why a run cannot start as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error("cannot prepare the agent's stage: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What to launch.
+#[derive(Clone, Debug)]
+pub struct LaunchOptions {
+    pub command: Vec<OsString>,
+    pub env_prefix: Option<String>,
+    /// A sandbox spec.
+    pub sandbox: Option<PathBuf>,
+    /// An agent identity.
+    pub identity: Option<IdentityConfig>,
+    /// The workspace when there is no sandbox (an identity needs one).
+    pub workspace: Option<PathBuf>,
+    /// The run directory (the agent's home defaults to `RUN_DIR/agent-home`).
+    pub run_dir: PathBuf,
+    pub mode: Mode,
+}
+
+/// An agent identity, set up.
+pub struct IdentityRun {
+    pub config: IdentityConfig,
+    pub home: PathBuf,
+    pub workspace: PathBuf,
+    pub env: Env,
+    pub workspace_handover: HandOver,
+    pub home_handover: HandOver,
+    /// The sandbox's `rw_binds`, handed over too (writable state the agent needs, e.g. its CLI's).
+    pub rw_binds_handover: Vec<(PathBuf, HandOver)>,
+    pub grader_root: Option<GraderRoot>,
+    /// Without a sandbox: the private directory of the stage that drops the identity.
+    stage_dir: Option<tempfile::TempDir>,
+}
+
+/// A prepared launch.
+pub struct Launch {
+    pub sandbox: Option<Prepared>,
+    pub identity: Option<IdentityRun>,
+    /// What runs (after the sandbox's or identity's stage): the command, behind the env prefix.
+    command: Vec<OsString>,
+}
+
+fn absolute(p: &Path) -> std::io::Result<PathBuf> {
+    if p.is_absolute() {
+        Ok(p.to_owned())
+    } else {
+        Ok(std::env::current_dir()?.join(p))
+    }
+}
+
+impl Launch {
+    /// A launch of the command as it is.
+    pub fn plain(command: Vec<OsString>) -> Self {
+        Self {
+            sandbox: None,
+            identity: None,
+            command,
+        }
+    }
+
+    /// Checks and prepares everything; nothing has run yet.
+    pub fn prepare(opts: LaunchOptions) -> Result<Self, LaunchError> {
+        let spec = match &opts.sandbox {
+            Some(p) => Some((p.clone(), SandboxSpec::load(p).map_err(SandboxError::from)?)),
+            None => None,
+        };
+        let identity = match &opts.identity {
+            None => None,
+            Some(c) => Some(prepare_identity(c, spec.as_ref().map(|s| &s.1), &opts)?),
+        };
+        let sandbox = match spec {
+            Some((path, spec)) => Some(Prepared::with_spec(
+                &path,
+                spec,
+                PrepareOptions {
+                    command: opts.command.clone(),
+                    env_prefix: opts.env_prefix.clone(),
+                    mode: opts.mode.clone(),
+                    identity: identity
+                        .as_ref()
+                        .map(|i| identity::plan_identity(&i.config)),
+                    env_start: env::Start::Inherit,
+                    env: identity.as_ref().map(|i| i.env.clone()),
+                    extra_rw: identity
+                        .as_ref()
+                        .map(|i| vec![i.home.clone()])
+                        .unwrap_or_default(),
+                },
+            )?),
+            None => None,
+        };
+        let mut command = opts.command.clone();
+        if let Some(prefix) = &opts.env_prefix {
+            let mut c: Vec<OsString> = vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!("{prefix}\nexec \"$@\"").into(),
+                "aet-env".into(),
+            ];
+            c.extend(command);
+            command = c;
+        }
+        let mut launch = Self {
+            sandbox,
+            identity,
+            command,
+        };
+        if launch.sandbox.is_none()
+            && let Some(id) = launch.identity.as_mut()
+        {
+            // No sandbox: aet's stage still drops the identity and checks it before the exec.
+            let dir = tempfile::Builder::new()
+                .prefix("stage-")
+                .tempdir_in(sandbox::RUNTIME_DIR)?;
+            let plan = Plan {
+                version: PLAN_VERSION,
+                workspace: PPath(id.workspace.clone()),
+                checks: Vec::new(),
+                writable: Vec::new(),
+                report: PPath(dir.path().join(build::REPORT_FILE)),
+                unmount: Vec::new(),
+                identity: Some(identity::plan_identity(&id.config)),
+                mode: opts.mode.clone(),
+                view: false,
+                new_session: true,
+                debug_skip_setuid: crate::sandbox::plan::debug_skip_setuid(),
+            };
+            std::fs::write(
+                dir.path().join(build::PLAN_FILE),
+                serde_json::to_vec(&plan).expect("a plan serialises"),
+            )?;
+            id.stage_dir = Some(dir);
+        }
+        Ok(launch)
+    }
+
+    /// The command to spawn, and an fd the child must inherit (clear its close-on-exec flag
+    /// between fork and exec).
+    pub fn command(&self) -> (std::process::Command, Option<RawFd>) {
+        let command = &self.command;
+        if let Some(sb) = &self.sandbox {
+            return (sb.command(), Some(sb.args_fd()));
+        }
+        if let Some(id) = &self.identity
+            && let Some(dir) = &id.stage_dir
+        {
+            let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
+            let mut c = std::process::Command::new(exe);
+            c.arg("__stage")
+                .arg("--dir")
+                .arg(dir.path())
+                .arg("--")
+                .args(command)
+                .current_dir(&id.workspace)
+                .env_clear()
+                .envs(id.env.vars.iter().map(|(k, v)| (k, v)));
+            return (c, None);
+        }
+        let mut c = std::process::Command::new(&command[0]);
+        c.args(&command[1..]);
+        (c, None)
+    }
+
+    /// The stage's report (sandbox or identity), when there is a stage.
+    pub fn stage_report(&self) -> Option<Result<Report, SandboxError>> {
+        if let Some(sb) = &self.sandbox {
+            return Some(sb.report());
+        }
+        let dir = self.identity.as_ref()?.stage_dir.as_ref()?;
+        let path = dir.path().join(build::REPORT_FILE);
+        Some(match std::fs::read_to_string(&path) {
+            Ok(t) if !t.trim().is_empty() => {
+                serde_json::from_str(&t).map_err(|e| SandboxError::BadReport {
+                    path,
+                    message: e.to_string(),
+                })
+            }
+            Ok(_) => Err(SandboxError::NoReport),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SandboxError::NoReport),
+            Err(e) => Err(e.into()),
+        })
+    }
+}
+
+fn prepare_identity(
+    c: &IdentityConfig,
+    spec: Option<&SandboxSpec>,
+    opts: &LaunchOptions,
+) -> Result<IdentityRun, LaunchError> {
+    identity::require_root()?;
+    if c.uid == 0 || c.gid == 0 {
+        return Err(IdentityError::Root {
+            uid: c.uid,
+            gid: c.gid,
+        }
+        .into());
+    }
+    let workspace = match (spec, &opts.workspace) {
+        (Some(s), _) => s.workspace.clone(),
+        (None, Some(w)) => absolute(w)?,
+        (None, None) => return Err(IdentityError::NoWorkspace.into()),
+    };
+    let home = match &c.home {
+        Some(h) => absolute(h)?,
+        None => absolute(&opts.run_dir)?.join("agent-home"),
+    };
+    let mut granted = vec![workspace.clone(), home.clone()];
+    if let Some(s) = spec {
+        granted.extend(s.allow.iter().cloned());
+        granted.extend(s.extra_binds.iter().cloned());
+        granted.extend(s.rw_binds.iter().cloned());
+        granted.extend(s.tmpfs.iter().cloned());
+    }
+    // The grader root is checked before anything is handed over.
+    let grader_root = match &c.grader_root {
+        Some(g) => Some(identity::check_grader_root(
+            &absolute(g)?,
+            c.fix_grader_root,
+            &granted,
+        )?),
+        None => None,
+    };
+    let workspace_handover = identity::hand_over(&workspace, c.uid, c.gid)?;
+    let home_handover = identity::prepare_home(&home, c.uid, c.gid)?;
+    let mut rw_binds_handover = Vec::new();
+    if let Some(s) = spec {
+        for rw in &s.rw_binds {
+            rw_binds_handover.push((rw.clone(), identity::hand_over(rw, c.uid, c.gid)?));
+        }
+    }
+    let mut pass = c.pass_env.clone();
+    let mut unset = Vec::new();
+    let mut set: BTreeMap<String, String> = BTreeMap::new();
+    if let Some(s) = spec {
+        pass.extend(s.pass_env.iter().cloned());
+        unset.extend(s.unsetenv.iter().cloned());
+        set.extend(s.setenv.clone());
+    }
+    set.extend(c.setenv.clone());
+    let env = identity::agent_env(c.uid, &home, &pass, &unset, &set);
+    Ok(IdentityRun {
+        config: c.clone(),
+        home,
+        workspace,
+        env,
+        workspace_handover,
+        home_handover,
+        rw_binds_handover,
+        grader_root,
+        stage_dir: None,
+    })
+}
+
+impl IdentityRun {
+    /// What the run record keeps of the identity (variable names, never values).
+    pub fn record(
+        &self,
+        report: Option<&Report>,
+        strays: &[Stray],
+        reap_error: Option<&str>,
+        leftovers: &[PathBuf],
+        leftover_total: u64,
+    ) -> serde_json::Value {
+        serde_json::json!({
+            "uid": self.config.uid,
+            "gid": self.config.gid,
+            "home": self.home,
+            "workspace": self.workspace,
+            "env": self.env.names(),
+            "env_removed": self.env.removed,
+            "workspace_handover": self.workspace_handover,
+            "home_handover": self.home_handover,
+            "rw_binds_handover": self.rw_binds_handover,
+            "grader_root": self.grader_root,
+            "privileges": report.and_then(|r| r.privileges.clone()),
+            "verified": report.is_some_and(|r| r.ok),
+            "killed_after_teardown": strays,
+            "reap_error": reap_error,
+            "leftover_files": leftovers,
+            "leftover_files_total": leftover_total,
+        })
+    }
+}
