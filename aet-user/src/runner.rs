@@ -156,6 +156,8 @@ pub struct RunOptions {
     /// How the command starts: in a sandbox (bwrap starts inside the run's cgroup, so its
     /// set-up is in the ledger too), as an agent identity, or as it is.
     pub launch: crate::launch::Launch,
+    /// Metadata written with the ledger's head (e.g. protected files' identities at start).
+    pub head: HashMap<String, String>,
 }
 
 /// A process aet killed.
@@ -270,7 +272,7 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
         path: cg.path().to_owned(),
         id: cg.id(),
     };
-    let mut head = HashMap::new();
+    let mut head = opts.head.clone();
     head.insert(meta::COMMAND.to_owned(), command_json(&opts.command));
     let mut monitor = Monitor::start(
         &LoadOptions {

@@ -31,9 +31,12 @@ pub struct Args {
     /// C files in the build workload.
     #[arg(long, default_value_t = 50)]
     c_files: usize,
-    /// Only the workloads whose name contains this.
+    /// Only the workloads whose name contains this (`audit` for the audit's throughput).
     #[arg(long)]
     only: Option<String>,
+    /// Rows of the ledger the audit benchmark classifies.
+    #[arg(long, default_value_t = 10_000_000)]
+    audit_rows: u64,
 }
 
 /// A git repository of `files` files over 50 directories, committed, for the git workload.
@@ -284,5 +287,44 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
         "(medians of {} alternating runs; ratio = traced / untraced)",
         args.runs
     );
+    if args.only.as_deref().is_none_or(|o| "audit".contains(o)) {
+        audit_bench(aet, &args)?;
+    }
+    Ok(())
+}
+
+/// Audit throughput: a ledger recorded from the built-in example, repeated to `--audit-rows`
+/// rows, audited on one thread (aet-user's `audit` bench).
+fn audit_bench(aet: &Path, args: &Args) -> anyhow::Result<()> {
+    let dir = root().join("target/aet-bench-audit");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let run = dir.join("template");
+    let out = Command::new(aet)
+        .current_dir(root())
+        .args(["run", "-q", "--out"])
+        .arg(&run)
+        .arg("--")
+        .arg(root().join("examples/demo/agent.sh"))
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "recording the template ledger failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    println!(
+        "\naudit: a ledger of the built-in example repeated to {} rows, policies/bench.toml",
+        args.audit_rows
+    );
+    crate::sh(
+        crate::cargo()
+            .args(["bench", "-p", "aet-user", "--bench", "audit", "--"])
+            .arg(run.join("ledger.arrow"))
+            .arg(root().join("policies/bench.toml"))
+            .arg(args.audit_rows.to_string())
+            .arg(args.runs.clamp(1, 5).to_string()),
+    )?;
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

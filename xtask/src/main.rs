@@ -75,7 +75,7 @@ pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn cargo() -> Command {
+pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.env("PATH", setup::path_with_cargo_bin());
     c

@@ -15,12 +15,13 @@ use crate::sh;
 /// The bpf-linker version aet is built with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Debian packages: bubblewrap for sandboxes; gcc and make for the end-to-end tests' helpers
-/// and the demo; chromium for the HTML report test.
+/// and the demo; git for the benchmark; chromium for the test that opens the HTML report.
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bwrap", "bubblewrap"),
     ("gcc", "gcc"),
     ("make", "make"),
     ("git", "git"),
+    ("chromium", "chromium"),
 ];
 /// Python packages the tests use to check that notebooks read ledgers as they are.
 const PIP_PACKAGES: &[(&str, &str)] = &[

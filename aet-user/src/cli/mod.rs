@@ -9,6 +9,7 @@
 //! - every other subcommand: 0 success, 1 a negative answer (`doctor`: aet cannot run here;
 //!   `ledger summary --check`: the record is incomplete), 4 a usage or input error.
 
+pub(crate) mod audit;
 mod doctor;
 mod ledger;
 mod monitor;
@@ -41,6 +42,9 @@ pub enum Command {
     /// Read ledgers.
     #[command(subcommand)]
     Ledger(ledger::Command),
+    /// Audit a run against a policy: disqualified (2), flagged (1), clean (0) or inconclusive
+    /// (3), with JSON and HTML reports.
+    Audit(audit::Args),
     /// Build, show, run and probe the bubblewrap sandbox of a spec.
     #[command(subcommand)]
     Sandbox(sandbox::Command),
@@ -81,6 +85,7 @@ pub fn main() -> ExitCode {
         Command::Run(a) => (run::run(a), EXIT_AET_FAILED),
         Command::Monitor(a) => (monitor::run(a), EXIT_AET_FAILED),
         Command::Ledger(c) => (ledger::run(c), EXIT_USAGE),
+        Command::Audit(a) => (audit::run(a), EXIT_USAGE),
         Command::Doctor(a) => (doctor::run(a), EXIT_USAGE),
         Command::Guard { cgroup } => (crate::runner::guard_main(&cgroup).map(|()| 0), 1),
         Command::Sandbox(c) => (

@@ -46,6 +46,13 @@ pub struct Args {
     /// Make the grader root root's and 0700 instead of refusing to start.
     #[arg(long)]
     pub fix_grader_root: bool,
+    /// Audit the run against this policy at the end: DIR/audit.json and DIR/audit.html, and a
+    /// summary (aet run still exits with the command's status).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// The agent's transcripts, for the audit.
+    #[arg(long, value_name = "DIR", requires = "policy")]
+    pub transcripts: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(required = true, value_name = "COMMAND", allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -59,6 +66,35 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     let ledger = out.join(runner::LEDGER_FILE);
     if ledger.symlink_metadata().is_ok() {
         anyhow::bail!(runner::RunError::LedgerExists(ledger));
+    }
+    // A policy is checked before anything runs, and its protected files are identified now.
+    let policy = match &a.policy {
+        Some(p) => Some(crate::audit::policy::Policy::load(p)?),
+        None => None,
+    };
+    let mut head = std::collections::HashMap::new();
+    if let Some(p) = &policy
+        && !p.protected.is_empty()
+    {
+        let ids: serde_json::Map<String, serde_json::Value> = p
+            .protected
+            .iter()
+            .filter_map(|(name, path)| {
+                let m = std::fs::metadata(path).ok()?;
+                Some((
+                    name.clone(),
+                    serde_json::json!({
+                        "path": path,
+                        "dev": std::os::unix::fs::MetadataExt::dev(&m),
+                        "ino": std::os::unix::fs::MetadataExt::ino(&m),
+                    }),
+                ))
+            })
+            .collect();
+        head.insert(
+            crate::ledger::schema::meta::PROTECTED.to_owned(),
+            serde_json::Value::Object(ids).to_string(),
+        );
     }
     let config = match &a.config {
         Some(p) => crate::identity::RunConfig::load(p)?,
@@ -103,7 +139,10 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         })?
     };
     let command = a.command;
+    let run_dir = out.clone();
+    let quiet = a.quiet;
     let opts = runner::RunOptions {
+        head,
         out,
         command,
         grace: Duration::from_secs_f64(a.grace),
@@ -114,6 +153,37 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     let outcome = super::runtime()?
         .block_on(runner::run(opts))
         .context("aet run failed")?;
+    if let Some(policy) = &policy {
+        let report = crate::audit::audit_with(
+            &run_dir,
+            policy,
+            &crate::audit::Options {
+                transcripts: a.transcripts.as_deref(),
+                transcript_format: "claude-jsonl",
+            },
+        );
+        match report {
+            Ok(r) => {
+                // The summary goes to stderr: stdout is the command's.
+                super::audit::write_outputs(
+                    &r,
+                    Some(&run_dir.join("audit.json")),
+                    Some(&run_dir.join("audit.html")),
+                    true,
+                )?;
+                if !quiet {
+                    eprint!("{}", crate::audit::render_text(&r));
+                    eprintln!(
+                        "aet: audit: {} ({}, {})",
+                        r.verdict.name(),
+                        run_dir.join("audit.json").display(),
+                        run_dir.join("audit.html").display()
+                    );
+                }
+            }
+            Err(e) => eprintln!("aet: error: the audit failed: {e}"),
+        }
+    }
     Ok(u8::try_from(outcome.exit_status.clamp(0, 255)).unwrap_or(255))
 }
 

@@ -68,6 +68,16 @@ pub struct Ledger {
 impl Ledger {
     /// Opens a ledger and checks its schema.
     pub fn open(path: &Path) -> Result<Self, ReadError> {
+        Self::open_inner(path, None)
+    }
+
+    /// Opens a ledger whose batches hold only `columns` (in that order); the schema and metadata
+    /// are still the whole ledger's. For bulk analysis that needs a few columns.
+    pub fn open_columns(path: &Path, columns: &[&str]) -> Result<Self, ReadError> {
+        Self::open_inner(path, Some(columns))
+    }
+
+    fn open_inner(path: &Path, columns: Option<&[&str]>) -> Result<Self, ReadError> {
         let io_err = |source| ReadError::Io {
             path: path.to_owned(),
             source,
@@ -97,6 +107,37 @@ impl Ledger {
                 }
             };
         check_schema(path, &schema)?;
+        let batches = match columns {
+            None => batches,
+            Some(cols) => {
+                let projection = cols
+                    .iter()
+                    .map(|c| {
+                        schema.index_of(c).map_err(|_| ReadError::Schema {
+                            path: path.to_owned(),
+                            reason: format!("column {c} is missing"),
+                        })
+                    })
+                    .collect::<Result<Vec<usize>, _>>()?;
+                drop(batches);
+                let file = File::open(path).map_err(io_err)?;
+                match form {
+                    // A finished file is mapped: only the projected columns' pages are read,
+                    // without copies.
+                    Form::Finished => Box::new(
+                        MappedBatches::open(&file, schema.clone(), projection).map_err(corrupt)?,
+                    ) as Box<dyn Iterator<Item = _>>,
+                    Form::Unfinished => {
+                        let mut file = file;
+                        file.seek(SeekFrom::Start(8)).map_err(io_err)?;
+                        Box::new(
+                            StreamReader::try_new(BufReader::new(file), Some(projection))
+                                .map_err(corrupt)?,
+                        )
+                    }
+                }
+            }
+        };
         Ok(Self {
             path: path.to_owned(),
             form,
@@ -160,6 +201,82 @@ impl Ledger {
             out.push(b);
         }
         Ok(out)
+    }
+}
+
+/// The record batches of a finished IPC file, decoded in place from a read-only mapping.
+struct MappedBatches {
+    decoder: arrow_ipc::reader::FileDecoder,
+    buffer: arrow_buffer::Buffer,
+    blocks: Vec<arrow_ipc::Block>,
+    next: usize,
+}
+
+impl MappedBatches {
+    fn open(file: &File, schema: SchemaRef, projection: Vec<usize>) -> Result<Self, ArrowError> {
+        // SAFETY: the ledger is finished (it has its footer): aet never changes it again. A
+        // file truncated under the mapping by someone else would fault the reader.
+        let map = unsafe { memmap2::Mmap::map(file) }
+            .map_err(|e| ArrowError::IoError(e.to_string(), e))?;
+        let len = map.len();
+        if len < 10 {
+            return Err(ArrowError::ParseError("file too short".into()));
+        }
+        let ptr = std::ptr::NonNull::new(map.as_ptr() as *mut u8)
+            .ok_or_else(|| ArrowError::ParseError("empty mapping".into()))?;
+        // SAFETY: the pointer and length describe the mapping, which the Arc keeps alive as
+        // long as the buffer.
+        let buffer = unsafe {
+            arrow_buffer::Buffer::from_custom_allocation(ptr, len, std::sync::Arc::new(map))
+        };
+        let trailer: [u8; 10] = buffer[len - 10..].try_into().expect("10 bytes");
+        let footer_len = arrow_ipc::reader::read_footer_length(trailer)?;
+        let start = (len - 10)
+            .checked_sub(footer_len)
+            .ok_or_else(|| ArrowError::ParseError("footer longer than the file".into()))?;
+        let footer = arrow_ipc::root_as_footer(&buffer[start..len - 10])
+            .map_err(|e| ArrowError::ParseError(format!("bad footer: {e}")))?;
+        let mut decoder = arrow_ipc::reader::FileDecoder::new(schema, footer.version())
+            .with_projection(projection);
+        let slice = |b: &arrow_ipc::Block| -> Result<arrow_buffer::Buffer, ArrowError> {
+            let off = usize::try_from(b.offset())
+                .map_err(|_| ArrowError::ParseError("bad block".into()))?;
+            let n = b.bodyLength() as usize + b.metaDataLength() as usize;
+            if off.checked_add(n).is_none_or(|end| end > len) {
+                return Err(ArrowError::ParseError(
+                    "a block lies outside the file".into(),
+                ));
+            }
+            Ok(buffer.slice_with_length(off, n))
+        };
+        for b in footer.dictionaries().iter().flatten() {
+            decoder.read_dictionary(b, &slice(b)?)?;
+        }
+        let blocks: Vec<arrow_ipc::Block> = footer
+            .recordBatches()
+            .map(|v| v.iter().copied().collect())
+            .unwrap_or_default();
+        for b in &blocks {
+            slice(b)?;
+        }
+        Ok(Self {
+            decoder,
+            buffer,
+            blocks,
+            next: 0,
+        })
+    }
+}
+
+impl Iterator for MappedBatches {
+    type Item = Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = *self.blocks.get(self.next)?;
+        self.next += 1;
+        let n = b.bodyLength() as usize + b.metaDataLength() as usize;
+        let data = self.buffer.slice_with_length(b.offset() as usize, n);
+        self.decoder.read_record_batch(&b, &data).transpose()
     }
 }
 

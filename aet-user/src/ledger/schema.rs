@@ -59,6 +59,9 @@ pub mod meta {
     /// handed over, the grader root check, the privileges read back, processes killed after
     /// teardown and files left outside the workspace (JSON).
     pub const IDENTITY: &str = "aet.identity";
+    /// `aet run --policy`: the policy's protected files with their identity at run start, a
+    /// JSON object `{name: {path, dev, ino}}`.
+    pub const PROTECTED: &str = "aet.protected";
     /// Set to `true` by `aet ledger recover` on a ledger rebuilt from an unfinished file.
     pub const RECOVERED: &str = "aet.recovered";
 }

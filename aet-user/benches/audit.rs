@@ -1,0 +1,87 @@
+//! Audit throughput on a large ledger (run by `cargo xtask bench --only audit`).
+//!
+//! `cargo bench -p aet-user --bench audit -- TEMPLATE POLICY ROWS [RUNS]`: writes a ledger of at
+//! least ROWS rows by repeating the batches of TEMPLATE (a ledger recorded from a real run), then
+//! audits it RUNS times on one thread and prints the median rows/s.
+
+use std::{fs::File, path::PathBuf, time::Instant};
+
+use arrow_ipc::writer::FileWriter;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let [template, policy, rows, rest @ ..] = args.as_slice() else {
+        anyhow::bail!("usage: audit TEMPLATE POLICY ROWS [RUNS]");
+    };
+    let want: u64 = rows.parse()?;
+    let runs: usize = rest.first().map(|r| r.parse()).transpose()?.unwrap_or(3);
+    let mut ledger = aet::ledger::reader::Ledger::open(template.as_ref())?;
+    let schema = ledger.schema().clone();
+    let batches = ledger.read_all()?;
+    let per: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+    anyhow::ensure!(per > 0, "the template ledger is empty");
+    let big = PathBuf::from(template).with_file_name("big-ledger.arrow");
+    let t = Instant::now();
+    let mut w = FileWriter::try_new(File::create(&big)?, &schema)?;
+    let mut n = 0u64;
+    while n < want {
+        for b in &batches {
+            w.write(b)?;
+        }
+        n += per;
+    }
+    w.finish()?;
+    let size = std::fs::metadata(&big)?.len();
+    println!(
+        "ledger: {n} rows ({} x {per} recorded rows), {:.1} MiB, written in {:.1} s",
+        n / per,
+        size as f64 / (1 << 20) as f64,
+        t.elapsed().as_secs_f64()
+    );
+    let policy = aet::audit::policy::Policy::load(policy.as_ref())?;
+    let opts = aet::audit::Options {
+        transcripts: None,
+        transcript_format: "claude-jsonl",
+    };
+    {
+        let t = Instant::now();
+        let mut l = aet::ledger::reader::Ledger::open_columns(&big, aet::audit::engine::COLUMNS)?;
+        let mut rows = 0usize;
+        while let Some(b) = l.next_batch()? {
+            rows += b.num_rows();
+        }
+        println!(
+            "reading the audited columns alone: {rows} rows in {:.2} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let mut rates = Vec::new();
+    for i in 0..runs {
+        let t = Instant::now();
+        let r = aet::audit::audit_with(&big, &policy, &opts)?;
+        let secs = t.elapsed().as_secs_f64();
+        let rate = r.counts.rows as f64 / secs;
+        println!(
+            "run {}: {} rows in {:.2} s = {:.1} M rows/s ({} distinct paths, verdict {})",
+            i + 1,
+            r.counts.rows,
+            secs,
+            rate / 1e6,
+            r.counts.distinct_paths,
+            r.verdict.name()
+        );
+        rates.push(rate);
+    }
+    rates.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "median: {:.1} M rows/s on one thread (target >= 20 M rows/s)",
+        rates[rates.len() / 2] / 1e6
+    );
+    if std::env::var_os("AET_BENCH_KEEP").is_none() {
+        std::fs::remove_file(&big)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,814 @@
+//! The audit engine: one pass over a ledger's columns, each distinct path classified once.
+//!
+//! For every row that touches a file the engine works out the access (read, write, exec, probe,
+//! list) and whether it succeeded, matches the row's paths (kernel-resolved, as passed, and the
+//! host's view) against the policy's rules and allow-lists, and aggregates findings per rule,
+//! outcome, access, process and path. Rows of aet's own set-up (bwrap building the sandbox, aet's
+//! stage before it execs the command) are left out.
+
+use std::{collections::HashMap, path::Path};
+
+use arrow_array::{
+    Array, BinaryArray, Int64Array, ListArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
+    cast::AsArray as _,
+};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use super::policy::{Access, Attempts, Policy, Severity};
+use crate::ledger::{
+    reader::{Form, Ledger, ReadError},
+    schema::{col, meta},
+};
+
+/// The columns the engine reads.
+pub const COLUMNS: &[&str] = &[
+    col::SEQ,
+    col::TS_NS,
+    col::KIND,
+    col::SYSCALL,
+    col::PID,
+    col::PPID,
+    col::UID,
+    col::COMM,
+    col::PATH,
+    col::PATH_RAW,
+    col::RESOLVED_PATH,
+    col::RESOLVED_PATH_RAW,
+    col::HOST_PATH,
+    col::HOST_PATH_RAW,
+    col::PATH2,
+    col::PATH2_RAW,
+    col::RESOLVED_PATH2,
+    col::RESOLVED_PATH2_RAW,
+    col::FLAGS,
+    col::PROT,
+    col::RET,
+    col::ERRNO,
+    col::ARGV,
+    col::CHILD_PID,
+    col::DEV,
+    col::INO,
+];
+
+/// What a finding is.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The access succeeded.
+    Hit,
+    /// It was denied or failed.
+    Attempted,
+    /// A cheat path was only probed or listed.
+    Probed,
+}
+
+/// Where a finding belongs in the verdict.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    Cheat,
+    Contaminant,
+    OutOfScope,
+    Warning,
+}
+
+/// One finding: a rule, an outcome, an access, a process and a path; the first occurrence and
+/// how many rows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub class: Class,
+    pub rule: String,
+    pub outcome: Outcome,
+    pub access: &'static str,
+    /// The kernel-resolved path (else the path as passed).
+    pub path: String,
+    /// The path as the process passed it, when different.
+    pub raw_path: Option<String>,
+    pub host_path: Option<String>,
+    pub errno: Option<String>,
+    pub count: u64,
+    pub first_seq: u64,
+    pub first_ts_ns: i64,
+    pub pid: u32,
+    pub uid: u32,
+    pub comm: String,
+    /// The program the process was running (its last exec before the access).
+    pub exe: Option<String>,
+    pub argv: Option<Vec<String>>,
+    /// The process's ancestors up to the run's first process, nearest first.
+    pub ancestry: Vec<Ancestor>,
+    /// The transcript's tool call running at that time (when transcripts were given).
+    pub tool_call: Option<super::transcript::ToolCallRef>,
+    /// Whether a transcript mentions the path (when transcripts were given).
+    pub mentioned_in_transcript: Option<bool>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Ancestor {
+    pub pid: u32,
+    pub comm: String,
+}
+
+/// A process of the run, for the report's tree.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Proc {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    pub exe: Option<String>,
+    pub argv: Option<Vec<String>>,
+    pub first_ts_ns: i64,
+    /// Part of aet's own set-up (bwrap, aet's stage): not audited.
+    pub setup: bool,
+    /// Has a finding (cheat, contaminant or out-of-scope).
+    pub flagged: bool,
+    #[serde(skip)]
+    seen_start: bool,
+}
+
+/// What one pass found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub rows: u64,
+    pub setup_rows: u64,
+    pub distinct_paths: usize,
+    pub findings: Vec<Finding>,
+    /// Rows that matched each rule (by rule index), attempts included.
+    pub rule_hits: Vec<u64>,
+    pub processes: Vec<Proc>,
+    pub io_uring_rows: u64,
+    /// Processes already running when the monitor attached (no fork or exec seen).
+    pub unseen_starts: u64,
+    pub root_pid: Option<u32>,
+    /// Every distinct path the run touched (for transcript correlation), lossy text.
+    pub paths: Vec<String>,
+    pub first_ts_ns: i64,
+    pub last_ts_ns: i64,
+}
+
+struct PathInfo {
+    rules: Box<[u16]>,
+    /// Access bits the allow-list permits.
+    allowed: u8,
+    /// Not a file-system path (pipe:[..], anon_inode:..., a memfd): never out of scope.
+    pseudo: bool,
+}
+
+/// A string column that may have a `_raw` twin holding the exact bytes.
+struct Bytes<'a> {
+    text: &'a StringArray,
+    raw: &'a BinaryArray,
+}
+
+impl<'a> Bytes<'a> {
+    fn get(&self, i: usize) -> Option<&'a [u8]> {
+        if self.raw.is_valid(i) {
+            Some(self.raw.value(i))
+        } else if self.text.is_valid(i) {
+            Some(self.text.value(i).as_bytes())
+        } else {
+            None
+        }
+    }
+}
+
+fn str_col<'a>(b: &'a RecordBatch, name: &str) -> &'a StringArray {
+    b.column_by_name(name)
+        .expect("projected column")
+        .as_string::<i32>()
+}
+
+fn bin_col<'a>(b: &'a RecordBatch, name: &str) -> &'a BinaryArray {
+    b.column_by_name(name)
+        .expect("projected column")
+        .as_binary::<i32>()
+}
+
+fn prim<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> &'a T {
+    b.column_by_name(name)
+        .expect("projected column")
+        .as_any()
+        .downcast_ref::<T>()
+        .expect("column type checked at open")
+}
+
+const O_ACCMODE: u32 = 3;
+const O_DIRECTORY: u32 = 0o200000;
+const O_PATH: u32 = 0o10000000;
+const PROT_WRITE: u32 = 2;
+const MAP_SHARED: u32 = 1;
+
+/// The accesses a row makes with its first and second paths.
+fn accesses(kind: &str, syscall: Option<&str>, flags: Option<u32>, prot: Option<u32>) -> (u8, u8) {
+    let r = Access::Read.bit();
+    let w = Access::Write.bit();
+    match kind {
+        "open" => {
+            let f = flags.unwrap_or(0);
+            if f & O_PATH != 0 {
+                (Access::Probe.bit(), 0)
+            } else if f & O_DIRECTORY != 0 && f & O_ACCMODE == 0 {
+                (Access::List.bit(), 0)
+            } else {
+                match f & O_ACCMODE {
+                    0 => (r, 0),
+                    1 => (w, 0),
+                    _ => (r | w, 0),
+                }
+            }
+        }
+        "exec" => (Access::Exec.bit(), 0),
+        "stat" | "chdir" => (Access::Probe.bit(), 0),
+        "list" => (Access::List.bit(), 0),
+        "modify" => match syscall {
+            // The first path of symlink is the link's text, not a file.
+            Some("symlink") | Some("symlinkat") => (0, w),
+            _ => (w, w),
+        },
+        "mmap" => {
+            let shared_write =
+                prot.unwrap_or(0) & PROT_WRITE != 0 && flags.unwrap_or(0) & MAP_SHARED != 0;
+            (if shared_write { r | w } else { r }, 0)
+        }
+        "io_uring" => (r, 0),
+        _ => (0, 0),
+    }
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The engine's state over one ledger.
+struct Engine<'p> {
+    policy: &'p Policy,
+    cache: FxHashMap<Box<[u8]>, u32>,
+    infos: Vec<PathInfo>,
+    path_texts: Vec<String>,
+    procs: FxHashMap<u32, Proc>,
+    findings: Vec<Finding>,
+    index: FxHashMap<(u32, Outcome, u8, u32, u32), usize>,
+    rule_hits: Vec<u64>,
+    protected_ids: Vec<(u64, u64, usize)>,
+    scan: Scan,
+    /// Rule index used for out-of-scope findings, by access.
+    oos_rule: u32,
+}
+
+impl<'p> Engine<'p> {
+    fn path_id(&mut self, p: &[u8]) -> u32 {
+        if let Some(&id) = self.cache.get(p) {
+            return id;
+        }
+        let id = self.infos.len() as u32;
+        let matches = self.policy.set.matches(p);
+        let rules: Box<[u16]> = matches.iter().map(|i| i as u16).collect();
+        let pseudo = p.first() != Some(&b'/');
+        let mut allowed = 0u8;
+        if let Some(a) = &self.policy.allow {
+            let path = Path::new(std::ffi::OsStr::from_bytes_compat(p));
+            let read = a.read.is_match(path);
+            if read {
+                allowed |= Access::Read.bit();
+            }
+            if a.write.is_match(path) {
+                allowed |= Access::Write.bit();
+            }
+            let exec = match &a.exec {
+                Some(e) => e.is_match(path),
+                None => read,
+            };
+            if exec {
+                allowed |= Access::Exec.bit();
+            }
+            let probe = match &a.probe {
+                Some(pr) => pr.is_match(path),
+                None => true,
+            };
+            if probe {
+                allowed |= Access::Probe.bit() | Access::List.bit();
+            }
+        }
+        self.infos.push(PathInfo {
+            rules,
+            allowed,
+            pseudo,
+        });
+        self.path_texts.push(lossy(p));
+        self.cache.insert(p.into(), id);
+        id
+    }
+
+    fn proc_mut(&mut self, pid: u32, ppid: u32, comm: &str, ts: i64) -> &mut Proc {
+        self.procs.entry(pid).or_insert_with(|| Proc {
+            pid,
+            ppid,
+            comm: comm.to_owned(),
+            first_ts_ns: ts,
+            ..Proc::default()
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        class: Class,
+        rule: u32,
+        outcome: Outcome,
+        access: Access,
+        path_id: u32,
+        row: &RowRef<'_>,
+    ) {
+        let key = (rule, outcome, access.bit(), row.pid, path_id);
+        if let Some(&i) = self.index.get(&key) {
+            self.findings[i].count += 1;
+            return;
+        }
+        let rule_name = if rule == self.oos_rule {
+            format!("out_of_scope.{}", access.name())
+        } else if (rule as usize) < self.policy.rules.len() {
+            self.policy.rules[rule as usize].name.clone()
+        } else {
+            let (name, _) = &self.policy.protected[rule as usize - self.policy.rules.len()];
+            format!("protected.{name}")
+        };
+        let p = self.procs.get(&row.pid);
+        let f = Finding {
+            class,
+            rule: rule_name,
+            outcome,
+            access: access.name(),
+            path: self.path_texts[path_id as usize].clone(),
+            raw_path: row.raw.filter(|r| Some(*r) != row.resolved).map(lossy),
+            host_path: row.host.map(lossy),
+            errno: row.errno.map(str::to_owned),
+            count: 1,
+            first_seq: row.seq,
+            first_ts_ns: row.ts,
+            pid: row.pid,
+            uid: row.uid,
+            comm: row.comm.to_owned(),
+            exe: p.and_then(|p| p.exe.clone()),
+            argv: p.and_then(|p| p.argv.clone()),
+            ancestry: Vec::new(),
+            tool_call: None,
+            mentioned_in_transcript: None,
+        };
+        if matches!(class, Class::Cheat | Class::Contaminant | Class::OutOfScope)
+            && let Some(p) = self.procs.get_mut(&row.pid)
+        {
+            p.flagged = true;
+        }
+        self.index.insert(key, self.findings.len());
+        self.findings.push(f);
+    }
+
+    /// Classifies one access of a row at a path.
+    fn classify(
+        &mut self,
+        row: &RowRef<'_>,
+        access: Access,
+        ids: &[u32],
+        ident: Option<(u64, u64)>,
+    ) {
+        let ok = row.ok;
+        let policy = self.policy;
+        let mut matched_rule = false;
+        let mut rules: Vec<u16> = Vec::new();
+        for &id in ids {
+            for &r in self.infos[id as usize].rules.iter() {
+                if !rules.contains(&r) {
+                    rules.push(r);
+                }
+            }
+        }
+        let main = ids[0];
+        for &r in &rules {
+            let rule = &policy.rules[r as usize];
+            self.rule_hits[r as usize] += 1;
+            matched_rule |= rule.severity != Severity::Warn;
+            self.apply_rule(
+                r as u32,
+                rule.severity,
+                rule.access_mask,
+                rule.attempts,
+                access,
+                ok,
+                main,
+                row,
+            );
+        }
+        // Protected files by identity: an alias (hard link, bind mount, /proc/self/fd) cannot
+        // hide them.
+        if let Some((dev, ino)) = ident {
+            for k in 0..self.protected_ids.len() {
+                let (d, i, n) = self.protected_ids[k];
+                if d == dev && i == ino {
+                    matched_rule = true;
+                    let rule = (policy.rules.len() + n) as u32;
+                    let mask = Access::Read.bit() | Access::Write.bit() | Access::Exec.bit();
+                    self.apply_rule(
+                        rule,
+                        Severity::Cheat,
+                        mask,
+                        Attempts::Warn,
+                        access,
+                        ok,
+                        main,
+                        row,
+                    );
+                }
+            }
+        }
+        if ok
+            && !matched_rule
+            && let Some(allow) = &policy.allow
+        {
+            let info = &self.infos[main as usize];
+            let allowed = ids
+                .iter()
+                .any(|&i| self.infos[i as usize].allowed & access.bit() != 0);
+            let counts = match access {
+                Access::Read | Access::Write | Access::Exec => true,
+                Access::Probe | Access::List => allow.probe.is_some(),
+            };
+            if counts && !allowed && !info.pseudo {
+                self.record(
+                    Class::OutOfScope,
+                    self.oos_rule,
+                    Outcome::Hit,
+                    access,
+                    main,
+                    row,
+                );
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn apply_rule(
+        &mut self,
+        rule: u32,
+        sev: Severity,
+        mask: u8,
+        attempts: Attempts,
+        access: Access,
+        ok: bool,
+        path_id: u32,
+        row: &RowRef<'_>,
+    ) {
+        let class = match sev {
+            Severity::Cheat => Class::Cheat,
+            Severity::Contaminant => Class::Contaminant,
+            Severity::Warn => Class::Warning,
+        };
+        if mask & access.bit() != 0 {
+            if ok {
+                self.record(class, rule, Outcome::Hit, access, path_id, row);
+            } else {
+                match attempts {
+                    Attempts::Ignore => {}
+                    Attempts::Warn => self.record(
+                        Class::Warning,
+                        rule,
+                        Outcome::Attempted,
+                        access,
+                        path_id,
+                        row,
+                    ),
+                    Attempts::Same => {
+                        self.record(class, rule, Outcome::Attempted, access, path_id, row)
+                    }
+                }
+            }
+        } else if sev == Severity::Cheat && matches!(access, Access::Probe | Access::List) {
+            let outcome = if ok {
+                Outcome::Probed
+            } else {
+                Outcome::Attempted
+            };
+            self.record(Class::Warning, rule, outcome, access, path_id, row);
+        }
+    }
+}
+
+/// The row being classified.
+struct RowRef<'a> {
+    seq: u64,
+    ts: i64,
+    pid: u32,
+    uid: u32,
+    comm: &'a str,
+    ok: bool,
+    errno: Option<&'a str>,
+    resolved: Option<&'a [u8]>,
+    raw: Option<&'a [u8]>,
+    host: Option<&'a [u8]>,
+}
+
+/// `OsStr::from_bytes` without importing the trait at every call.
+trait FromBytesCompat {
+    fn from_bytes_compat(b: &[u8]) -> &Self;
+}
+
+impl FromBytesCompat for std::ffi::OsStr {
+    fn from_bytes_compat(b: &[u8]) -> &Self {
+        std::os::unix::ffi::OsStrExt::from_bytes(b)
+    }
+}
+
+fn is_stage(exe: &[u8], argv: Option<&[String]>) -> bool {
+    exe == b"/.aet/aet" || argv.is_some_and(|a| a.get(1).is_some_and(|x| x == "__stage"))
+}
+
+fn argv_at(list: &ListArray, i: usize) -> Option<Vec<String>> {
+    if !list.is_valid(i) {
+        return None;
+    }
+    let v = list.value(i);
+    let s = v.as_string::<i32>();
+    Some((0..s.len()).map(|k| s.value(k).to_owned()).collect())
+}
+
+/// Scans a ledger with a policy.
+pub fn scan(
+    ledger_path: &Path,
+    policy: &Policy,
+) -> Result<(Scan, HashMap<String, String>, Form), ReadError> {
+    let mut ledger = Ledger::open_columns(ledger_path, COLUMNS)?;
+    let metadata = ledger.metadata();
+    let form = ledger.form();
+    // aet's own set-up precedes the command when a stage ran (sandbox or identity).
+    let audit_setup = metadata.contains_key(meta::SANDBOX) || metadata.contains_key(meta::IDENTITY);
+    let mut protected_ids = Vec::new();
+    let protected_meta: HashMap<String, (u64, u64)> = metadata
+        .get(meta::PROTECTED)
+        .and_then(|j| serde_json::from_str::<HashMap<String, serde_json::Value>>(j).ok())
+        .map(|m| {
+            m.into_iter()
+                .filter_map(|(k, v)| Some((k, (v["dev"].as_u64()?, v["ino"].as_u64()?))))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (n, (name, path)) in policy.protected.iter().enumerate() {
+        // The identity taken at run start when the run recorded it, else now.
+        let id = protected_meta.get(name).copied().or_else(|| {
+            std::fs::metadata(path).ok().map(|m| {
+                (
+                    std::os::unix::fs::MetadataExt::dev(&m),
+                    std::os::unix::fs::MetadataExt::ino(&m),
+                )
+            })
+        });
+        if let Some((d, i)) = id {
+            protected_ids.push((d, i, n));
+        }
+    }
+    let nrules = policy.rules.len() + policy.protected.len();
+    let mut e = Engine {
+        policy,
+        cache: FxHashMap::default(),
+        infos: Vec::new(),
+        path_texts: Vec::new(),
+        procs: FxHashMap::default(),
+        findings: Vec::new(),
+        index: FxHashMap::default(),
+        rule_hits: vec![0; nrules],
+        protected_ids,
+        scan: Scan::default(),
+        oos_rule: u32::MAX,
+    };
+    let protected_paths: Vec<(Vec<u8>, usize)> = policy
+        .protected
+        .iter()
+        .enumerate()
+        .map(|(n, (_, p))| (p.as_os_str().as_encoded_bytes().to_vec(), n))
+        .collect();
+    let mut first = true;
+    let mut last_pid = u32::MAX;
+    let mut last_setup = false;
+    while let Some(b) = ledger.next_batch()? {
+        let seq = prim::<UInt64Array>(&b, col::SEQ);
+        let ts = prim::<Int64Array>(&b, col::TS_NS);
+        let kind = str_col(&b, col::KIND);
+        let syscall = str_col(&b, col::SYSCALL);
+        let pid = prim::<UInt32Array>(&b, col::PID);
+        let ppid = prim::<UInt32Array>(&b, col::PPID);
+        let uid = prim::<UInt32Array>(&b, col::UID);
+        let comm = str_col(&b, col::COMM);
+        let path = Bytes {
+            text: str_col(&b, col::PATH),
+            raw: bin_col(&b, col::PATH_RAW),
+        };
+        let resolved = Bytes {
+            text: str_col(&b, col::RESOLVED_PATH),
+            raw: bin_col(&b, col::RESOLVED_PATH_RAW),
+        };
+        let host = Bytes {
+            text: str_col(&b, col::HOST_PATH),
+            raw: bin_col(&b, col::HOST_PATH_RAW),
+        };
+        let path2 = Bytes {
+            text: str_col(&b, col::PATH2),
+            raw: bin_col(&b, col::PATH2_RAW),
+        };
+        let resolved2 = Bytes {
+            text: str_col(&b, col::RESOLVED_PATH2),
+            raw: bin_col(&b, col::RESOLVED_PATH2_RAW),
+        };
+        let flags = prim::<UInt32Array>(&b, col::FLAGS);
+        let prot = prim::<UInt32Array>(&b, col::PROT);
+        let ret = prim::<Int64Array>(&b, col::RET);
+        let errno = str_col(&b, col::ERRNO);
+        let argv = b
+            .column_by_name(col::ARGV)
+            .expect("projected column")
+            .as_list::<i32>();
+        let child = prim::<UInt32Array>(&b, col::CHILD_PID);
+        let dev = prim::<UInt64Array>(&b, col::DEV);
+        let ino = prim::<UInt64Array>(&b, col::INO);
+        for i in 0..b.num_rows() {
+            let t = ts.value(i);
+            let p = pid.value(i);
+            let k = kind.value(i);
+            let c = comm.value(i);
+            e.scan.rows += 1;
+            if first {
+                first = false;
+                e.scan.root_pid = Some(p);
+                e.scan.first_ts_ns = t;
+                let pr = e.proc_mut(p, ppid.value(i), c, t);
+                pr.setup = audit_setup;
+                pr.seen_start = true;
+            }
+            e.scan.last_ts_ns = t;
+            // Rows of one process come in runs: remember the last one's state.
+            let setup = if p == last_pid {
+                last_setup
+            } else {
+                let pp = ppid.value(i);
+                last_pid = p;
+                last_setup = e.proc_mut(p, pp, c, t).setup;
+                last_setup
+            };
+            match k {
+                "fork" => {
+                    if child.is_valid(i) {
+                        let ch = child.value(i);
+                        let pr = e.proc_mut(ch, p, c, t);
+                        pr.seen_start = true;
+                        pr.setup = setup;
+                        pr.ppid = p;
+                        if ch == last_pid {
+                            last_setup = setup;
+                        }
+                    }
+                    continue;
+                }
+                "exit" | "io" | "mount" | "memfd" => {
+                    if setup {
+                        e.scan.setup_rows += 1;
+                    }
+                    continue;
+                }
+                "exec" => {
+                    let ok = ret.is_valid(i) && ret.value(i) >= 0;
+                    if ok {
+                        let exe = resolved.get(i).or(path.get(i)).unwrap_or_default();
+                        let args = argv_at(argv, i);
+                        let stays_setup =
+                            setup && (exe.ends_with(b"/bwrap") || is_stage(exe, args.as_deref()));
+                        let pr = e.procs.get_mut(&p).expect("created above");
+                        pr.seen_start = true;
+                        pr.exe = Some(lossy(exe));
+                        pr.argv = args;
+                        pr.comm = c.to_owned();
+                        pr.setup = stays_setup;
+                        if p == last_pid {
+                            last_setup = stays_setup;
+                        }
+                    }
+                }
+                "io_uring" => e.scan.io_uring_rows += 1,
+                _ => {}
+            }
+            if setup {
+                e.scan.setup_rows += 1;
+                continue;
+            }
+            let sc = if syscall.is_valid(i) {
+                Some(syscall.value(i))
+            } else {
+                None
+            };
+            let fl = flags.is_valid(i).then(|| flags.value(i));
+            let pr = prot.is_valid(i).then(|| prot.value(i));
+            let (a1, a2) = accesses(k, sc, fl, pr);
+            if a1 == 0 && a2 == 0 {
+                continue;
+            }
+            let row = RowRef {
+                seq: seq.value(i),
+                ts: t,
+                pid: p,
+                uid: uid.value(i),
+                comm: c,
+                ok: ret.is_valid(i) && ret.value(i) >= 0 && k != "io_uring",
+                errno: errno.is_valid(i).then(|| errno.value(i)),
+                resolved: resolved.get(i),
+                raw: path.get(i),
+                host: host.get(i),
+            };
+            let ident = (dev.is_valid(i) && ino.is_valid(i)).then(|| (dev.value(i), ino.value(i)));
+            if a1 != 0 {
+                let mut ids = [u32::MAX; 3];
+                let mut n = 0;
+                // The same bytes need no second look-up (the argument is often the resolved
+                // path itself).
+                let raw = row.raw.filter(|r| Some(*r) != row.resolved);
+                let host = row.host.filter(|h| Some(*h) != row.resolved);
+                for cand in [row.resolved, raw, host].into_iter().flatten() {
+                    let id = e.path_id(cand);
+                    if !ids[..n].contains(&id) {
+                        ids[n] = id;
+                        n += 1;
+                    }
+                }
+                if n > 0 {
+                    // A protected file named by its path.
+                    let ident = ident.or_else(|| {
+                        protected_paths
+                            .iter()
+                            .find(|(pp, _)| Some(pp.as_slice()) == row.resolved)
+                            .and_then(|(_, n)| e.protected_ids.iter().find(|x| x.2 == *n))
+                            .map(|x| (x.0, x.1))
+                    });
+                    for a in Access::ALL {
+                        if a1 & a.bit() != 0 {
+                            e.classify(&row, a, &ids[..n], ident);
+                        }
+                    }
+                }
+            }
+            if a2 != 0 {
+                let row2 = RowRef {
+                    resolved: resolved2.get(i),
+                    raw: path2.get(i),
+                    host: None,
+                    ..row
+                };
+                let mut ids = [u32::MAX; 2];
+                let mut n = 0;
+                for cand in [row2.resolved, row2.raw].into_iter().flatten() {
+                    let id = e.path_id(cand);
+                    if !ids[..n].contains(&id) {
+                        ids[n] = id;
+                        n += 1;
+                    }
+                }
+                if n > 0 {
+                    for a in Access::ALL {
+                        if a2 & a.bit() != 0 {
+                            e.classify(&row2, a, &ids[..n], None);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Ancestry for each finding, from the recorded creators.
+    let root = e.scan.root_pid;
+    for f in &mut e.findings {
+        let mut cur = e.procs.get(&f.pid).map(|p| p.ppid);
+        let mut guard = 0;
+        while let Some(pp) = cur {
+            guard += 1;
+            if guard > 256 {
+                break;
+            }
+            let Some(p) = e.procs.get(&pp) else { break };
+            f.ancestry.push(Ancestor {
+                pid: p.pid,
+                comm: p.comm.clone(),
+            });
+            if Some(pp) == root {
+                break;
+            }
+            cur = Some(p.ppid);
+        }
+    }
+    e.scan.unseen_starts = e
+        .procs
+        .values()
+        .filter(|p| !p.seen_start && Some(p.pid) != root)
+        .count() as u64;
+    let mut procs: Vec<Proc> = e.procs.into_values().collect();
+    procs.sort_by_key(|p| (p.first_ts_ns, p.pid));
+    e.scan.processes = procs;
+    e.scan.distinct_paths = e.infos.len();
+    e.scan.paths = e.path_texts;
+    e.scan.rule_hits = e.rule_hits;
+    e.scan.findings = e.findings;
+    Ok((e.scan, metadata, form))
+}

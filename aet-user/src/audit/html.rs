@@ -1,0 +1,341 @@
+//! The HTML report: one self-contained file (no network at view time). The verdict, the process
+//! tree with flagged processes marked, a timeline of the flagged accesses, and a filterable table
+//! of every finding are rendered into the page itself; a few lines of inline script only filter
+//! the table. The whole JSON report is embedded too.
+
+use std::{collections::BTreeMap, fmt::Write as _};
+
+use super::{
+    Report,
+    engine::{Finding, Outcome, Proc},
+};
+
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+const STYLE: &str = r#"
+body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
+header{padding:18px 24px;color:#fff}
+header.clean{background:#1f7a3a}header.flagged{background:#9a6700}
+header.disqualified{background:#b42318}header.inconclusive{background:#5b5f66}
+header h1{margin:0;font-size:26px;letter-spacing:.02em}
+header p{margin:4px 0 0;opacity:.9}
+main{padding:16px 24px;max-width:1400px}
+section{background:#fff;border:1px solid #d8dde3;border-radius:6px;padding:12px 16px;margin:0 0 16px}
+h2{font-size:16px;margin:0 0 8px}
+.counts span{display:inline-block;margin-right:18px}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{border-bottom:1px solid #eaeef2;padding:4px 6px;text-align:left;vertical-align:top}
+th{background:#f0f2f5;position:sticky;top:0}
+td.path{font-family:ui-monospace,Menlo,monospace;word-break:break-all}
+tr.cheat td:first-child{border-left:4px solid #b42318}
+tr.contaminant td:first-child,tr.out_of_scope td:first-child{border-left:4px solid #9a6700}
+tr.warning td:first-child{border-left:4px solid #8c959f}
+input,select{font:inherit;padding:4px 6px;margin:0 8px 8px 0}
+ul.tree{list-style:none;padding-left:18px;margin:0;font-family:ui-monospace,Menlo,monospace;font-size:12px}
+ul.tree li.flagged>span{color:#b42318;font-weight:600}
+ul.tree li.setup>span{color:#8c959f}
+.muted{color:#57606a}
+svg text{font-size:11px;fill:#57606a}
+"#;
+
+const SCRIPT: &str = r#"
+(function(){
+  var q=document.getElementById('filter'),k=document.getElementById('kind'),n=document.getElementById('shown');
+  var rows=Array.prototype.slice.call(document.querySelectorAll('#findings tbody tr'));
+  function apply(){
+    var t=q.value.toLowerCase(),c=k.value,shown=0;
+    rows.forEach(function(r){
+      var ok=(!c||r.className===c)&&(!t||r.textContent.toLowerCase().indexOf(t)>=0);
+      r.hidden=!ok; if(ok)shown++;
+    });
+    n.textContent=shown+' of '+rows.length+' shown';
+  }
+  q.addEventListener('input',apply);k.addEventListener('change',apply);apply();
+})();
+"#;
+
+fn class_of(kind: &str) -> &'static str {
+    match kind {
+        "cheat" => "cheat",
+        "contaminant" => "contaminant",
+        "out_of_scope" => "out_of_scope",
+        _ => "warning",
+    }
+}
+
+fn finding_row(out: &mut String, kind: &str, f: &Finding, t0: i64) {
+    let outcome = match f.outcome {
+        Outcome::Hit => "hit",
+        Outcome::Attempted => "attempted",
+        Outcome::Probed => "probed",
+    };
+    let ancestry: Vec<String> = f
+        .ancestry
+        .iter()
+        .map(|a| format!("{}[{}]", a.comm, a.pid))
+        .collect();
+    let argv = f.argv.as_ref().map(|a| a.join(" ")).unwrap_or_default();
+    let tool = f
+        .tool_call
+        .as_ref()
+        .map(|t| format!("{}: {}", t.tool, t.command.clone().unwrap_or_default()))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{} {}</td><td class=\"path\">{}</td>\
+         <td>{}</td><td>{}[{}] <span class=\"muted\">uid {}</span><br><span class=\"muted\">{}</span></td>\
+         <td class=\"muted\">{}</td><td>{:.3} s</td><td>{}</td><td class=\"muted\">{}</td></tr>",
+        class_of(kind),
+        esc(kind),
+        esc(&f.rule),
+        esc(f.access),
+        esc(outcome),
+        esc(&f.path),
+        esc(f.errno.as_deref().unwrap_or("")),
+        esc(&f.comm),
+        f.pid,
+        f.uid,
+        esc(&argv),
+        esc(&ancestry.join(" < ")),
+        (f.first_ts_ns - t0) as f64 / 1e9,
+        f.count,
+        esc(&tool),
+    );
+}
+
+fn tree(out: &mut String, procs: &[Proc]) {
+    let mut children: BTreeMap<u32, Vec<&Proc>> = BTreeMap::new();
+    let pids: std::collections::HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+    let mut roots = Vec::new();
+    for p in procs {
+        if pids.contains(&p.ppid) && p.ppid != p.pid {
+            children.entry(p.ppid).or_default().push(p);
+        } else {
+            roots.push(p);
+        }
+    }
+    fn walk(out: &mut String, p: &Proc, ch: &BTreeMap<u32, Vec<&Proc>>, depth: usize) {
+        let cls = if p.flagged {
+            " class=\"flagged\""
+        } else if p.setup {
+            " class=\"setup\""
+        } else {
+            ""
+        };
+        let mark = if p.flagged { "&#9873; " } else { "" };
+        let what = p
+            .argv
+            .as_ref()
+            .map(|a| a.join(" "))
+            .or_else(|| p.exe.clone())
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            "<li{cls}><span>{mark}{}[{}]</span> <span class=\"muted\">{}{}</span>",
+            esc(&p.comm),
+            p.pid,
+            esc(&what.chars().take(160).collect::<String>()),
+            if p.setup { " (aet set-up)" } else { "" }
+        );
+        if let Some(kids) = ch.get(&p.pid)
+            && depth < 64
+        {
+            out.push_str("<ul class=\"tree\">");
+            for k in kids {
+                walk(out, k, ch, depth + 1);
+            }
+            out.push_str("</ul>");
+        }
+        out.push_str("</li>\n");
+    }
+    out.push_str("<ul class=\"tree\">");
+    for r in roots {
+        walk(out, r, &children, 0);
+    }
+    out.push_str("</ul>");
+}
+
+fn timeline(out: &mut String, lists: &[(&str, &[Finding])], t0: i64, t1: i64) {
+    let w = 1000.0;
+    let lane = 26.0;
+    let span = ((t1 - t0).max(1)) as f64;
+    let h = lane * lists.len() as f64 + 24.0;
+    let _ = write!(
+        out,
+        "<svg viewBox=\"0 0 {} {h}\" width=\"100%\" role=\"img\" aria-label=\"timeline of flagged accesses\">",
+        w + 130.0
+    );
+    for (i, (label, list)) in lists.iter().enumerate() {
+        let y = lane * i as f64 + 14.0;
+        let _ = write!(
+            out,
+            "<text x=\"0\" y=\"{}\">{}</text><line x1=\"120\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\" stroke=\"#d8dde3\"/>",
+            y + 4.0,
+            esc(label),
+            w + 120.0
+        );
+        let color = match *label {
+            "cheats" => "#b42318",
+            "warnings" => "#8c959f",
+            _ => "#9a6700",
+        };
+        for f in list.iter().take(2000) {
+            let x = 120.0 + w * ((f.first_ts_ns - t0) as f64 / span);
+            let _ = write!(
+                out,
+                "<circle cx=\"{x:.1}\" cy=\"{y}\" r=\"5\" fill=\"{color}\"><title>{} {} {} by {}[{}]</title></circle>",
+                esc(&f.rule),
+                esc(f.access),
+                esc(&f.path),
+                esc(&f.comm),
+                f.pid
+            );
+        }
+    }
+    let _ = write!(
+        out,
+        "<text x=\"120\" y=\"{}\">0 s</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.3} s</text></svg>",
+        h - 4.0,
+        w + 120.0,
+        h - 4.0,
+        span / 1e9
+    );
+}
+
+/// The report as one HTML page.
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let verdict = r.verdict.name();
+    let t0 = r.processes.iter().map(|p| p.first_ts_ns).min().unwrap_or(0);
+    let t1 = [
+        &r.cheat_hits,
+        &r.contaminant_hits,
+        &r.out_of_scope,
+        &r.warnings,
+    ]
+    .iter()
+    .flat_map(|l| l.iter().map(|f| f.first_ts_ns))
+    .chain(r.run.ended_ns)
+    .max()
+    .unwrap_or(t0 + 1);
+    let _ = write!(
+        o,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <title>aet audit: {}</title><style>{STYLE}</style></head><body>\n",
+        esc(verdict)
+    );
+    let command = r
+        .run
+        .command
+        .as_ref()
+        .and_then(|c| c.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let _ = write!(
+        o,
+        "<header class=\"{verdict}\"><h1 id=\"verdict\">Verdict: {}</h1><p>{} &middot; disqualified: {} &middot; isolation clean: {} &middot; record complete: {}</p></header>\n<main>\n",
+        esc(&verdict.to_uppercase()),
+        esc(&command),
+        r.disqualified,
+        r.isolation_clean,
+        r.complete
+    );
+    let _ = write!(
+        o,
+        "<section><h2>Run</h2><div class=\"counts\"><span>ledger <code>{}</code></span><span>policy <code>{}</code></span></div>\
+         <div class=\"counts\"><span>{} rows</span><span>{} of aet's set-up left out</span><span>{} distinct paths</span><span>{} processes</span></div>\
+         <div class=\"counts\"><span><b>{}</b> cheat hits</span><span><b>{}</b> contaminants</span><span><b>{}</b> out of scope</span><span><b>{}</b> warnings</span></div>",
+        esc(&r.ledger.display().to_string()),
+        esc(&r.policy.display().to_string()),
+        r.counts.rows,
+        r.counts.setup_rows,
+        r.counts.distinct_paths,
+        r.counts.processes,
+        r.cheat_hits.len(),
+        r.contaminant_hits.len(),
+        r.out_of_scope.len(),
+        r.warnings.len()
+    );
+    if !r.incomplete_reasons.is_empty() {
+        o.push_str("<p><b>The record is incomplete:</b></p><ul>");
+        for reason in &r.incomplete_reasons {
+            let _ = write!(o, "<li>{}</li>", esc(reason));
+        }
+        o.push_str("</ul>");
+    }
+    if !r.unused_rules.is_empty() {
+        let _ = write!(
+            o,
+            "<p class=\"muted\">Rules that matched nothing (typos?): {}</p>",
+            esc(&r.unused_rules.join(", "))
+        );
+    }
+    if let Some(t) = &r.transcripts
+        && let Some(h) = &t.headline
+    {
+        let _ = write!(o, "<p><b>Headline:</b> {}</p>", esc(h));
+    }
+    o.push_str("</section>\n");
+
+    let lists: [(&str, &[Finding]); 4] = [
+        ("cheats", &r.cheat_hits),
+        ("contaminants", &r.contaminant_hits),
+        ("out of scope", &r.out_of_scope),
+        ("warnings", &r.warnings),
+    ];
+    o.push_str("<section><h2>Timeline of flagged accesses</h2>");
+    timeline(&mut o, &lists, t0, t1);
+    o.push_str("</section>\n");
+
+    o.push_str(
+        "<section><h2>Flagged accesses</h2>\
+         <input id=\"filter\" type=\"search\" placeholder=\"filter: path, process, rule...\" aria-label=\"filter\">\
+         <select id=\"kind\" aria-label=\"class\"><option value=\"\">all classes</option><option value=\"cheat\">cheats</option>\
+         <option value=\"contaminant\">contaminants</option><option value=\"out_of_scope\">out of scope</option><option value=\"warning\">warnings</option></select>\
+         <span id=\"shown\" class=\"muted\"></span>\
+         <table id=\"findings\"><thead><tr><th>class</th><th>rule</th><th>access</th><th>path</th><th>errno</th><th>process</th><th>ancestry</th><th>at</th><th>rows</th><th>tool call</th></tr></thead><tbody>\n",
+    );
+    for (kind, list) in [
+        ("cheat", &r.cheat_hits),
+        ("contaminant", &r.contaminant_hits),
+        ("out_of_scope", &r.out_of_scope),
+        ("warning", &r.warnings),
+    ] {
+        for f in list {
+            finding_row(&mut o, kind, f, t0);
+        }
+    }
+    o.push_str("</tbody></table></section>\n");
+
+    o.push_str("<section><h2>Process tree</h2><p class=\"muted\">&#9873; marks a process with a cheat, contaminant or out-of-scope access; grey: aet's own set-up.</p>");
+    tree(&mut o, &r.processes);
+    o.push_str("</section>\n");
+
+    let json = serde_json::to_string(r)
+        .unwrap_or_default()
+        .replace("</", "<\\/");
+    let _ = writeln!(
+        o,
+        "</main><script type=\"application/json\" id=\"report\">{json}</script><script>{SCRIPT}</script></body></html>"
+    );
+    o
+}

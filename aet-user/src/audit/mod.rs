@@ -1,0 +1,517 @@
+//! The audit: a verdict from the kernel's record, against an allow-list policy.
+//!
+//! - [`policy`]: the TOML policy, compiled once (one `RegexSet`, `GlobSet`s);
+//! - [`engine`]: one pass over the ledger's columns, each distinct path classified once;
+//! - [`transcript`]: an agent's own account of its tool calls, correlated with the record;
+//! - [`html`]: the self-contained HTML report.
+//!
+//! Verdicts and exit codes: `clean` 0, `flagged` 1 (contaminants, out-of-scope accesses or
+//! warnings), `disqualified` 2 (a cheat hit), `inconclusive` 3 (the record is incomplete and no
+//! cheat was found). Usage and input errors are 4.
+
+pub mod engine;
+pub mod html;
+pub mod policy;
+pub mod transcript;
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use serde::Serialize;
+
+use engine::{Class, Finding, Outcome, Proc};
+use policy::{Policy, PolicyError, Severity};
+use transcript::ToolCall;
+
+use crate::ledger::{reader::Form, reader::ReadError, schema::meta};
+
+/// Version of the audit report format.
+pub const REPORT_VERSION: u32 = 1;
+
+/// Errors that stop an audit (exit code 4).
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error(transparent)]
+    Ledger(#[from] ReadError),
+    #[error("transcripts {path}: {message}")]
+    Transcripts { path: PathBuf, message: String },
+    #[error("unknown transcript format {0:?} (known: claude-jsonl)")]
+    Format(String),
+}
+
+/// The verdict.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Clean,
+    Flagged,
+    Disqualified,
+    Inconclusive,
+}
+
+impl Verdict {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Self::Clean => 0,
+            Self::Flagged => 1,
+            Self::Disqualified => 2,
+            Self::Inconclusive => 3,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Clean => "clean",
+            Self::Flagged => "flagged",
+            Self::Disqualified => "disqualified",
+            Self::Inconclusive => "inconclusive",
+        }
+    }
+}
+
+/// What the run was, from the ledger's metadata.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RunInfo {
+    pub command: Option<serde_json::Value>,
+    pub scope: Option<String>,
+    pub started_ns: Option<i64>,
+    pub ended_ns: Option<i64>,
+    pub exit_status: Option<i32>,
+    pub sandbox_verified: Option<bool>,
+    pub identity_uid: Option<u32>,
+}
+
+/// Counts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counts {
+    pub rows: u64,
+    pub setup_rows: u64,
+    pub distinct_paths: usize,
+    pub processes: usize,
+    pub findings: usize,
+}
+
+/// A transcript's tool call that matches a rule.
+#[derive(Clone, Debug, Serialize)]
+pub struct TranscriptHit {
+    pub rule: String,
+    pub severity: Severity,
+    pub tool_call: transcript::ToolCallRef,
+    /// Whether the kernel saw an access at a path the call names (any outcome).
+    pub seen_by_kernel: bool,
+}
+
+/// A path a transcript names, and whether the kernel saw it.
+#[derive(Clone, Debug, Serialize)]
+pub struct TranscriptPath {
+    pub path: String,
+    pub seen_by_kernel: bool,
+}
+
+/// The transcript side of the audit.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Transcripts {
+    pub format: String,
+    pub source: PathBuf,
+    pub tool_calls: usize,
+    /// Tool calls whose command or paths match a rule (the seed's transcript audit).
+    pub hits: Vec<TranscriptHit>,
+    pub paths: Vec<TranscriptPath>,
+    /// Flagged accesses (cheats, contaminants, out of scope) at paths no tool call names: what
+    /// only the kernel's record shows.
+    pub unmentioned_findings: usize,
+    pub headline: Option<String>,
+}
+
+/// The audit report (JSON: `aet.audit` version [`REPORT_VERSION`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub format: &'static str,
+    pub version: u32,
+    pub aet_version: &'static str,
+    pub ledger: PathBuf,
+    pub policy: PathBuf,
+    pub verdict: Verdict,
+    pub exit_code: u8,
+    pub disqualified: bool,
+    pub isolation_clean: bool,
+    pub complete: bool,
+    pub incomplete_reasons: Vec<String>,
+    pub run: RunInfo,
+    pub counts: Counts,
+    pub cheat_hits: Vec<Finding>,
+    pub contaminant_hits: Vec<Finding>,
+    pub out_of_scope: Vec<Finding>,
+    pub warnings: Vec<Finding>,
+    /// Rules that matched no row: they may be typos.
+    pub unused_rules: Vec<String>,
+    pub processes: Vec<Proc>,
+    pub transcripts: Option<Transcripts>,
+}
+
+/// Audit options.
+pub struct Options<'a> {
+    pub transcripts: Option<&'a Path>,
+    pub transcript_format: &'a str,
+}
+
+/// Audits a ledger (a file, or a run directory holding `ledger.arrow`).
+pub fn audit(ledger: &Path, policy_path: &Path, opts: &Options<'_>) -> Result<Report, AuditError> {
+    let policy = Policy::load(policy_path)?;
+    audit_with(ledger, &policy, opts)
+}
+
+/// [`audit`] with a compiled policy.
+pub fn audit_with(
+    ledger: &Path,
+    policy: &Policy,
+    opts: &Options<'_>,
+) -> Result<Report, AuditError> {
+    let ledger = if ledger.is_dir() {
+        ledger.join(crate::runner::LEDGER_FILE)
+    } else {
+        ledger.to_owned()
+    };
+    let calls = match opts.transcripts {
+        None => None,
+        Some(dir) => {
+            let fmt = transcript::format_by_name(opts.transcript_format)
+                .ok_or_else(|| AuditError::Format(opts.transcript_format.to_owned()))?;
+            let calls = transcript::read_dir(dir, fmt.as_ref()).map_err(|message| {
+                AuditError::Transcripts {
+                    path: dir.to_owned(),
+                    message,
+                }
+            })?;
+            Some((dir.to_owned(), fmt.name().to_owned(), calls))
+        }
+    };
+    let (scan, metadata, form) = engine::scan(&ledger, policy)?;
+    Ok(build_report(&ledger, policy, scan, &metadata, form, calls))
+}
+
+fn build_report(
+    ledger: &Path,
+    policy: &Policy,
+    mut scan: engine::Scan,
+    m: &HashMap<String, String>,
+    form: Form,
+    calls: Option<(PathBuf, String, Vec<ToolCall>)>,
+) -> Report {
+    let get = |k: &str| m.get(k).map(String::as_str);
+    let mut reasons: Vec<String> = get(meta::INCOMPLETE_REASONS)
+        .and_then(|j| serde_json::from_str(j).ok())
+        .unwrap_or_default();
+    if form == Form::Unfinished {
+        reasons.push("the ledger is unfinished (its monitor was killed)".into());
+    }
+    if get(meta::COMPLETE) != Some("true") && reasons.is_empty() {
+        reasons.push("the ledger does not say it is complete".into());
+    }
+    let lost: u64 = get(meta::EVENTS_LOST)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if lost > 0 && !reasons.iter().any(|r| r.contains("lost")) {
+        reasons.push(format!("{lost} events were lost"));
+    }
+    if scan.io_uring_rows > 0 && !reasons.iter().any(|r| r.contains("io_uring")) {
+        reasons.push(format!(
+            "the run used io_uring ({} records): accesses through it are not fully recorded",
+            scan.io_uring_rows
+        ));
+    }
+    if scan.unseen_starts > 0 {
+        reasons.push(format!(
+            "{} process(es) were already running when the monitor attached: what they did before is not in the record",
+            scan.unseen_starts
+        ));
+    }
+    let sandbox: Option<serde_json::Value> =
+        get(meta::SANDBOX).and_then(|j| serde_json::from_str(j).ok());
+    let identity: Option<serde_json::Value> =
+        get(meta::IDENTITY).and_then(|j| serde_json::from_str(j).ok());
+    for (what, v) in [("sandbox", &sandbox), ("agent identity", &identity)] {
+        if let Some(v) = v
+            && v["verified"] != true
+        {
+            reasons.push(format!(
+                "the {what} was not verified: the command did not run as specified"
+            ));
+        }
+    }
+    reasons.dedup();
+    let complete = reasons.is_empty();
+
+    // Transcripts: rule hits, correlation, mentions.
+    let mut transcripts = None;
+    if let Some((source, format, calls)) = calls {
+        let kernel_paths: std::collections::HashSet<&str> =
+            scan.paths.iter().map(String::as_str).collect();
+        let seen = |word: &str| {
+            kernel_paths.contains(word)
+                || scan.paths.iter().any(|p| transcript::names_path(word, p))
+        };
+        let mut hits = Vec::new();
+        for c in &calls {
+            let text = c.command.clone().unwrap_or_default() + " " + &c.paths.join(" ");
+            for idx in policy.set.matches(text.as_bytes()).iter() {
+                let r = &policy.rules[idx];
+                hits.push(TranscriptHit {
+                    rule: r.name.clone(),
+                    severity: r.severity,
+                    tool_call: c.reference(),
+                    seen_by_kernel: c.paths.iter().any(|p| seen(p)),
+                });
+            }
+        }
+        let mut paths: Vec<TranscriptPath> = Vec::new();
+        for c in &calls {
+            for p in &c.paths {
+                if !paths.iter().any(|x| &x.path == p) {
+                    paths.push(TranscriptPath {
+                        path: p.clone(),
+                        seen_by_kernel: seen(p),
+                    });
+                }
+            }
+        }
+        let mut unmentioned = 0;
+        for f in &mut scan.findings {
+            let mentioned = calls.iter().any(|c| {
+                c.paths.iter().any(|w| transcript::names_path(w, &f.path))
+                    || c.command
+                        .as_deref()
+                        .is_some_and(|cmd| cmd.contains(&f.path))
+            });
+            f.mentioned_in_transcript = Some(mentioned);
+            if !mentioned && f.class != Class::Warning {
+                unmentioned += 1;
+            }
+            // The tool call running when the access happened.
+            f.tool_call = calls
+                .iter()
+                .filter(|c| {
+                    c.started_ns.is_some_and(|s| s <= f.first_ts_ns)
+                        && c.ended_ns.is_none_or(|e| f.first_ts_ns <= e)
+                })
+                .max_by_key(|c| c.started_ns)
+                .map(ToolCall::reference);
+        }
+        let headline = (unmentioned > 0).then(|| {
+            format!(
+                "{unmentioned} flagged access(es) by processes at paths no tool call in the transcripts names: \
+                 only the kernel's record shows them"
+            )
+        });
+        transcripts = Some(Transcripts {
+            format,
+            source,
+            tool_calls: calls.len(),
+            hits,
+            paths,
+            unmentioned_findings: unmentioned,
+            headline,
+        });
+    }
+
+    let mut cheat_hits = Vec::new();
+    let mut contaminant_hits = Vec::new();
+    let mut out_of_scope = Vec::new();
+    let mut warnings = Vec::new();
+    let nfind = scan.findings.len();
+    for f in std::mem::take(&mut scan.findings) {
+        match (f.class, f.outcome) {
+            (Class::Cheat, Outcome::Hit) => cheat_hits.push(f),
+            (Class::Cheat, _) | (Class::Warning, _) => warnings.push(f),
+            (Class::Contaminant, _) => contaminant_hits.push(f),
+            (Class::OutOfScope, _) => out_of_scope.push(f),
+        }
+    }
+    for v in [
+        &mut cheat_hits,
+        &mut contaminant_hits,
+        &mut out_of_scope,
+        &mut warnings,
+    ] {
+        v.sort_by_key(|f| f.first_seq);
+    }
+    let unused_rules: Vec<String> = policy
+        .rules
+        .iter()
+        .map(|r| r.name.clone())
+        .chain(
+            policy
+                .protected
+                .iter()
+                .map(|(n, _)| format!("protected.{n}")),
+        )
+        .zip(scan.rule_hits.iter())
+        .filter(|(_, n)| **n == 0)
+        .map(|(r, _)| r)
+        .filter(|r| !cheat_hits.iter().chain(&warnings).any(|f| &f.rule == r))
+        .collect();
+    let disqualified = !cheat_hits.is_empty();
+    let isolation_clean = contaminant_hits.is_empty() && out_of_scope.is_empty();
+    let verdict = if disqualified {
+        Verdict::Disqualified
+    } else if !complete {
+        Verdict::Inconclusive
+    } else if !isolation_clean || !warnings.is_empty() {
+        Verdict::Flagged
+    } else {
+        Verdict::Clean
+    };
+    let run = RunInfo {
+        command: get(meta::COMMAND).and_then(|j| serde_json::from_str(j).ok()),
+        scope: get(meta::SCOPE_TARGET).map(str::to_owned),
+        started_ns: get(meta::STARTED_NS).and_then(|v| v.parse().ok()),
+        ended_ns: get(meta::ENDED_NS).and_then(|v| v.parse().ok()),
+        exit_status: get(meta::EXIT_STATUS).and_then(|v| v.parse().ok()),
+        sandbox_verified: sandbox.as_ref().map(|v| v["verified"] == true),
+        identity_uid: identity
+            .as_ref()
+            .and_then(|v| v["uid"].as_u64())
+            .map(|u| u as u32),
+    };
+    Report {
+        format: "aet.audit",
+        version: REPORT_VERSION,
+        aet_version: env!("CARGO_PKG_VERSION"),
+        ledger: ledger.to_owned(),
+        policy: policy.path.clone(),
+        verdict,
+        exit_code: verdict.exit_code(),
+        disqualified,
+        isolation_clean,
+        complete,
+        incomplete_reasons: reasons,
+        run,
+        counts: Counts {
+            rows: scan.rows,
+            setup_rows: scan.setup_rows,
+            distinct_paths: scan.distinct_paths,
+            processes: scan.processes.len(),
+            findings: nfind,
+        },
+        cheat_hits,
+        contaminant_hits,
+        out_of_scope,
+        warnings,
+        unused_rules,
+        processes: scan.processes,
+        transcripts,
+    }
+}
+
+fn who(f: &Finding) -> String {
+    let mut s = format!("{}[{}]", f.comm, f.pid);
+    for a in f.ancestry.iter().take(3) {
+        s.push_str(&format!(" < {}[{}]", a.comm, a.pid));
+    }
+    if f.ancestry.len() > 3 {
+        s.push_str(" < ...");
+    }
+    s
+}
+
+/// The terminal summary: one screen.
+pub fn render_text(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(s, "aet audit: {}", r.verdict.name().to_uppercase());
+    let _ = writeln!(
+        s,
+        "ledger        {} ({})",
+        r.ledger.display(),
+        if r.complete { "complete" } else { "INCOMPLETE" }
+    );
+    for reason in &r.incomplete_reasons {
+        let _ = writeln!(s, "              - {reason}");
+    }
+    let _ = writeln!(s, "policy        {}", r.policy.display());
+    let _ = writeln!(
+        s,
+        "rows          {} ({} of aet's set-up left out), {} distinct paths, {} processes",
+        r.counts.rows, r.counts.setup_rows, r.counts.distinct_paths, r.counts.processes
+    );
+    let _ = writeln!(
+        s,
+        "findings      cheats {}, contaminants {}, out of scope {}, warnings {}",
+        r.cheat_hits.len(),
+        r.contaminant_hits.len(),
+        r.out_of_scope.len(),
+        r.warnings.len()
+    );
+    let mut lines = 0;
+    for (label, list) in [
+        ("CHEAT", &r.cheat_hits),
+        ("CONTAM", &r.contaminant_hits),
+        ("SCOPE", &r.out_of_scope),
+        ("WARN", &r.warnings),
+    ] {
+        for (i, f) in list.iter().enumerate() {
+            if lines >= 14 || i >= 6 {
+                let _ = writeln!(
+                    s,
+                    "{label:<7}... {} more (see the JSON report)",
+                    list.len() - i
+                );
+                lines += 1;
+                break;
+            }
+            let outcome = match f.outcome {
+                Outcome::Hit => "",
+                Outcome::Attempted => " (attempted)",
+                Outcome::Probed => " (probed)",
+            };
+            let count = if f.count > 1 {
+                format!(" x{}", f.count)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                s,
+                "{label:<7}{} {}{outcome} {}{count}  by {}",
+                f.rule,
+                f.access,
+                crate::ledger::summary::escape_path(&f.path),
+                who(f)
+            );
+            lines += 1;
+        }
+    }
+    if !r.unused_rules.is_empty() {
+        let _ = writeln!(s, "unused rules  {} (typos?)", r.unused_rules.join(", "));
+    }
+    if let Some(t) = &r.transcripts {
+        let _ = writeln!(
+            s,
+            "transcripts   {} tool calls, {} rule hits, {} paths named ({} not seen by the kernel)",
+            t.tool_calls,
+            t.hits.len(),
+            t.paths.len(),
+            t.paths.iter().filter(|p| !p.seen_by_kernel).count()
+        );
+        if let Some(h) = &t.headline {
+            let _ = writeln!(s, "HEADLINE      {h}");
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(Verdict::Clean.exit_code(), 0);
+        assert_eq!(Verdict::Flagged.exit_code(), 1);
+        assert_eq!(Verdict::Disqualified.exit_code(), 2);
+        assert_eq!(Verdict::Inconclusive.exit_code(), 3);
+    }
+}

@@ -1,0 +1,469 @@
+//! Audit policies: what a run may touch, and the patterns whose hits disqualify, flag or warn.
+//!
+//! A policy is TOML. Every error names the file, the line and the key: TOML syntax, unknown keys
+//! and wrong types come from the parser; bad regular expressions and globs are checked here with
+//! the spans the parser kept.
+
+use std::{
+    collections::BTreeMap,
+    fmt, fs,
+    path::{Path, PathBuf},
+};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use regex::bytes::RegexSet;
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+/// What a rule counts as an access.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    /// Opened for reading, or mapped.
+    Read,
+    /// Opened for writing, created, renamed, removed, changed.
+    Write,
+    /// Executed.
+    Exec,
+    /// stat, access, readlink, chdir: existence and metadata.
+    Probe,
+    /// A directory listed.
+    List,
+}
+
+impl Access {
+    pub const ALL: [Access; 5] = [
+        Access::Read,
+        Access::Write,
+        Access::Exec,
+        Access::Probe,
+        Access::List,
+    ];
+
+    pub fn bit(self) -> u8 {
+        1 << self as u8
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Exec => "exec",
+            Self::Probe => "probe",
+            Self::List => "list",
+        }
+    }
+}
+
+/// What a failed (denied) access at a rule's path counts as.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Attempts {
+    /// Not counted.
+    Ignore,
+    /// A warning that says "attempted".
+    Warn,
+    /// The same as a successful access.
+    Same,
+}
+
+/// How bad a rule's hit is.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Disqualifies the run.
+    Cheat,
+    /// Flags the run: isolation is not clean.
+    Contaminant,
+    /// For human review.
+    Warn,
+}
+
+impl Severity {
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Cheat => "cheats",
+            Self::Contaminant => "contaminants",
+            Self::Warn => "warns",
+        }
+    }
+}
+
+/// A rule as written: `name = 'regex'` or `name = { pattern = 'regex', access = [...],
+/// attempts = "..." }` (kept as a spanned value so errors can name the line).
+type RuleSpec = Spanned<toml::Value>;
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AllowSpec {
+    #[serde(default)]
+    read: Vec<Spanned<String>>,
+    #[serde(default)]
+    write: Vec<Spanned<String>>,
+    #[serde(default)]
+    exec: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    probe: Option<Vec<Spanned<String>>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicySpec {
+    #[serde(default)]
+    allow: Option<AllowSpec>,
+    #[serde(default)]
+    protected: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    cheats: BTreeMap<String, RuleSpec>,
+    #[serde(default)]
+    contaminants: BTreeMap<String, RuleSpec>,
+    #[serde(default)]
+    warns: BTreeMap<String, RuleSpec>,
+}
+
+/// A policy that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("cannot read policy {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("policy {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// One compiled rule.
+#[derive(Clone, Debug, Serialize)]
+pub struct Rule {
+    /// `cheats.golden`.
+    pub name: String,
+    pub severity: Severity,
+    pub pattern: String,
+    /// Accesses that count as a hit.
+    pub access: Vec<Access>,
+    #[serde(skip)]
+    pub access_mask: u8,
+    pub attempts: Attempts,
+}
+
+/// The allow-list, compiled.
+#[derive(Clone, Debug)]
+pub struct Allow {
+    pub read: GlobSet,
+    pub write: GlobSet,
+    pub exec: Option<GlobSet>,
+    pub probe: Option<GlobSet>,
+    pub patterns: BTreeMap<&'static str, Vec<String>>,
+}
+
+/// A policy, compiled once: every rule's pattern in one [`RegexSet`], the allow-lists in
+/// [`GlobSet`]s.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    pub path: PathBuf,
+    pub rules: Vec<Rule>,
+    pub set: RegexSet,
+    pub allow: Option<Allow>,
+    /// Named protected files (name, path): matched by path and by identity.
+    pub protected: Vec<(String, PathBuf)>,
+}
+
+struct LineOf<'a>(&'a str, std::ops::Range<usize>);
+
+impl fmt::Display for LineOf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let line = self.0[..self.1.start.min(self.0.len())]
+            .matches('\n')
+            .count()
+            + 1;
+        write!(f, "line {line}")
+    }
+}
+
+fn defaults(sev: Severity) -> (Vec<Access>, Attempts) {
+    match sev {
+        Severity::Cheat => (
+            vec![Access::Read, Access::Write, Access::Exec],
+            Attempts::Warn,
+        ),
+        Severity::Contaminant => (
+            vec![Access::Read, Access::Write, Access::Exec],
+            Attempts::Ignore,
+        ),
+        Severity::Warn => (Access::ALL.to_vec(), Attempts::Same),
+    }
+}
+
+/// A rule's pattern, accesses and attempts, from `'regex'` or `{ pattern, access, attempts }`.
+fn rule_fields(v: &toml::Value, sev: Severity) -> Result<(String, Vec<Access>, Attempts), String> {
+    let (def_access, def_attempts) = defaults(sev);
+    match v {
+        toml::Value::String(p) => Ok((p.clone(), def_access, def_attempts)),
+        toml::Value::Table(t) => {
+            for k in t.keys() {
+                if !["pattern", "access", "attempts"].contains(&k.as_str()) {
+                    return Err(format!(
+                        "unknown key `{k}` (expected `pattern`, `access`, `attempts`)"
+                    ));
+                }
+            }
+            let pattern = match t.get("pattern") {
+                Some(toml::Value::String(p)) => p.clone(),
+                Some(_) => return Err("`pattern` must be a string".into()),
+                None => return Err("missing `pattern`".into()),
+            };
+            let access = match t.get("access") {
+                None => def_access,
+                Some(v) => v.clone().try_into::<Vec<Access>>().map_err(|_| {
+                    "`access` must be a list of \"read\", \"write\", \"exec\", \"probe\", \"list\""
+                        .to_owned()
+                })?,
+            };
+            let attempts = match t.get("attempts") {
+                None => def_attempts,
+                Some(v) => v.clone().try_into::<Attempts>().map_err(|_| {
+                    "`attempts` must be \"ignore\", \"warn\" or \"same\"".to_owned()
+                })?,
+            };
+            Ok((pattern, access, attempts))
+        }
+        _ => Err("expected a regular expression or a table { pattern, access, attempts }".into()),
+    }
+}
+
+/// Compiles globs; a pattern without glob characters is a path prefix (itself and below).
+fn globs(
+    text: &str,
+    key: &str,
+    list: &[Spanned<String>],
+) -> Result<(GlobSet, Vec<String>), String> {
+    let mut b = GlobSetBuilder::new();
+    let mut shown = Vec::new();
+    for (i, g) in list.iter().enumerate() {
+        let p = g.get_ref();
+        let at = LineOf(text, g.span());
+        if !p.starts_with('/') {
+            return Err(format!(
+                "{at}: allow.{key}[{i}] = {p:?}: not an absolute path or glob"
+            ));
+        }
+        let literal = !p.contains(['*', '?', '[', '{']);
+        let mut pats = vec![p.trim_end_matches('/').to_owned()];
+        if literal {
+            let base = p.trim_end_matches('/');
+            pats = vec![if base.is_empty() {
+                "/".into()
+            } else {
+                base.into()
+            }];
+            pats.push(format!("{base}/**"));
+        }
+        for pat in pats {
+            let glob = GlobBuilder::new(&pat)
+                .literal_separator(true)
+                .backslash_escape(true)
+                .build()
+                .map_err(|e| format!("{at}: allow.{key}[{i}] = {p:?}: {e}"))?;
+            b.add(glob);
+        }
+        shown.push(p.clone());
+    }
+    let set = b.build().map_err(|e| format!("allow.{key}: {e}"))?;
+    Ok((set, shown))
+}
+
+impl Policy {
+    /// Reads and compiles a policy file.
+    pub fn load(path: &Path) -> Result<Self, PolicyError> {
+        let text = fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path).map_err(|message| PolicyError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses and compiles policy text (`path` only names it).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, String> {
+        let spec: PolicySpec =
+            toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
+        let mut rules = Vec::new();
+        let mut patterns = Vec::new();
+        for (sev, table) in [
+            (Severity::Cheat, &spec.cheats),
+            (Severity::Contaminant, &spec.contaminants),
+            (Severity::Warn, &spec.warns),
+        ] {
+            for (name, r) in table {
+                let full = format!("{}.{name}", sev.key());
+                let at = LineOf(text, r.span());
+                let (pat, access, attempts) =
+                    rule_fields(r.get_ref(), sev).map_err(|e| format!("{at}: {full}: {e}"))?;
+                if let Err(e) = regex::bytes::Regex::new(&pat) {
+                    let first = e.to_string();
+                    let first = first.lines().last().unwrap_or("invalid").trim();
+                    return Err(format!(
+                        "{at}: {full} = {pat:?}: invalid regular expression: {first}"
+                    ));
+                }
+                if access.is_empty() {
+                    return Err(format!(
+                        "{at}: {full}: `access` is empty: the rule could never match"
+                    ));
+                }
+                let access_mask = access.iter().fold(0u8, |m, a| m | a.bit());
+                patterns.push(pat.clone());
+                rules.push(Rule {
+                    name: full,
+                    severity: sev,
+                    pattern: pat,
+                    access,
+                    access_mask,
+                    attempts,
+                });
+            }
+        }
+        let set = RegexSet::new(&patterns).map_err(|e| format!("rules: {e}"))?;
+        let allow = match &spec.allow {
+            None => None,
+            Some(a) => {
+                let mut shown = BTreeMap::new();
+                let (read, r) = globs(text, "read", &a.read)?;
+                shown.insert("read", r);
+                let (write, w) = globs(text, "write", &a.write)?;
+                shown.insert("write", w);
+                let exec = match &a.exec {
+                    Some(l) => {
+                        let (s, e) = globs(text, "exec", l)?;
+                        shown.insert("exec", e);
+                        Some(s)
+                    }
+                    None => None,
+                };
+                let probe = match &a.probe {
+                    Some(l) => {
+                        let (s, p) = globs(text, "probe", l)?;
+                        shown.insert("probe", p);
+                        Some(s)
+                    }
+                    None => None,
+                };
+                Some(Allow {
+                    read,
+                    write,
+                    exec,
+                    probe,
+                    patterns: shown,
+                })
+            }
+        };
+        let mut protected = Vec::new();
+        for (name, p) in &spec.protected {
+            if !p.get_ref().starts_with('/') {
+                return Err(format!(
+                    "{}: protected.{name} = {:?}: not an absolute path",
+                    LineOf(text, p.span()),
+                    p.get_ref()
+                ));
+            }
+            protected.push((name.clone(), PathBuf::from(p.get_ref())));
+        }
+        Ok(Self {
+            path: path.to_owned(),
+            rules,
+            set,
+            allow,
+            protected,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALLEST: &str = r#"
+[allow]
+read  = ["/task/**", "/usr/**"]
+write = ["/task/out/**"]
+
+[cheats]
+golden = 'golden\.yaml'
+oracle = 'solver/oracle'
+
+[contaminants]
+other_proj = '/other/projects/'
+
+[warns]
+oracle_src = 'oracle\.py'
+"#;
+
+    #[test]
+    fn the_smallest_policy_compiles() {
+        let p = Policy::parse(SMALLEST, Path::new("p.toml")).unwrap();
+        let names: Vec<&str> = p.rules.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "cheats.golden",
+                "cheats.oracle",
+                "contaminants.other_proj",
+                "warns.oracle_src"
+            ]
+        );
+        let a = p.allow.unwrap();
+        assert!(a.read.is_match("/task/x/y.txt"));
+        assert!(!a.read.is_match("/taskforce/x"));
+        assert!(a.write.is_match("/task/out/result.txt"));
+        assert!(!a.write.is_match("/task/in.txt"));
+    }
+
+    #[test]
+    fn every_policy_under_policies_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let pol = Policy::load(&p).unwrap_or_else(|e| panic!("{e}"));
+                assert!(!pol.rules.is_empty(), "{}", p.display());
+                n += 1;
+            }
+        }
+        assert!(n >= 2, "the example policies are there");
+    }
+
+    #[test]
+    fn literal_allow_entries_are_prefixes() {
+        let p = Policy::parse("[allow]\nread = [\"/usr\"]\n", Path::new("p")).unwrap();
+        let a = p.allow.unwrap();
+        assert!(a.read.is_match("/usr") && a.read.is_match("/usr/lib/x.so"));
+        assert!(!a.read.is_match("/usrx"));
+    }
+
+    #[test]
+    fn errors_name_the_line_and_key() {
+        let e = Policy::parse(
+            "[cheats]\ngolden = 'golden\\.yaml'\nbad = '(unclosed'\n",
+            Path::new("p"),
+        )
+        .unwrap_err();
+        assert!(e.contains("line 3") && e.contains("cheats.bad"), "{e}");
+        let e = Policy::parse("[allow]\nread = [\"/a/[\"]\n", Path::new("p")).unwrap_err();
+        assert!(e.contains("line 2") && e.contains("allow.read[0]"), "{e}");
+        let e = Policy::parse("[cheat]\nx = 'y'\n", Path::new("p")).unwrap_err();
+        assert!(e.contains("line 1") && e.contains("cheat"), "{e}");
+        let e = Policy::parse("[allow]\nread = \"/a\"\n", Path::new("p")).unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
+        let e = Policy::parse(
+            "[cheats]\nx = { pattern = 'y', access = [\"reed\"] }\n",
+            Path::new("p"),
+        )
+        .unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
+    }
+}

@@ -1,0 +1,68 @@
+//! `aet audit`: a verdict for a run, from its ledger and a policy.
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+use crate::audit;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A run directory (holding ledger.arrow) or a ledger file.
+    pub run: PathBuf,
+    /// The policy (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub policy: PathBuf,
+    /// The agent's transcripts: a directory of JSON-lines files, or one file.
+    #[arg(long, value_name = "DIR")]
+    pub transcripts: Option<PathBuf>,
+    /// The transcripts' format.
+    #[arg(long, value_name = "NAME", default_value = "claude-jsonl")]
+    pub transcript_format: String,
+    /// Write the JSON report here (`-` for stdout, instead of the summary).
+    #[arg(long, value_name = "OUT")]
+    pub json: Option<PathBuf>,
+    /// Write the HTML report here.
+    #[arg(long, value_name = "OUT")]
+    pub html: Option<PathBuf>,
+    /// Do not print the summary.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Writes the outputs of an audit; returns the verdict's exit code.
+pub fn write_outputs(
+    r: &audit::Report,
+    json: Option<&std::path::Path>,
+    html: Option<&std::path::Path>,
+    quiet: bool,
+) -> anyhow::Result<u8> {
+    let to_stdout = json.is_some_and(|p| p.as_os_str() == "-");
+    if let Some(p) = json {
+        let text = serde_json::to_string_pretty(r)? + "\n";
+        if to_stdout {
+            super::print_out(&text)?;
+        } else {
+            std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?;
+        }
+    }
+    if let Some(p) = html {
+        std::fs::write(p, audit::html::render(r))
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    if !quiet && !to_stdout {
+        super::print_out(&audit::render_text(r))?;
+    }
+    Ok(r.exit_code)
+}
+
+pub fn run(a: Args) -> anyhow::Result<u8> {
+    let report = audit::audit(
+        &a.run,
+        &a.policy,
+        &audit::Options {
+            transcripts: a.transcripts.as_deref(),
+            transcript_format: &a.transcript_format,
+        },
+    )?;
+    write_outputs(&report, a.json.as_deref(), a.html.as_deref(), a.quiet)
+}

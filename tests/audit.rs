@@ -1,0 +1,462 @@
+//! The audit against ledgers recorded from real runs: verdicts, attribution, exit codes, the
+//! transcripts' correlation, the reports (the HTML one opened in headless Chromium).
+
+use std::{
+    fs,
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::Output,
+};
+
+use aet_tests::*;
+
+/// A task directory, a cheat file, a contaminant, and an agent script.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempdir();
+        let root = dir.path().to_owned();
+        for d in ["task/out", "task/tools", "secret", "other/projects/p1"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        fs::write(root.join("task/README.md"), "the task\n").unwrap();
+        fs::write(root.join("secret/golden.yaml"), "expected: 42\n").unwrap();
+        fs::write(root.join("secret/key.txt"), "KEY\n").unwrap();
+        fs::write(root.join("other/projects/p1/notes.txt"), "someone else's\n").unwrap();
+        // The agent's helpers: one peeks at the golden file, one at another project.
+        write_script(
+            &root.join("task/tools/check.sh"),
+            &format!(
+                "#!/bin/sh\ncat {} > /dev/null\n",
+                root.join("secret/golden.yaml").display()
+            ),
+        );
+        write_script(
+            &root.join("task/tools/survey.sh"),
+            &format!(
+                "#!/bin/sh\nhead -c 4 {} > /dev/null\n",
+                root.join("other/projects/p1/notes.txt").display()
+            ),
+        );
+        Self { _dir: dir, root }
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    fn s(&self, rel: &str) -> String {
+        self.p(rel).to_str().unwrap().to_owned()
+    }
+
+    /// The policy: the task and the system are allowed; the golden file is a cheat, other
+    /// projects are contaminants.
+    fn policy(&self) -> PathBuf {
+        let path = self.p("policy.toml");
+        fs::write(
+            &path,
+            format!(
+                r#"[allow]
+read  = [{task:?}, "/usr", "/etc", "/proc", "/dev", "/sys", "/root/.cargo/bin", "/root/.pyenv"]
+write = [{out:?}, "/dev/null", "/dev/tty"]
+
+[protected]
+key = {key:?}
+
+[cheats]
+golden = 'golden\.yaml'
+
+[contaminants]
+other_proj = '/other/projects/'
+
+[warns]
+oracle_src = 'oracle\.py'
+"#,
+                task = self.s("task"),
+                out = self.s("task/out"),
+                key = self.s("secret/key.txt"),
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// Runs the agent: it reads the task and writes its output, and runs the given helpers.
+    fn run_agent(&self, helpers: &[&str]) -> PathBuf {
+        let mut script = format!(
+            "cat {} > /dev/null; echo done > {}/result.txt",
+            self.s("task/README.md"),
+            self.s("task/out")
+        );
+        for h in helpers {
+            script.push_str(&format!("; {}", self.s(&format!("task/tools/{h}"))));
+        }
+        let out = self.p(&format!("run-{}", unique()));
+        let r = run_in(&out, &[], &["sh", "-c", &script]);
+        assert_eq!(r.code(), 0, "{}", r.stderr());
+        out
+    }
+}
+
+fn audit(run: &Path, policy: &Path, extra: &[&str]) -> (Output, serde_json::Value) {
+    let json = run.join(format!("audit-{}.json", unique()));
+    let out = aet()
+        .arg("audit")
+        .arg(run)
+        .arg("--policy")
+        .arg(policy)
+        .arg("--json")
+        .arg(&json)
+        .args(extra)
+        .output()
+        .unwrap();
+    let v = fs::read_to_string(&json)
+        .map(|t| serde_json::from_str(&t).unwrap())
+        .unwrap_or(serde_json::Value::Null);
+    (out, v)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn a_subprocess_reading_a_cheat_disqualifies_with_exactly_the_hits_attributed() {
+    let f = Fixture::new();
+    let run = f.run_agent(&["check.sh", "survey.sh"]);
+    let (out, v) = audit(&run, &f.policy(), &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(v["verdict"], "disqualified");
+    assert_eq!(v["disqualified"], true);
+    assert_eq!(v["isolation_clean"], false);
+    assert_eq!(v["complete"], true);
+    let cheats = v["cheat_hits"].as_array().unwrap();
+    assert_eq!(cheats.len(), 1, "{cheats:?}");
+    assert_eq!(cheats[0]["rule"], "cheats.golden");
+    assert_eq!(cheats[0]["path"], f.s("secret/golden.yaml"));
+    assert_eq!(cheats[0]["comm"], "cat");
+    assert_eq!(cheats[0]["access"], "read");
+    // Its ancestry: check.sh, run by the agent's shell.
+    let anc: Vec<&str> = cheats[0]["ancestry"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["comm"].as_str().unwrap())
+        .collect();
+    assert_eq!(anc.first(), Some(&"check.sh"), "{anc:?}");
+    assert!(anc.contains(&"sh"), "{anc:?}");
+    let contam = v["contaminant_hits"].as_array().unwrap();
+    assert_eq!(contam.len(), 1, "{contam:?}");
+    assert_eq!(contam[0]["rule"], "contaminants.other_proj");
+    assert_eq!(contam[0]["comm"], "head");
+    assert_eq!(contam[0]["path"], f.s("other/projects/p1/notes.txt"));
+    assert_eq!(
+        v["out_of_scope"].as_array().unwrap().len(),
+        0,
+        "{}",
+        v["out_of_scope"]
+    );
+    assert_eq!(
+        v["warnings"].as_array().unwrap().len(),
+        0,
+        "{}",
+        v["warnings"]
+    );
+    // The rule nothing matched is listed; the pid is the one in the ledger.
+    assert_eq!(
+        v["unused_rules"],
+        serde_json::json!(["warns.oracle_src", "protected.key"])
+    );
+    let rows = rows(&run.join("ledger.arrow"));
+    let pid = cheats[0]["pid"].as_u64().unwrap() as u32;
+    assert!(rows.iter().any(|r| r.pid == pid
+        && r.kind == "open"
+        && r.resolved_str().as_deref() == Some(&f.s("secret/golden.yaml"))));
+    // The terminal summary fits a screen and names the verdict and the hit.
+    let summary = text(&out.stdout);
+    assert!(summary.starts_with("aet audit: DISQUALIFIED"), "{summary}");
+    assert!(
+        summary.contains("cheats.golden") && summary.contains("cat["),
+        "{summary}"
+    );
+    assert!(summary.lines().count() <= 24, "{summary}");
+}
+
+#[test]
+fn without_the_cheat_the_run_is_flagged_and_a_clean_run_is_clean() {
+    let f = Fixture::new();
+    let policy = f.policy();
+    let (out, v) = audit(&f.run_agent(&["survey.sh"]), &policy, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert_eq!(v["verdict"], "flagged");
+    assert_eq!(v["disqualified"], false);
+    assert_eq!(v["contaminant_hits"].as_array().unwrap().len(), 1);
+
+    let (out, v) = audit(&f.run_agent(&[]), &policy, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        v["out_of_scope"]
+    );
+    assert_eq!(v["verdict"], "clean");
+    assert_eq!(v["isolation_clean"], true);
+}
+
+#[test]
+fn a_protected_file_is_caught_through_an_alias() {
+    let f = Fixture::new();
+    // A hard link with an innocent name: no pattern matches it, its identity does.
+    fs::hard_link(f.p("secret/key.txt"), f.p("task/notes.txt")).unwrap();
+    let run = f.p("run-alias");
+    let policy = f.policy();
+    let r = aet()
+        .args(["run", "-q", "--out"])
+        .arg(&run)
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--", "cat"])
+        .arg(f.p("task/notes.txt"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "aet run keeps the command's status: {}",
+        text(&r.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(run.join("audit.json")).unwrap()).unwrap();
+    assert!(run.join("audit.html").exists());
+    assert_eq!(v["verdict"], "disqualified", "{}", v["cheat_hits"]);
+    assert_eq!(v["cheat_hits"][0]["rule"], "protected.key");
+    assert_eq!(v["cheat_hits"][0]["path"], f.s("task/notes.txt"));
+    // The identity was taken when the run started.
+    assert!(meta(&run.join("ledger.arrow"))["aet.protected"].contains("\"ino\""));
+}
+
+#[test]
+fn a_denied_attempt_at_a_cheat_is_a_warning_not_a_disqualification() {
+    let f = Fixture::new();
+    fs::set_permissions(f.p("secret/golden.yaml"), fs::Permissions::from_mode(0o000)).unwrap();
+    // As uid 2000 the file cannot be read.
+    fs::set_permissions(f.p("task"), fs::Permissions::from_mode(0o755)).unwrap();
+    let run = f.p("run-denied");
+    let r = aet()
+        .args(["run", "-q", "--out"])
+        .arg(&run)
+        .arg("--identity")
+        .arg("--workspace")
+        .arg(f.p("task/out"))
+        .args(["--", "cat"])
+        .arg(f.p("secret/golden.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(1), "{}", text(&r.stderr));
+    let (out, v) = audit(&run, &f.policy(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert_eq!(v["disqualified"], false);
+    let w = &v["warnings"][0];
+    assert_eq!(w["rule"], "cheats.golden");
+    assert_eq!(w["outcome"], "attempted");
+    assert_eq!(w["errno"], "EACCES");
+    assert_eq!(w["uid"], 2000);
+}
+
+#[test]
+fn a_ledger_with_lost_events_is_inconclusive_even_if_nothing_matched() {
+    let f = Fixture::new();
+    let out = f.p("run-lossy");
+    let r = aet()
+        .args(["run", "-q", "--ringbuf-mb", "1", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(helper("openstorm"))
+        .arg("50000")
+        .arg(f.p("task/README.md"))
+        .env("AET_DEBUG_CONSUMER_STALL_MS", "1500")
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
+    let lost: u64 = meta(&out.join("ledger.arrow"))["aet.events_lost"]
+        .parse()
+        .unwrap();
+    assert!(lost > 0, "the fault injection lost events");
+    let (o, v) = audit(&out, &f.policy(), &[]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stdout));
+    assert_eq!(v["verdict"], "inconclusive");
+    assert_eq!(v["complete"], false);
+    assert!(
+        v["incomplete_reasons"].to_string().contains("lost"),
+        "{}",
+        v["incomplete_reasons"]
+    );
+    assert_eq!(v["cheat_hits"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn malformed_policies_exit_4_naming_line_and_key() {
+    let f = Fixture::new();
+    let run = f.run_agent(&[]);
+    for (text_, want) in [
+        (
+            "[cheats]\ngolden = 'golden\\.yaml'\nbroken = '(oops'\n",
+            vec!["line 3", "cheats.broken", "regular expression"],
+        ),
+        (
+            "[allow]\nread = [\"/task/**\"]\nwrte = [\"/x\"]\n",
+            vec!["line 3", "wrte"],
+        ),
+        ("[cheats]\ngolden = 42\n", vec!["line 2", "cheats.golden"]),
+        (
+            "[allow]\nread = [\"task/**\"]\n",
+            vec!["line 2", "allow.read[0]"],
+        ),
+    ] {
+        let p = f.p(&format!("bad-{}.toml", unique()));
+        fs::write(&p, text_).unwrap();
+        let out = aet()
+            .arg("audit")
+            .arg(&run)
+            .arg("--policy")
+            .arg(&p)
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{err}");
+        assert!(err.contains(p.to_str().unwrap()), "names the file: {err}");
+        for w in want {
+            assert!(err.contains(w), "{w:?} not in {err}");
+        }
+    }
+    // A corrupt ledger is an input error too.
+    let junk = f.p("junk.arrow");
+    fs::write(&junk, "not arrow").unwrap();
+    let out = aet()
+        .arg("audit")
+        .arg(&junk)
+        .arg("--policy")
+        .arg(f.policy())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    assert!(text(&out.stderr).contains("junk.arrow"));
+}
+
+#[test]
+fn transcripts_are_correlated_and_the_unmentioned_read_is_the_headline() {
+    let f = Fixture::new();
+    let run = f.run_agent(&["check.sh"]);
+    let m = meta(&run.join("ledger.arrow"));
+    let start: i64 = m["aet.started_ns"].parse().unwrap();
+    let end: i64 = m["aet.ended_ns"].parse().unwrap();
+    let iso = |ns: i64| {
+        let secs = ns.div_euclid(1_000_000_000);
+        let frac = ns.rem_euclid(1_000_000_000);
+        let out = std::process::Command::new("date")
+            .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:%M:%S"])
+            .output()
+            .unwrap();
+        format!("{}.{frac:09}Z", text(&out.stdout).trim())
+    };
+    let dir = f.p("transcripts");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(
+        dir.join("round-1.jsonl"),
+        format!(
+            concat!(
+                "{{\"type\":\"assistant\",\"timestamp\":\"{}\",\"message\":{{\"content\":[{{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"Bash\",\"input\":{{\"command\":\"sh run-agent.sh {}\"}}}}]}}}}\n",
+                "{{\"type\":\"user\",\"timestamp\":\"{}\",\"message\":{{\"content\":[{{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"ok\"}}]}}}}\n",
+                "{{\"type\":\"assistant\",\"timestamp\":\"{}\",\"message\":{{\"content\":[{{\"type\":\"tool_use\",\"id\":\"t2\",\"name\":\"Read\",\"input\":{{\"file_path\":\"{}\"}}}}]}}}}\n"
+            ),
+            iso(start - 1_000_000_000),
+            f.s("task/README.md"),
+            iso(end + 1_000_000_000),
+            iso(end + 2_000_000_000),
+            f.s("task/never-opened.md"),
+        ),
+    )
+    .unwrap();
+    let (out, v) = audit(&run, &f.policy(), &["--transcripts", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let t = &v["transcripts"];
+    assert_eq!(t["tool_calls"], 2);
+    assert_eq!(t["unmentioned_findings"], 1);
+    assert!(
+        t["headline"].as_str().unwrap().contains("only the kernel"),
+        "{t}"
+    );
+    let cheat = &v["cheat_hits"][0];
+    assert_eq!(cheat["mentioned_in_transcript"], false);
+    assert_eq!(
+        cheat["tool_call"]["tool"], "Bash",
+        "the call running at the time: {cheat}"
+    );
+    let paths = t["paths"].as_array().unwrap();
+    let seen = |p: &str| {
+        paths
+            .iter()
+            .find(|x| x["path"] == p)
+            .map(|x| x["seen_by_kernel"].as_bool().unwrap())
+    };
+    assert_eq!(seen(&f.s("task/README.md")), Some(true));
+    assert_eq!(seen(&f.s("task/never-opened.md")), Some(false));
+    assert!(text(&out.stdout).contains("HEADLINE"));
+}
+
+#[test]
+fn the_html_report_shows_the_verdict_and_the_flagged_row_in_chromium() {
+    let f = Fixture::new();
+    let run = f.run_agent(&["check.sh"]);
+    let html = run.join("report.html");
+    let (out, _) = audit(&run, &f.policy(), &["--html", html.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let page = fs::read_to_string(&html).unwrap();
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "no network at view time"
+    );
+    let chromium = ["chromium", "chromium-browser"]
+        .iter()
+        .find(|c| aet::sandbox::find_on_path(c).is_some())
+        .expect("chromium is installed by cargo xtask setup");
+    let dom = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=2000",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .unwrap();
+    let dom = text(&dom.stdout);
+    assert!(
+        dom.contains("id=\"verdict\">Verdict: DISQUALIFIED<"),
+        "{}",
+        &dom[..dom.len().min(2000)]
+    );
+    // The flagged row is in the table and not hidden by the filter script, which ran.
+    let row = dom
+        .split("<tr class=\"cheat\"")
+        .nth(1)
+        .expect("a cheat row")
+        .split("</tr>")
+        .next()
+        .unwrap();
+    assert!(row.contains(&f.s("secret/golden.yaml")), "{row}");
+    assert!(!row.starts_with(" hidden"), "{row}");
+    assert!(dom.contains("1 of 1 shown"), "the filter script ran");
+}
