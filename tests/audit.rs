@@ -3,7 +3,7 @@
 
 use std::{
     fs,
-    os::unix::fs::PermissionsExt as _,
+    os::unix::{ffi::OsStringExt as _, fs::PermissionsExt as _},
     path::{Path, PathBuf},
     process::Output,
 };
@@ -118,10 +118,6 @@ fn audit(run: &Path, policy: &Path, extra: &[&str]) -> (Output, serde_json::Valu
         .map(|t| serde_json::from_str(&t).unwrap())
         .unwrap_or(serde_json::Value::Null);
     (out, v)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]
@@ -459,4 +455,40 @@ fn the_html_report_shows_the_verdict_and_the_flagged_row_in_chromium() {
     assert!(row.contains(&f.s("secret/golden.yaml")), "{row}");
     assert!(!row.starts_with(" hidden"), "{row}");
     assert!(dom.contains("1 of 1 shown"), "the filter script ran");
+}
+
+#[test]
+fn a_cheat_path_with_a_newline_and_invalid_utf8_is_reported_exactly() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let f = Fixture::new();
+    let mut raw = f.p("secret").into_os_string().into_vec();
+    raw.extend_from_slice(b"/odd\n\xffdir");
+    let odd = PathBuf::from(std::ffi::OsString::from_vec(raw));
+    fs::create_dir_all(&odd).unwrap();
+    let golden = odd.join("golden.yaml");
+    fs::write(&golden, "42\n").unwrap();
+    let run = f.p("run-odd");
+    let r = run_in(
+        &run,
+        &[],
+        &[std::ffi::OsStr::new("cat"), golden.as_os_str()],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let (out, v) = audit(&run, &f.policy(), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let hit = &v["cheat_hits"][0];
+    let hex: String = golden
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(hit["path_hex"], hex.as_str(), "the exact bytes survive");
+    // The summary keeps each finding on one line.
+    let summary = text(&out.stdout);
+    let line = summary.lines().find(|l| l.starts_with("CHEAT")).unwrap();
+    assert!(
+        line.contains("odd\\n") && line.contains("golden.yaml"),
+        "{summary}"
+    );
 }

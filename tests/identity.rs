@@ -58,10 +58,6 @@ impl Fixture {
     }
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 fn identity_meta(run_dir: &Path) -> serde_json::Value {
     serde_json::from_str(&meta(&run_dir.join("ledger.arrow"))["aet.identity"]).unwrap()
 }
@@ -155,7 +151,7 @@ fn a_failed_drop_is_caught_by_the_read_back_and_nothing_runs() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(marker.exists(), "control: the command runs normally");
     fs::remove_file(&marker).unwrap();
-    let _ = run;
+    assert_eq!(identity_meta(&run)["verified"], true);
     let out = aet()
         .args(["run", "--out"])
         .arg(f.p("run-faulty"))

@@ -98,10 +98,6 @@ fn sandboxed(spec: &Path, script: &str) -> Output {
         .unwrap()
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// Runs a script that prints `name=ok` or `name=fail` lines and returns them as a map.
 fn outcomes(spec: &Path, checks: &[(&str, String)]) -> BTreeMap<String, String> {
     let script: String = checks

@@ -424,41 +424,19 @@ pub struct Stray {
     pub comm: String,
 }
 
-/// Live processes (not zombies) whose real, effective or saved uid is `uid`.
-fn processes_of(uid: u32) -> Vec<u32> {
-    let Ok(d) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let want = uid.to_string();
-    d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
-                let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name));
-                // A zombie has ended; only its parent's wait is missing.
-                let dead = field("State:").is_some_and(|v| {
-                    let v = v.trim_start();
-                    v.starts_with('Z') || v.starts_with('X')
-                });
-                !dead
-                    && field("Uid:")
-                        .is_some_and(|v| v.split_whitespace().take(3).any(|x| x == want))
-            })
-        })
-        .collect()
-}
-
 /// Kills every process of `uid` left anywhere on the machine and waits until none remains.
 /// Returns what it killed; an error names the survivors.
 pub fn reap_uid(uid: u32) -> Result<Vec<Stray>, String> {
     // Processes killed with the run's cgroup may still be on their way out: give them a moment.
     let settle = Instant::now() + Duration::from_millis(500);
-    while !processes_of(uid).is_empty() && Instant::now() < settle {
+    while !crate::kernel::procfs::processes_with_any_uid(uid).is_empty() && Instant::now() < settle
+    {
         std::thread::sleep(Duration::from_millis(10));
     }
     let mut killed: Vec<Stray> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let left = processes_of(uid);
+        let left = crate::kernel::procfs::processes_with_any_uid(uid);
         if left.is_empty() {
             return Ok(killed);
         }

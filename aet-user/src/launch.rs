@@ -120,17 +120,7 @@ impl Launch {
             )?),
             None => None,
         };
-        let mut command = opts.command.clone();
-        if let Some(prefix) = &opts.env_prefix {
-            let mut c: Vec<OsString> = vec![
-                "/bin/sh".into(),
-                "-c".into(),
-                format!("{prefix}\nexec \"$@\"").into(),
-                "aet-env".into(),
-            ];
-            c.extend(command);
-            command = c;
-        }
+        let command = build::with_env_prefix(opts.env_prefix.as_deref(), &opts.command);
         let mut launch = Self {
             sandbox,
             identity,
@@ -198,18 +188,7 @@ impl Launch {
             return Some(sb.report());
         }
         let dir = self.identity.as_ref()?.stage_dir.as_ref()?;
-        let path = dir.path().join(build::REPORT_FILE);
-        Some(match std::fs::read_to_string(&path) {
-            Ok(t) if !t.trim().is_empty() => {
-                serde_json::from_str(&t).map_err(|e| SandboxError::BadReport {
-                    path,
-                    message: e.to_string(),
-                })
-            }
-            Ok(_) => Err(SandboxError::NoReport),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SandboxError::NoReport),
-            Err(e) => Err(e.into()),
-        })
+        Some(sandbox::read_report(dir.path()))
     }
 }
 

@@ -68,6 +68,11 @@ pub fn helper(name: &str) -> PathBuf {
     out
 }
 
+/// Command output as text (lossy).
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
 /// Writes an executable file.
 pub fn write_script(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();

@@ -6,7 +6,7 @@
 //! outcome, access, process and path. Rows of aet's own set-up (bwrap building the sandbox, aet's
 //! stage before it execs the command) are left out.
 
-use std::{collections::HashMap, path::Path};
+use std::{collections::HashMap, os::unix::ffi::OsStrExt as _, path::Path};
 
 use arrow_array::{
     Array, BinaryArray, Int64Array, ListArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
@@ -81,8 +81,10 @@ pub struct Finding {
     pub rule: String,
     pub outcome: Outcome,
     pub access: &'static str,
-    /// The kernel-resolved path (else the path as passed).
+    /// The kernel-resolved path (else the path as passed); lossy UTF-8.
     pub path: String,
+    /// The exact bytes of `path` in hex, set only when they are not UTF-8.
+    pub path_hex: Option<String>,
     /// The path as the process passed it, when different.
     pub raw_path: Option<String>,
     pub host_path: Option<String>,
@@ -246,6 +248,7 @@ struct Engine<'p> {
     cache: FxHashMap<Box<[u8]>, u32>,
     infos: Vec<PathInfo>,
     path_texts: Vec<String>,
+    path_hex: Vec<Option<String>>,
     procs: FxHashMap<u32, Proc>,
     findings: Vec<Finding>,
     index: FxHashMap<(u32, Outcome, u8, u32, u32), usize>,
@@ -267,7 +270,7 @@ impl<'p> Engine<'p> {
         let pseudo = p.first() != Some(&b'/');
         let mut allowed = 0u8;
         if let Some(a) = &self.policy.allow {
-            let path = Path::new(std::ffi::OsStr::from_bytes_compat(p));
+            let path = Path::new(std::ffi::OsStr::from_bytes(p));
             let read = a.read.is_match(path);
             if read {
                 allowed |= Access::Read.bit();
@@ -296,6 +299,11 @@ impl<'p> Engine<'p> {
             pseudo,
         });
         self.path_texts.push(lossy(p));
+        self.path_hex.push(
+            std::str::from_utf8(p)
+                .is_err()
+                .then(|| p.iter().map(|b| format!("{b:02x}")).collect()),
+        );
         self.cache.insert(p.into(), id);
         id
     }
@@ -340,6 +348,7 @@ impl<'p> Engine<'p> {
             outcome,
             access: access.name(),
             path: self.path_texts[path_id as usize].clone(),
+            path_hex: self.path_hex[path_id as usize].clone(),
             raw_path: row.raw.filter(|r| Some(*r) != row.resolved).map(lossy),
             host_path: row.host.map(lossy),
             errno: row.errno.map(str::to_owned),
@@ -507,17 +516,6 @@ struct RowRef<'a> {
     host: Option<&'a [u8]>,
 }
 
-/// `OsStr::from_bytes` without importing the trait at every call.
-trait FromBytesCompat {
-    fn from_bytes_compat(b: &[u8]) -> &Self;
-}
-
-impl FromBytesCompat for std::ffi::OsStr {
-    fn from_bytes_compat(b: &[u8]) -> &Self {
-        std::os::unix::ffi::OsStrExt::from_bytes(b)
-    }
-}
-
 fn is_stage(exe: &[u8], argv: Option<&[String]>) -> bool {
     exe == b"/.aet/aet" || argv.is_some_and(|a| a.get(1).is_some_and(|x| x == "__stage"))
 }
@@ -571,6 +569,7 @@ pub fn scan(
         cache: FxHashMap::default(),
         infos: Vec::new(),
         path_texts: Vec::new(),
+        path_hex: Vec::new(),
         procs: FxHashMap::default(),
         findings: Vec::new(),
         index: FxHashMap::default(),

@@ -93,15 +93,38 @@ pub fn real_uid(pid: u32) -> Option<u32> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Live processes whose real uid is `uid`.
-pub fn processes_of_uid(uid: u32) -> Vec<u32> {
+/// Live processes (zombies left out: they have ended, only their parent's wait is missing)
+/// whose uids match: the real uid only, or (`any_id`) the real, effective or saved one.
+fn live_processes_with(uid: u32, any_id: bool) -> Vec<u32> {
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let want = uid.to_string();
     dir.flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
-        .filter(|&pid| real_uid(pid) == Some(uid))
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name));
+                let ended = field("State:").is_some_and(|v| {
+                    let v = v.trim_start();
+                    v.starts_with('Z') || v.starts_with('X')
+                });
+                let ids =
+                    field("Uid:").map(|v| v.split_whitespace().take(if any_id { 3 } else { 1 }));
+                !ended && ids.is_some_and(|mut ids| ids.any(|x| x == want))
+            })
+        })
         .collect()
+}
+
+/// Live processes whose real uid is `uid`.
+pub fn processes_of_uid(uid: u32) -> Vec<u32> {
+    live_processes_with(uid, false)
+}
+
+/// Live processes whose real, effective or saved uid is `uid`.
+pub fn processes_with_any_uid(uid: u32) -> Vec<u32> {
+    live_processes_with(uid, true)
 }
 
 /// The running kernel's release (`uname -r`).

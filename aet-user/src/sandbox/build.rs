@@ -169,6 +169,22 @@ impl Built {
     }
 }
 
+/// `command` behind the seed's `env_prefix`: `/bin/sh -c 'PREFIX; exec "$@"' aet-env COMMAND...`,
+/// so the command's arguments reach it exactly.
+pub fn with_env_prefix(prefix: Option<&str>, command: &[OsString]) -> Vec<OsString> {
+    let mut c: Vec<OsString> = Vec::new();
+    if let Some(prefix) = prefix {
+        c.extend([
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("{prefix}\nexec \"$@\"").into(),
+            "aet-env".into(),
+        ]);
+    }
+    c.extend(command.iter().cloned());
+    c
+}
+
 /// Normalises an absolute path (drops `.` components and trailing slashes).
 fn norm(p: &Path) -> PathBuf {
     p.components()
@@ -516,11 +532,10 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
                 rank: 7,
             },
         );
-        for (src, dst, op) in [
-            (&st.aet, STAGE_BIN, Op::RoBind(st.aet.clone())),
-            (&st.dir, STAGE_DIR, Op::Bind(st.dir.clone())),
+        for (dst, op) in [
+            (STAGE_BIN, Op::RoBind(st.aet.clone())),
+            (STAGE_DIR, Op::Bind(st.dir.clone())),
         ] {
-            let _ = src;
             emit(
                 &mut args,
                 &Mount {
@@ -546,16 +561,7 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
     let ws = norm(&spec.workspace);
     args.extend(["--chdir".into(), ws.as_os_str().to_owned()]);
 
-    let mut command: Vec<OsString> = Vec::new();
-    if let Some(prefix) = &opts.env_prefix {
-        command.extend([
-            "/bin/sh".into(),
-            "-c".into(),
-            format!("{prefix}\nexec \"$@\"").into(),
-            "aet-env".into(),
-        ]);
-    }
-    command.extend(opts.command.iter().cloned());
+    let command = with_env_prefix(opts.env_prefix.as_deref(), &opts.command);
 
     let plan = opts.stage.as_ref().map(|_| Plan {
         version: PLAN_VERSION,

@@ -181,19 +181,7 @@ impl Prepared {
 
     /// Reads the stage's report (after bwrap started, or ended).
     pub fn report(&self) -> Result<Report, SandboxError> {
-        let path = self.stage_dir.path().join(build::REPORT_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(SandboxError::NoReport),
-            Err(e) => return Err(e.into()),
-        };
-        if text.trim().is_empty() {
-            return Err(SandboxError::NoReport);
-        }
-        serde_json::from_str(&text).map_err(|e| SandboxError::BadReport {
-            path,
-            message: e.to_string(),
-        })
+        read_report(self.stage_dir.path())
     }
 
     /// What the run record keeps of the sandbox: the spec, the exact arguments, the variable
@@ -208,6 +196,24 @@ impl Prepared {
             "report": report,
         })
     }
+}
+
+/// Reads the report the stage wrote in its directory; none (or an empty one) means the stage
+/// never got to check anything.
+pub fn read_report(stage_dir: &Path) -> Result<Report, SandboxError> {
+    let path = stage_dir.join(build::REPORT_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(SandboxError::NoReport),
+        Err(e) => return Err(e.into()),
+    };
+    if text.trim().is_empty() {
+        return Err(SandboxError::NoReport);
+    }
+    serde_json::from_str(&text).map_err(|e| SandboxError::BadReport {
+        path,
+        message: e.to_string(),
+    })
 }
 
 /// Clears close-on-exec on `fd`, in a child between fork and exec.
