@@ -9,7 +9,7 @@
 use std::{collections::HashMap, os::unix::ffi::OsStrExt as _, path::Path};
 
 use arrow_array::{
-    Array, BinaryArray, Int64Array, ListArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
+    Array, BinaryArray, Int64Array, ListArray, RecordBatch, UInt32Array, UInt64Array,
     cast::AsArray as _,
 };
 use rustc_hash::FxHashMap;
@@ -157,28 +157,35 @@ struct PathInfo {
     pseudo: bool,
 }
 
-/// A string column that may have a `_raw` twin holding the exact bytes.
+/// A text column (read as bytes) that may have a `_raw` twin holding the exact bytes; either is
+/// `None` when it is null in the whole batch (most are: a raw twin exists only for bytes that
+/// are not UTF-8).
 struct Bytes<'a> {
-    text: &'a StringArray,
-    raw: &'a BinaryArray,
+    text: Option<&'a BinaryArray>,
+    raw: Option<&'a BinaryArray>,
 }
 
 impl<'a> Bytes<'a> {
-    fn get(&self, i: usize) -> Option<&'a [u8]> {
-        if self.raw.is_valid(i) {
-            Some(self.raw.value(i))
-        } else if self.text.is_valid(i) {
-            Some(self.text.value(i).as_bytes())
-        } else {
-            None
+    fn new(b: &'a RecordBatch, text: &str, raw: &str) -> Self {
+        let some = |a: &'a BinaryArray| (a.null_count() < a.len()).then_some(a);
+        Bytes {
+            text: some(bin_col(b, text)),
+            raw: some(bin_col(b, raw)),
         }
     }
-}
 
-fn str_col<'a>(b: &'a RecordBatch, name: &str) -> &'a StringArray {
-    b.column_by_name(name)
-        .expect("projected column")
-        .as_string::<i32>()
+    #[inline]
+    fn get(&self, i: usize) -> Option<&'a [u8]> {
+        if let Some(raw) = self.raw
+            && raw.is_valid(i)
+        {
+            return Some(raw.value(i));
+        }
+        match self.text {
+            Some(t) if t.is_valid(i) => Some(t.value(i)),
+            _ => None,
+        }
+    }
 }
 
 fn bin_col<'a>(b: &'a RecordBatch, name: &str) -> &'a BinaryArray {
@@ -202,11 +209,16 @@ const PROT_WRITE: u32 = 2;
 const MAP_SHARED: u32 = 1;
 
 /// The accesses a row makes with its first and second paths.
-fn accesses(kind: &str, syscall: Option<&str>, flags: Option<u32>, prot: Option<u32>) -> (u8, u8) {
+fn accesses(
+    kind: &[u8],
+    syscall: Option<&[u8]>,
+    flags: Option<u32>,
+    prot: Option<u32>,
+) -> (u8, u8) {
     let r = Access::Read.bit();
     let w = Access::Write.bit();
     match kind {
-        "open" => {
+        b"open" => {
             let f = flags.unwrap_or(0);
             if f & O_PATH != 0 {
                 (Access::Probe.bit(), 0)
@@ -220,26 +232,75 @@ fn accesses(kind: &str, syscall: Option<&str>, flags: Option<u32>, prot: Option<
                 }
             }
         }
-        "exec" => (Access::Exec.bit(), 0),
-        "stat" | "chdir" => (Access::Probe.bit(), 0),
-        "list" => (Access::List.bit(), 0),
-        "modify" => match syscall {
+        b"exec" => (Access::Exec.bit(), 0),
+        b"stat" | b"chdir" => (Access::Probe.bit(), 0),
+        b"list" => (Access::List.bit(), 0),
+        b"modify" => match syscall {
             // The first path of symlink is the link's text, not a file.
-            Some("symlink") | Some("symlinkat") => (0, w),
+            Some(b"symlink") | Some(b"symlinkat") => (0, w),
             _ => (w, w),
         },
-        "mmap" => {
+        b"mmap" => {
             let shared_write =
                 prot.unwrap_or(0) & PROT_WRITE != 0 && flags.unwrap_or(0) & MAP_SHARED != 0;
             (if shared_write { r | w } else { r }, 0)
         }
-        "io_uring" => (r, 0),
+        b"io_uring" => (r, 0),
         _ => (0, 0),
     }
 }
 
+/// Byte equality for short strings, eight bytes at a time and inline (the paths compared are
+/// often equal).
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let n = a.len();
+    if n < 8 {
+        return a == b;
+    }
+    let word = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes"));
+    let mut at = 0;
+    while at + 8 <= n {
+        if word(a, at) != word(b, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
+}
+
 fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(b).into_owned(),
+    }
+}
+
+/// The last path a column held and its id: rows often repeat the previous row's path, and
+/// comparing bytes is cheaper than hashing them.
+#[derive(Clone, Copy)]
+struct Memo<'a> {
+    bytes: &'a [u8],
+    id: u32,
+}
+
+impl<'a> Memo<'a> {
+    const EMPTY: Memo<'static> = Memo {
+        bytes: &[],
+        id: u32::MAX,
+    };
+
+    fn id(&mut self, e: &mut Engine<'_>, p: &'a [u8]) -> u32 {
+        if self.id != u32::MAX && same(self.bytes, p) {
+            return self.id;
+        }
+        self.bytes = p;
+        self.id = e.path_id(p);
+        self.id
+    }
 }
 
 /// The engine's state over one ledger.
@@ -308,11 +369,11 @@ impl<'p> Engine<'p> {
         id
     }
 
-    fn proc_mut(&mut self, pid: u32, ppid: u32, comm: &str, ts: i64) -> &mut Proc {
+    fn proc_mut(&mut self, pid: u32, ppid: u32, comm: &[u8], ts: i64) -> &mut Proc {
         self.procs.entry(pid).or_insert_with(|| Proc {
             pid,
             ppid,
-            comm: comm.to_owned(),
+            comm: lossy(comm),
             first_ts_ns: ts,
             ..Proc::default()
         })
@@ -351,13 +412,17 @@ impl<'p> Engine<'p> {
             path_hex: self.path_hex[path_id as usize].clone(),
             raw_path: row.raw.filter(|r| Some(*r) != row.resolved).map(lossy),
             host_path: row.host.map(lossy),
-            errno: row.errno.map(str::to_owned),
+            errno: row
+                .cols
+                .errno
+                .is_valid(row.i)
+                .then(|| lossy(row.cols.errno.value(row.i))),
             count: 1,
-            first_seq: row.seq,
-            first_ts_ns: row.ts,
+            first_seq: row.cols.seq.value(row.i),
+            first_ts_ns: row.cols.ts.value(row.i),
             pid: row.pid,
-            uid: row.uid,
-            comm: row.comm.to_owned(),
+            uid: row.cols.uid.value(row.i),
+            comm: lossy(row.cols.comm.value(row.i)),
             exe: p.and_then(|p| p.exe.clone()),
             argv: p.and_then(|p| p.argv.clone()),
             ancestry: Vec::new(),
@@ -502,15 +567,22 @@ impl<'p> Engine<'p> {
     }
 }
 
+/// The columns a finding's first row is described with (read only for new findings).
+struct Cols<'a> {
+    seq: &'a UInt64Array,
+    ts: &'a Int64Array,
+    uid: &'a UInt32Array,
+    comm: &'a BinaryArray,
+    errno: &'a BinaryArray,
+}
+
 /// The row being classified.
+#[derive(Clone, Copy)]
 struct RowRef<'a> {
-    seq: u64,
-    ts: i64,
+    cols: &'a Cols<'a>,
+    i: usize,
     pid: u32,
-    uid: u32,
-    comm: &'a str,
     ok: bool,
-    errno: Option<&'a str>,
     resolved: Option<&'a [u8]>,
     raw: Option<&'a [u8]>,
     host: Option<&'a [u8]>,
@@ -525,8 +597,8 @@ fn argv_at(list: &ListArray, i: usize) -> Option<Vec<String>> {
         return None;
     }
     let v = list.value(i);
-    let s = v.as_string::<i32>();
-    Some((0..s.len()).map(|k| s.value(k).to_owned()).collect())
+    let s = v.as_binary::<i32>();
+    Some((0..s.len()).map(|k| lossy(s.value(k))).collect())
 }
 
 /// Scans a ledger with a policy.
@@ -590,36 +662,29 @@ pub fn scan(
     while let Some(b) = ledger.next_batch()? {
         let seq = prim::<UInt64Array>(&b, col::SEQ);
         let ts = prim::<Int64Array>(&b, col::TS_NS);
-        let kind = str_col(&b, col::KIND);
-        let syscall = str_col(&b, col::SYSCALL);
+        let kind = bin_col(&b, col::KIND);
+        let syscall = bin_col(&b, col::SYSCALL);
         let pid = prim::<UInt32Array>(&b, col::PID);
         let ppid = prim::<UInt32Array>(&b, col::PPID);
         let uid = prim::<UInt32Array>(&b, col::UID);
-        let comm = str_col(&b, col::COMM);
-        let path = Bytes {
-            text: str_col(&b, col::PATH),
-            raw: bin_col(&b, col::PATH_RAW),
-        };
-        let resolved = Bytes {
-            text: str_col(&b, col::RESOLVED_PATH),
-            raw: bin_col(&b, col::RESOLVED_PATH_RAW),
-        };
-        let host = Bytes {
-            text: str_col(&b, col::HOST_PATH),
-            raw: bin_col(&b, col::HOST_PATH_RAW),
-        };
-        let path2 = Bytes {
-            text: str_col(&b, col::PATH2),
-            raw: bin_col(&b, col::PATH2_RAW),
-        };
-        let resolved2 = Bytes {
-            text: str_col(&b, col::RESOLVED_PATH2),
-            raw: bin_col(&b, col::RESOLVED_PATH2_RAW),
-        };
+        let comm = bin_col(&b, col::COMM);
+        let path = Bytes::new(&b, col::PATH, col::PATH_RAW);
+        let resolved = Bytes::new(&b, col::RESOLVED_PATH, col::RESOLVED_PATH_RAW);
+        let host = Bytes::new(&b, col::HOST_PATH, col::HOST_PATH_RAW);
+        let path2 = Bytes::new(&b, col::PATH2, col::PATH2_RAW);
+        let resolved2 = Bytes::new(&b, col::RESOLVED_PATH2, col::RESOLVED_PATH2_RAW);
         let flags = prim::<UInt32Array>(&b, col::FLAGS);
         let prot = prim::<UInt32Array>(&b, col::PROT);
         let ret = prim::<Int64Array>(&b, col::RET);
-        let errno = str_col(&b, col::ERRNO);
+        let errno = bin_col(&b, col::ERRNO);
+        let mut memo = [Memo::EMPTY; 5];
+        let cols = Cols {
+            seq,
+            ts,
+            uid,
+            comm,
+            errno,
+        };
         let argv = b
             .column_by_name(col::ARGV)
             .expect("projected column")
@@ -652,7 +717,7 @@ pub fn scan(
                 last_setup
             };
             match k {
-                "fork" => {
+                b"fork" => {
                     if child.is_valid(i) {
                         let ch = child.value(i);
                         let pr = e.proc_mut(ch, p, c, t);
@@ -665,13 +730,13 @@ pub fn scan(
                     }
                     continue;
                 }
-                "exit" | "io" | "mount" | "memfd" => {
+                b"exit" | b"io" | b"mount" | b"memfd" => {
                     if setup {
                         e.scan.setup_rows += 1;
                     }
                     continue;
                 }
-                "exec" => {
+                b"exec" => {
                     let ok = ret.is_valid(i) && ret.value(i) >= 0;
                     if ok {
                         let exe = resolved.get(i).or(path.get(i)).unwrap_or_default();
@@ -682,14 +747,14 @@ pub fn scan(
                         pr.seen_start = true;
                         pr.exe = Some(lossy(exe));
                         pr.argv = args;
-                        pr.comm = c.to_owned();
+                        pr.comm = lossy(c);
                         pr.setup = stays_setup;
                         if p == last_pid {
                             last_setup = stays_setup;
                         }
                     }
                 }
-                "io_uring" => e.scan.io_uring_rows += 1,
+                b"io_uring" => e.scan.io_uring_rows += 1,
                 _ => {}
             }
             if setup {
@@ -708,13 +773,10 @@ pub fn scan(
                 continue;
             }
             let row = RowRef {
-                seq: seq.value(i),
-                ts: t,
+                cols: &cols,
+                i,
                 pid: p,
-                uid: uid.value(i),
-                comm: c,
-                ok: ret.is_valid(i) && ret.value(i) >= 0 && k != "io_uring",
-                errno: errno.is_valid(i).then(|| errno.value(i)),
+                ok: ret.is_valid(i) && ret.value(i) >= 0 && k != b"io_uring",
                 resolved: resolved.get(i),
                 raw: path.get(i),
                 host: host.get(i),
@@ -727,8 +789,9 @@ pub fn scan(
                 // path itself).
                 let raw = row.raw.filter(|r| Some(*r) != row.resolved);
                 let host = row.host.filter(|h| Some(*h) != row.resolved);
-                for cand in [row.resolved, raw, host].into_iter().flatten() {
-                    let id = e.path_id(cand);
+                for (m, cand) in memo.iter_mut().zip([row.resolved, raw, host]) {
+                    let Some(cand) = cand else { continue };
+                    let id = m.id(&mut e, cand);
                     if !ids[..n].contains(&id) {
                         ids[n] = id;
                         n += 1;
@@ -759,8 +822,9 @@ pub fn scan(
                 };
                 let mut ids = [u32::MAX; 2];
                 let mut n = 0;
-                for cand in [row2.resolved, row2.raw].into_iter().flatten() {
-                    let id = e.path_id(cand);
+                for (m, cand) in memo[3..].iter_mut().zip([row2.resolved, row2.raw]) {
+                    let Some(cand) = cand else { continue };
+                    let id = m.id(&mut e, cand);
                     if !ids[..n].contains(&id) {
                         ids[n] = id;
                         n += 1;
