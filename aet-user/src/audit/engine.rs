@@ -208,12 +208,13 @@ const O_PATH: u32 = 0o10000000;
 const PROT_WRITE: u32 = 2;
 const MAP_SHARED: u32 = 1;
 
-/// The accesses a row makes with its first and second paths.
-fn accesses(
+/// The accesses a row makes with its first and second paths. `syscall` and `prot` are read
+/// only for the kinds that need them.
+fn accesses<'a>(
     kind: &[u8],
-    syscall: Option<&[u8]>,
+    syscall: impl FnOnce() -> Option<&'a [u8]>,
     flags: Option<u32>,
-    prot: Option<u32>,
+    prot: impl FnOnce() -> Option<u32>,
 ) -> (u8, u8) {
     let r = Access::Read.bit();
     let w = Access::Write.bit();
@@ -235,19 +236,38 @@ fn accesses(
         b"exec" => (Access::Exec.bit(), 0),
         b"stat" | b"chdir" => (Access::Probe.bit(), 0),
         b"list" => (Access::List.bit(), 0),
-        b"modify" => match syscall {
+        b"modify" => match syscall() {
             // The first path of symlink is the link's text, not a file.
             Some(b"symlink") | Some(b"symlinkat") => (0, w),
             _ => (w, w),
         },
         b"mmap" => {
             let shared_write =
-                prot.unwrap_or(0) & PROT_WRITE != 0 && flags.unwrap_or(0) & MAP_SHARED != 0;
+                prot().unwrap_or(0) & PROT_WRITE != 0 && flags.unwrap_or(0) & MAP_SHARED != 0;
             (if shared_write { r | w } else { r }, 0)
         }
         b"io_uring" => (r, 0),
         _ => (0, 0),
     }
+}
+
+const FRONT: usize = 4096;
+
+/// The front cache's slot for a path: its length and three of its 8-byte words, mixed.
+#[inline]
+fn front_slot(p: &[u8]) -> usize {
+    let n = p.len();
+    let word = |at: usize| u64::from_ne_bytes(p[at..at + 8].try_into().expect("8 bytes"));
+    let (a, b, c) = if n >= 8 {
+        (word(0), word((n / 2).min(n - 8)), word(n - 8))
+    } else {
+        let mut w = [0u8; 8];
+        w[..n].copy_from_slice(p);
+        (u64::from_ne_bytes(w), 0, 0)
+    };
+    let h =
+        (a ^ b.rotate_left(21) ^ c.rotate_left(42) ^ n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> (64 - FRONT.trailing_zeros())) as usize
 }
 
 /// Byte equality for short strings, eight bytes at a time and inline (the paths compared are
@@ -279,34 +299,15 @@ fn lossy(b: &[u8]) -> String {
     }
 }
 
-/// The last path a column held and its id: rows often repeat the previous row's path, and
-/// comparing bytes is cheaper than hashing them.
-#[derive(Clone, Copy)]
-struct Memo<'a> {
-    bytes: &'a [u8],
-    id: u32,
-}
-
-impl<'a> Memo<'a> {
-    const EMPTY: Memo<'static> = Memo {
-        bytes: &[],
-        id: u32::MAX,
-    };
-
-    fn id(&mut self, e: &mut Engine<'_>, p: &'a [u8]) -> u32 {
-        if self.id != u32::MAX && same(self.bytes, p) {
-            return self.id;
-        }
-        self.bytes = p;
-        self.id = e.path_id(p);
-        self.id
-    }
-}
-
 /// The engine's state over one ledger.
 struct Engine<'p> {
     policy: &'p Policy,
     cache: FxHashMap<Box<[u8]>, u32>,
+    /// The bytes of each path id.
+    path_bytes: Vec<Box<[u8]>>,
+    /// A direct-mapped cache in front of `cache`, indexed by a few of a path's bytes (no full
+    /// hash): most look-ups end here, with one comparison.
+    front: Box<[u32; FRONT]>,
     infos: Vec<PathInfo>,
     path_texts: Vec<String>,
     path_hex: Vec<Option<String>>,
@@ -321,7 +322,39 @@ struct Engine<'p> {
 }
 
 impl<'p> Engine<'p> {
+    fn new(policy: &'p Policy, protected_ids: Vec<(u64, u64, usize)>) -> Self {
+        let nrules = policy.rules.len() + policy.protected.len();
+        Engine {
+            policy,
+            cache: FxHashMap::default(),
+            path_bytes: Vec::new(),
+            front: Box::new([u32::MAX; FRONT]),
+            infos: Vec::new(),
+            path_texts: Vec::new(),
+            path_hex: Vec::new(),
+            procs: FxHashMap::default(),
+            findings: Vec::new(),
+            index: FxHashMap::default(),
+            rule_hits: vec![0; nrules],
+            protected_ids,
+            scan: Scan::default(),
+            oos_rule: u32::MAX,
+        }
+    }
+
+    #[inline]
     fn path_id(&mut self, p: &[u8]) -> u32 {
+        let slot = front_slot(p);
+        let id = self.front[slot];
+        if id != u32::MAX && same(&self.path_bytes[id as usize], p) {
+            return id;
+        }
+        let id = self.path_id_slow(p);
+        self.front[slot] = id;
+        id
+    }
+
+    fn path_id_slow(&mut self, p: &[u8]) -> u32 {
         if let Some(&id) = self.cache.get(p) {
             return id;
         }
@@ -366,6 +399,7 @@ impl<'p> Engine<'p> {
                 .then(|| p.iter().map(|b| format!("{b:02x}")).collect()),
         );
         self.cache.insert(p.into(), id);
+        self.path_bytes.push(p.into());
         id
     }
 
@@ -439,7 +473,27 @@ impl<'p> Engine<'p> {
     }
 
     /// Classifies one access of a row at a path.
+    #[inline]
     fn classify(
+        &mut self,
+        row: &RowRef<'_>,
+        access: Access,
+        ids: &[u32],
+        ident: Option<(u64, u64)>,
+    ) {
+        // Most accesses match no rule and are allowed (or failed): nothing to record.
+        if ident.is_none() && ids.iter().all(|&i| self.infos[i as usize].rules.is_empty()) {
+            let allowed = ids
+                .iter()
+                .any(|&i| self.infos[i as usize].allowed & access.bit() != 0);
+            if !row.ok || self.policy.allow.is_none() || allowed {
+                return;
+            }
+        }
+        self.classify_rules(row, access, ids, ident);
+    }
+
+    fn classify_rules(
         &mut self,
         row: &RowRef<'_>,
         access: Access,
@@ -596,9 +650,10 @@ fn argv_at(list: &ListArray, i: usize) -> Option<Vec<String>> {
     if !list.is_valid(i) {
         return None;
     }
-    let v = list.value(i);
-    let s = v.as_binary::<i32>();
-    Some((0..s.len()).map(|k| lossy(s.value(k))).collect())
+    // The child's values by the list's offsets (no sliced array per row).
+    let items = list.values().as_binary::<i32>();
+    let range = list.value_offsets()[i] as usize..list.value_offsets()[i + 1] as usize;
+    Some(range.map(|k| lossy(items.value(k))).collect())
 }
 
 /// Scans a ledger with a policy.
@@ -636,20 +691,7 @@ pub fn scan(
         }
     }
     let nrules = policy.rules.len() + policy.protected.len();
-    let mut e = Engine {
-        policy,
-        cache: FxHashMap::default(),
-        infos: Vec::new(),
-        path_texts: Vec::new(),
-        path_hex: Vec::new(),
-        procs: FxHashMap::default(),
-        findings: Vec::new(),
-        index: FxHashMap::default(),
-        rule_hits: vec![0; nrules],
-        protected_ids,
-        scan: Scan::default(),
-        oos_rule: u32::MAX,
-    };
+    let mut e = Engine::new(policy, protected_ids);
     let protected_paths: Vec<(Vec<u8>, usize)> = policy
         .protected
         .iter()
@@ -677,7 +719,6 @@ pub fn scan(
         let prot = prim::<UInt32Array>(&b, col::PROT);
         let ret = prim::<Int64Array>(&b, col::RET);
         let errno = bin_col(&b, col::ERRNO);
-        let mut memo = [Memo::EMPTY; 5];
         let cols = Cols {
             seq,
             ts,
@@ -692,35 +733,40 @@ pub fn scan(
         let child = prim::<UInt32Array>(&b, col::CHILD_PID);
         let dev = prim::<UInt64Array>(&b, col::DEV);
         let ino = prim::<UInt64Array>(&b, col::INO);
+        // Protected files by identity need the row's dev and ino; other policies never read
+        // them.
+        let by_ident = !e.protected_ids.is_empty();
+        e.scan.rows += b.num_rows() as u64;
+        if b.num_rows() > 0 {
+            e.scan.last_ts_ns = ts.value(b.num_rows() - 1);
+        }
         for i in 0..b.num_rows() {
-            let t = ts.value(i);
             let p = pid.value(i);
             let k = kind.value(i);
-            let c = comm.value(i);
-            e.scan.rows += 1;
+            // The columns only a process's first row needs.
+            let (c, t) = (|| comm.value(i), || ts.value(i));
             if first {
                 first = false;
                 e.scan.root_pid = Some(p);
-                e.scan.first_ts_ns = t;
-                let pr = e.proc_mut(p, ppid.value(i), c, t);
+                e.scan.first_ts_ns = t();
+                let pr = e.proc_mut(p, ppid.value(i), c(), t());
                 pr.setup = audit_setup;
                 pr.seen_start = true;
             }
-            e.scan.last_ts_ns = t;
             // Rows of one process come in runs: remember the last one's state.
             let setup = if p == last_pid {
                 last_setup
             } else {
                 let pp = ppid.value(i);
                 last_pid = p;
-                last_setup = e.proc_mut(p, pp, c, t).setup;
+                last_setup = e.proc_mut(p, pp, c(), t()).setup;
                 last_setup
             };
             match k {
                 b"fork" => {
                     if child.is_valid(i) {
                         let ch = child.value(i);
-                        let pr = e.proc_mut(ch, p, c, t);
+                        let pr = e.proc_mut(ch, p, c(), t());
                         pr.seen_start = true;
                         pr.setup = setup;
                         pr.ppid = p;
@@ -747,7 +793,7 @@ pub fn scan(
                         pr.seen_start = true;
                         pr.exe = Some(lossy(exe));
                         pr.argv = args;
-                        pr.comm = lossy(c);
+                        pr.comm = lossy(c());
                         pr.setup = stays_setup;
                         if p == last_pid {
                             last_setup = stays_setup;
@@ -761,13 +807,9 @@ pub fn scan(
                 e.scan.setup_rows += 1;
                 continue;
             }
-            let sc = if syscall.is_valid(i) {
-                Some(syscall.value(i))
-            } else {
-                None
-            };
+            let sc = || syscall.is_valid(i).then(|| syscall.value(i));
             let fl = flags.is_valid(i).then(|| flags.value(i));
-            let pr = prot.is_valid(i).then(|| prot.value(i));
+            let pr = || prot.is_valid(i).then(|| prot.value(i));
             let (a1, a2) = accesses(k, sc, fl, pr);
             if a1 == 0 && a2 == 0 {
                 continue;
@@ -781,17 +823,18 @@ pub fn scan(
                 raw: path.get(i),
                 host: host.get(i),
             };
-            let ident = (dev.is_valid(i) && ino.is_valid(i)).then(|| (dev.value(i), ino.value(i)));
+            let ident = (by_ident && dev.is_valid(i) && ino.is_valid(i))
+                .then(|| (dev.value(i), ino.value(i)));
             if a1 != 0 {
                 let mut ids = [u32::MAX; 3];
                 let mut n = 0;
                 // The same bytes need no second look-up (the argument is often the resolved
                 // path itself).
-                let raw = row.raw.filter(|r| Some(*r) != row.resolved);
-                let host = row.host.filter(|h| Some(*h) != row.resolved);
-                for (m, cand) in memo.iter_mut().zip([row.resolved, raw, host]) {
-                    let Some(cand) = cand else { continue };
-                    let id = m.id(&mut e, cand);
+                let differs = |p: &[u8]| row.resolved.is_none_or(|r| !same(r, p));
+                let raw = row.raw.filter(|r| differs(r));
+                let host = row.host.filter(|h| differs(h));
+                for cand in [row.resolved, raw, host].into_iter().flatten() {
+                    let id = e.path_id(cand);
                     if !ids[..n].contains(&id) {
                         ids[n] = id;
                         n += 1;
@@ -822,9 +865,8 @@ pub fn scan(
                 };
                 let mut ids = [u32::MAX; 2];
                 let mut n = 0;
-                for (m, cand) in memo[3..].iter_mut().zip([row2.resolved, row2.raw]) {
-                    let Some(cand) = cand else { continue };
-                    let id = m.id(&mut e, cand);
+                for cand in [row2.resolved, row2.raw].into_iter().flatten() {
+                    let id = e.path_id(cand);
                     if !ids[..n].contains(&id) {
                         ids[n] = id;
                         n += 1;
@@ -874,4 +916,50 @@ pub fn scan(
     e.scan.rule_hits = e.rule_hits;
     e.scan.findings = e.findings;
     Ok((e.scan, metadata, form))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_ids_are_exact_whatever_the_front_cache_slot() {
+        let policy =
+            Policy::parse("[allow]\nread = [\"/usr/**\"]\n", Path::new("p.toml")).expect("policy");
+        let mut e = Engine::new(&policy, Vec::new());
+        // Paths of one length whose first, middle and last words are equal collide in the
+        // front cache; each must still get its own id, and the same id every time.
+        let paths: Vec<Vec<u8>> = (0..3000u32)
+            .map(|n| format!("/usr/share/aaaaaaaa{n:06}bbbbbbbbbb/x.txt").into_bytes())
+            .chain([b"/a".to_vec(), b"/a\n\xff".to_vec(), Vec::new()])
+            .collect();
+        let ids: Vec<u32> = paths.iter().map(|p| e.path_id(p)).collect();
+        for _ in 0..2 {
+            for (p, id) in paths.iter().zip(&ids) {
+                assert_eq!(e.path_id(p), *id);
+                assert_eq!(&*e.path_bytes[*id as usize], p.as_slice());
+            }
+        }
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), paths.len());
+    }
+
+    #[test]
+    fn same_is_byte_equality() {
+        let words: [&[u8]; 6] = [
+            b"",
+            b"a",
+            b"abcdefg",
+            b"abcdefgh",
+            b"abcdefghi",
+            b"abcdefghX",
+        ];
+        for a in words {
+            for b in words {
+                assert_eq!(same(a, b), a == b, "{a:?} {b:?}");
+            }
+        }
+        assert!(!same(b"0123456789abcdefX", b"0123456789abcdefY"));
+        assert!(!same(b"X123456789abcdef0", b"Y123456789abcdef0"));
+    }
 }
