@@ -690,7 +690,6 @@ pub fn scan(
             protected_ids.push((d, i, n));
         }
     }
-    let nrules = policy.rules.len() + policy.protected.len();
     let mut e = Engine::new(policy, protected_ids);
     let protected_paths: Vec<(Vec<u8>, usize)> = policy
         .protected
