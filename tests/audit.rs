@@ -492,3 +492,56 @@ fn a_cheat_path_with_a_newline_and_invalid_utf8_is_reported_exactly() {
         "{summary}"
     );
 }
+
+#[test]
+fn a_damaged_ledger_is_an_input_error_never_a_crash() {
+    let f = Fixture::new();
+    let run = f.run_agent(&["check.sh"]);
+    let good = fs::read(run.join("ledger.arrow")).unwrap();
+    let bad = f.p("damaged.arrow");
+    // Bytes overwritten in the batches' metadata (the file's first kilobytes) and in the
+    // footer: the places where a damaged file makes Arrow's decoders slice out of bounds.
+    let mut seed: u64 = 0x5eed;
+    let mut next = |n: usize| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) as usize % n
+    };
+    let mut input_errors = 0;
+    for round in 0..80 {
+        let mut d = good.clone();
+        for _ in 0..2 {
+            let at = if round % 2 == 0 {
+                8 + next(6000.min(d.len() - 16))
+            } else {
+                d.len() - 10 - next(3000.min(d.len() - 16))
+            };
+            d[at] = next(256) as u8;
+        }
+        fs::write(&bad, &d).unwrap();
+        for args in [&["ledger", "summary"][..], &["audit", "--policy"][..]] {
+            let mut cmd = aet();
+            cmd.args(args);
+            if args[0] == "audit" {
+                cmd.arg(f.policy());
+            }
+            let out = cmd.arg(&bad).output().unwrap();
+            let err = text(&out.stderr);
+            let code = out.status.code();
+            assert!(
+                matches!(code, Some(0..=4)),
+                "round {round}: {args:?} ended with {:?}: {err}",
+                out.status
+            );
+            if code == Some(4) {
+                input_errors += 1;
+                assert!(err.contains("damaged.arrow"), "names the file: {err}");
+            }
+        }
+    }
+    assert!(
+        input_errors > 20,
+        "damage is reported ({input_errors} input errors)"
+    );
+}

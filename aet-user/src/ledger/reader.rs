@@ -184,7 +184,20 @@ impl Ledger {
     /// The next batch. For an unfinished ledger, a damaged batch ends the reading (and is noted
     /// in `damaged_tail`); for a finished one it is an error.
     pub fn next_batch(&mut self) -> Result<Option<RecordBatch>, ReadError> {
-        match self.batches.next() {
+        // Arrow's decoders check a batch's metadata against its buffers by slicing them, which
+        // panics on a damaged file instead of failing: that is a corrupt file too.
+        let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.batches.next()))
+            .unwrap_or_else(|panic| {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("the decoder failed");
+                Some(Err(ArrowError::InvalidArgumentError(format!(
+                    "a batch does not match its metadata ({why})"
+                ))))
+            });
+        match next {
             None => Ok(None),
             Some(Ok(b)) => Ok(Some(b)),
             Some(Err(e)) if self.form == Form::Unfinished => {
@@ -289,22 +302,43 @@ impl Iterator for MappedBatches {
         self.next += 1;
         let n = b.bodyLength() as usize + b.metaDataLength() as usize;
         let data = self.buffer.slice_with_length(b.offset() as usize, n);
-        // Without Arrow's validation, buffers shorter than their metadata says make the
-        // decoder's slicing panic (bounds-checked, never read out of bounds): that is a corrupt
-        // file, reported as such.
-        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.decoder.read_record_batch(&b, &data)
-        }))
-        .unwrap_or_else(|_| {
-            Err(ArrowError::InvalidArgumentError(
-                "a batch's buffers are shorter than its metadata says".into(),
-            ))
-        });
-        Some(decoded.transpose()?.and_then(|batch| {
+        if let Err(e) = check_message(&b, &data) {
+            return Some(Err(e));
+        }
+        let decoded = self.decoder.read_record_batch(&b, &data).transpose()?;
+        Some(decoded.and_then(|batch| {
             check_batch(&batch)?;
             Ok(batch)
         }))
     }
+}
+
+/// Checks that every buffer a batch's metadata lists lies inside its body (Arrow's decoder
+/// panics on one that does not).
+fn check_message(b: &arrow_ipc::Block, data: &arrow_buffer::Buffer) -> Result<(), ArrowError> {
+    let bad = |what: &str| ArrowError::ParseError(format!("a batch's metadata is damaged: {what}"));
+    let meta = data
+        .get(..b.metaDataLength() as usize)
+        .ok_or_else(|| bad("longer than its block"))?;
+    // The encapsulated message: [0xffffffff] length flatbuffer (the marker is absent in files
+    // written before Arrow 0.15).
+    let fb = match meta {
+        [0xff, 0xff, 0xff, 0xff, _, _, _, _, rest @ ..] => rest,
+        [_, _, _, _, rest @ ..] => rest,
+        _ => return Err(bad("too short")),
+    };
+    let msg = arrow_ipc::root_as_message(fb).map_err(|e| bad(&e.to_string()))?;
+    let rb = msg
+        .header_as_record_batch()
+        .ok_or_else(|| bad("not a record batch"))?;
+    let body = b.bodyLength();
+    for buf in rb.buffers().iter().flatten() {
+        let end = buf.offset().checked_add(buf.length());
+        if buf.offset() < 0 || buf.length() < 0 || end.is_none_or(|e| e > body) {
+            return Err(bad("a buffer lies outside the batch's body"));
+        }
+    }
+    Ok(())
 }
 
 /// What Arrow's validation would have checked of a batch decoded without it.
