@@ -1126,6 +1126,54 @@ fn walk_base(s: &mut Scratch, task: &Task, sec: usize, dirfd: i32) {
     }
 }
 
+/// No fd: nothing to walk.
+const NO_FD: i64 = i64::MIN;
+
+/// Sets up `st` for a walk from `file` (the file of `fd`), or from the working directory when
+/// `fd` is `AT_FDCWD`. Returns false when there is nothing to walk from.
+#[inline(always)]
+fn walk_start(st: *mut WalkState, task: &Task, fd: i64, file: FileRef) -> bool {
+    let o = offsets();
+    let (dentry_off, mnt_off) = (cfg(&o.path_dentry), cfg(&o.path_mnt));
+    let (d, m) = match file {
+        FileRef::Btf(f) => {
+            let fp = cfg(&o.file_path);
+            (f.ptr(fp + dentry_off), f.ptr(fp + mnt_off))
+        }
+        FileRef::Raw(f) => {
+            let fp = cfg(&o.file_path);
+            let d: u64 = kread(f, fp + dentry_off);
+            let m: u64 = kread(f, fp + mnt_off);
+            if d == 0 || m == 0 {
+                return false;
+            }
+            WalkState::init(st, core::ptr::null(), core::ptr::null(), d, m, 0);
+            return true;
+        }
+        FileRef::None if fd == AT_FDCWD as i64 => {
+            let fs = task.fs();
+            if fs.is_null() {
+                return false;
+            }
+            let pwd = cfg(&o.fs_pwd);
+            (fs.ptr(pwd + dentry_off), fs.ptr(pwd + mnt_off))
+        }
+        FileRef::None => return false,
+    };
+    if d.is_null() || m.is_null() {
+        return false;
+    }
+    WalkState::init(st, d.0, m.0, 0, 0, 1);
+    true
+}
+
+/// Runs a walk set up by [`walk_start`] into section `sec`.
+#[inline(never)]
+fn walk_from(s: &mut Scratch, task: &Task, sec: usize, st: *mut WalkState) {
+    // SAFETY: initialised by walk_start, on the caller's stack.
+    run_walk(s, task, sec, unsafe { &mut *st });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Syscall exits: one raw tracepoint for every syscall, dispatched by number.
 //
@@ -1299,15 +1347,21 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
         // fstat in disguise: the fd's open was recorded already.
         return;
     }
-    // The object, when the kernel hands one over.
+    // Section WALK: the object, when the kernel hands one over, else the base directory of a
+    // relative path; WALK2: the base of a relative second path. The verifier checks a walk once
+    // for every place it is started from, and walks are most of its work: so the start of each
+    // section's walk is chosen first, then each section has one fd look-up and one walk.
     let ok = ret >= 0;
+    let mut fd: i64 = NO_FD;
+    let mut object = false;
     match shape.obj {
         obj::RET_FD if ok => {
-            record_file(s, &task, fd_file(&task, ret));
+            fd = ret;
+            object = true;
         }
         obj::ARG_FD => {
-            let fd = header(s).fd;
-            record_file(s, &task, fd_file(&task, fd as i64));
+            fd = header(s).fd as i64;
+            object = true;
         }
         obj::PWD if ok => {
             let fs = task.fs();
@@ -1331,8 +1385,9 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
                     );
                     set_identity(header(s), id);
                 }
-                walk_pwd(s, &task, section::WALK);
                 header(s).flags |= flags::WALK_IS_OBJECT;
+                fd = AT_FDCWD as i64;
+                object = true;
             }
         }
         obj::STAT if ok => {
@@ -1364,24 +1419,39 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
         }
         _ => {}
     }
-    // The base directory of a relative path the kernel resolved without handing an object.
-    let h = header(s);
-    if h.flags & flags::WALK_IS_OBJECT == 0 && shape.path >= 0 {
-        let dirfd = h.dirfd;
+    if !object && shape.path >= 0 {
+        let dirfd = header(s).dirfd;
         let first = section_first_byte(s, section::PATH);
         if shape.bits & shape::PATH_VERBATIM == 0 && first != b'/' {
-            if first == 0 && dirfd != AT_FDCWD {
-                // An empty path names the dirfd itself.
-                record_file(s, &task, fd_file(&task, dirfd as i64));
-            } else {
-                walk_base(s, &task, section::WALK, dirfd);
-            }
+            fd = dirfd as i64;
+            // An empty path names the dirfd itself.
+            object = first == 0 && dirfd != AT_FDCWD;
         }
     }
-    if shape.path2 >= 0 {
-        let dirfd2 = header(s).dirfd2;
-        if section_first_byte(s, section::PATH2) != b'/' {
-            walk_base(s, &task, section::WALK2, dirfd2);
+    let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
+    if fd != NO_FD {
+        let file = if fd == AT_FDCWD as i64 {
+            FileRef::None
+        } else {
+            fd_file(&task, fd)
+        };
+        if object && let Some(id) = identity(file) {
+            set_identity(header(s), id);
+            header(s).flags |= flags::WALK_IS_OBJECT;
+        }
+        if walk_start(st.as_mut_ptr(), &task, fd, file) {
+            walk_from(s, &task, section::WALK, st.as_mut_ptr());
+        }
+    }
+    if shape.path2 >= 0 && section_first_byte(s, section::PATH2) != b'/' {
+        let dirfd2 = header(s).dirfd2 as i64;
+        let file = if dirfd2 == AT_FDCWD as i64 {
+            FileRef::None
+        } else {
+            fd_file(&task, dirfd2)
+        };
+        if walk_start(st.as_mut_ptr(), &task, dirfd2, file) {
+            walk_from(s, &task, section::WALK2, st.as_mut_ptr());
         }
     }
     send(s);
