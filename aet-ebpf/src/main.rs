@@ -1007,37 +1007,6 @@ impl WalkState {
     }
 }
 
-/// Walks from a BTF dentry and vfsmount.
-#[inline(never)]
-fn walk_btf(s: &mut Scratch, task: &Task, sec: usize, dentry: KPtr, mnt: KPtr) {
-    if dentry.is_null() || mnt.is_null() {
-        return;
-    }
-    let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
-    WalkState::init(st.as_mut_ptr(), dentry.0, mnt.0, 0, 0, 1);
-    // SAFETY: initialised above.
-    run_walk(s, task, sec, unsafe { &mut *st.as_mut_ptr() });
-}
-
-/// Walks from a dentry and vfsmount known only by address.
-#[inline(never)]
-fn walk_raw(s: &mut Scratch, task: &Task, sec: usize, dentry: u64, mnt: u64) {
-    if dentry == 0 || mnt == 0 {
-        return;
-    }
-    let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
-    WalkState::init(
-        st.as_mut_ptr(),
-        core::ptr::null(),
-        core::ptr::null(),
-        dentry,
-        mnt,
-        0,
-    );
-    // SAFETY: initialised above.
-    run_walk(s, task, sec, unsafe { &mut *st.as_mut_ptr() });
-}
-
 /// Walks from a dentry up to its file system's root, across no mount, into section WALK2.
 #[inline(never)]
 fn walk_fs(s: &mut Scratch, task: &Task, dentry: u64) {
@@ -1061,30 +1030,6 @@ fn walk_fs(s: &mut Scratch, task: &Task, dentry: u64) {
     run_walk(s, task, section::WALK2, st);
 }
 
-/// Walks a file's `f_path` into section `sec`.
-#[inline(always)]
-fn walk_file(s: &mut Scratch, task: &Task, sec: usize, file: FileRef) {
-    let o = offsets();
-    let fp = cfg(&o.file_path);
-    match file {
-        FileRef::None => {}
-        FileRef::Btf(f) => walk_btf(
-            s,
-            task,
-            sec,
-            f.ptr(fp + cfg(&o.path_dentry)),
-            f.ptr(fp + cfg(&o.path_mnt)),
-        ),
-        FileRef::Raw(f) => walk_raw(
-            s,
-            task,
-            sec,
-            kread(f, fp + cfg(&o.path_dentry)),
-            kread(f, fp + cfg(&o.path_mnt)),
-        ),
-    }
-}
-
 /// Records a file as the record's object: its identity and its walk. Returns its class.
 #[inline(always)]
 fn record_file(s: &mut Scratch, task: &Task, file: FileRef) -> u32 {
@@ -1092,38 +1037,12 @@ fn record_file(s: &mut Scratch, task: &Task, file: FileRef) -> u32 {
         return fileio::IGNORED;
     };
     set_identity(header(s), id);
-    walk_file(s, task, section::WALK, file);
+    let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
+    if walk_start(st.as_mut_ptr(), task, NO_FD, file) {
+        walk_from(s, task, section::WALK, st.as_mut_ptr());
+    }
     header(s).flags |= flags::WALK_IS_OBJECT;
     id.3
-}
-
-/// Walks the task's working directory into section `sec`.
-#[inline(always)]
-fn walk_pwd(s: &mut Scratch, task: &Task, sec: usize) {
-    let fs = task.fs();
-    if fs.is_null() {
-        return;
-    }
-    let o = offsets();
-    let pwd = cfg(&o.fs_pwd);
-    walk_btf(
-        s,
-        task,
-        sec,
-        fs.ptr(pwd + cfg(&o.path_dentry)),
-        fs.ptr(pwd + cfg(&o.path_mnt)),
-    );
-}
-
-/// Walks the directory a relative path argument is resolved against: the dirfd's file, or the
-/// working directory.
-#[inline(always)]
-fn walk_base(s: &mut Scratch, task: &Task, sec: usize, dirfd: i32) {
-    if dirfd == AT_FDCWD {
-        walk_pwd(s, task, sec);
-    } else {
-        walk_file(s, task, sec, fd_file(task, dirfd as i64));
-    }
 }
 
 /// No fd: nothing to walk.
@@ -1883,9 +1802,17 @@ fn exit_exec(args: &Args, mut task: Task, syscall: u16, ret: i64) {
     let h = header(s);
     h.len[section::ARGV] = st.off as u16;
     h.flags |= st.flags;
-    let dirfd = h.dirfd;
+    let dirfd = h.dirfd as i64;
     if section_first_byte(s, section::PATH) != b'/' {
-        walk_base(s, &task, section::WALK, dirfd);
+        let file = if dirfd == AT_FDCWD as i64 {
+            FileRef::None
+        } else {
+            fd_file(&task, dirfd)
+        };
+        let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
+        if walk_start(st.as_mut_ptr(), &task, dirfd, file) {
+            walk_from(s, &task, section::WALK, st.as_mut_ptr());
+        }
     }
     send(s);
 }
