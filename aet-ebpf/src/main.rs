@@ -1148,10 +1148,18 @@ impl Args {
 
 #[raw_tracepoint(tracepoint = "sys_exit")]
 fn sys_exit(ctx: RawTracePointContext) -> i32 {
-    let regs: u64 = ctx.arg(0);
     let ret: i64 = ctx.arg(1);
     let o = offsets();
-    let nr: i64 = kread(regs, cfg(&o.regs_nr));
+    // The registers through the task's BTF pointer (the tracepoint's own `regs` argument is a
+    // plain address, which would take a fault-tolerant copy: the dearest helper, on every
+    // syscall of the machine).
+    let mut task = Task::current();
+    // SAFETY: helper taking the BTF task pointer it was given by the kernel.
+    let regs = KPtr(unsafe { generated::bpf_task_pt_regs(task.ptr.0 as *mut _) } as *const u8);
+    if regs.is_null() {
+        return 0;
+    }
+    let nr: i64 = regs.read(cfg(&o.regs_nr));
     if nr < 0 || nr >= aet_common::SYSCALL_TABLE_SIZE as i64 {
         return 0;
     }
@@ -1161,7 +1169,6 @@ fn sys_exit(ctx: RawTracePointContext) -> i32 {
     if entry == 0 {
         return 0;
     }
-    let mut task = Task::current();
     let compat = task.compat();
     let syscall = if compat { entry >> 8 } else { entry & 0xff };
     if syscall == 0 || syscall as usize >= SYSCALL_COUNT {
@@ -1179,8 +1186,6 @@ fn sys_exit(ctx: RawTracePointContext) -> i32 {
     if !task.in_scope() {
         return 0;
     }
-    // SAFETY: helper taking the BTF task pointer it was given by the kernel.
-    let regs = KPtr(unsafe { generated::bpf_task_pt_regs(task.ptr.0 as *mut _) } as *const u8);
     let args = Args::read(regs, compat);
     if shape.io != io::NONE {
         exit_io(&args, &mut task, &shape, syscall, ret);
