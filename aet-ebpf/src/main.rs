@@ -1318,9 +1318,9 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
             // struct stat (x86_64): st_dev at 0, st_ino at 8. The compat layout differs.
             if !args.compat {
                 let buf = args.get(shape.buf);
-                // SAFETY: fault-tolerant reads of the buffer the kernel just filled.
-                let dev: u64 = unsafe { bpf_probe_read_user(buf as *const u64) }.unwrap_or(0);
-                let ino: u64 = unsafe { bpf_probe_read_user((buf + 8) as *const u64) }.unwrap_or(0);
+                // SAFETY: one fault-tolerant read of the buffer the kernel just filled.
+                let [dev, ino]: [u64; 2] =
+                    unsafe { bpf_probe_read_user(buf as *const [u64; 2]) }.unwrap_or([0, 0]);
                 let h = header(s);
                 h.dev = dev;
                 h.ino = ino;
@@ -1333,8 +1333,8 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
             let buf = args.get(shape.buf);
             // SAFETY: fault-tolerant reads of the buffer the kernel just filled.
             let ino: u64 = unsafe { bpf_probe_read_user((buf + 32) as *const u64) }.unwrap_or(0);
-            let dev: u64 = unsafe { bpf_probe_read_user((buf + 136) as *const u64) }.unwrap_or(0);
-            let mnt: u64 = unsafe { bpf_probe_read_user((buf + 144) as *const u64) }.unwrap_or(0);
+            let [dev, mnt]: [u64; 2] =
+                unsafe { bpf_probe_read_user((buf + 136) as *const [u64; 2]) }.unwrap_or([0, 0]);
             let h = header(s);
             h.ino = ino;
             h.dev = dev;
