@@ -567,6 +567,49 @@ print("readers ok")
 }
 
 #[test]
+fn the_command_gets_a_small_fd_table_whatever_aet_inherited() {
+    // A harness that leaks a high fd into aet (fd 300 here) makes every process it forks start
+    // with a table of 512 slots, which exec does not shrink. The command must not keep that
+    // size: the monitor reads the files of a table of 64 slots with checked loads, and those of
+    // a larger one with helper reads, several times slower on every recorded syscall.
+    let d = tempdir();
+    let out = d.path().join("run");
+    let mut cmd = aet();
+    cmd.args(["run", "-q", "--out"]).arg(&out).args([
+        "--",
+        "sh",
+        "-c",
+        "grep FDSize /proc/$$/status; ls /proc/$$/fd",
+    ]);
+    // SAFETY: dup2 is async-signal-safe; the new fd is not close-on-exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::dup2(2, 300) != 300 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let r = cmd.output().unwrap();
+    let stdout = text(&r.stdout);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    assert!(stdout.contains("FDSize:\t64\n"), "{stdout}");
+    let fds: Vec<&str> = stdout.lines().skip(1).collect();
+    // 0, 1, 2 and the fd ls opened to list the directory.
+    assert!(fds.len() <= 4 && !fds.contains(&"300"), "{fds:?}");
+    // Nothing of aet's own making shows in the record before the command.
+    let rows = rows(&out.join("ledger.arrow"));
+    assert!(
+        !rows.iter().any(|x| x.kind == "fork" && x.comm != "sh"),
+        "{:?}",
+        rows.iter()
+            .filter(|x| x.kind == "fork")
+            .map(|x| &x.comm)
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
 fn aet_run_exits_with_the_commands_status() {
     let d = tempdir();
     assert_eq!(run_ok(d.path(), &["sh", "-c", "exit 7"]).code(), 7);
