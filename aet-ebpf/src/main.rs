@@ -1204,6 +1204,34 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
     let Some(kind) = EventKind::from_u16(shape.kind as u16) else {
         return;
     };
+    // What is not recorded leaves before the record is built: anonymous mappings and repeated
+    // mappings of one open file (each exec makes a dozen), and fstat in disguise (a stat of ""
+    // with AT_EMPTY_PATH, which glibc's fstat is: the fd's open was recorded already).
+    const MAP_ANONYMOUS: u64 = 0x20;
+    let mflags = args.get(3);
+    if syscall == Syscall::Mmap as u16 {
+        let fd = args.get(shape.fd) as i32;
+        if mflags & MAP_ANONYMOUS != 0 || fd < 0 || ret < 0 {
+            return;
+        }
+        if let Some(e) = FILEIO.get_ptr_mut(fileio_key(task.tgid, fd)) {
+            // SAFETY: a map value; plain field access.
+            let e = unsafe { &mut *e };
+            if e.marks & fileio::MAPPED != 0 {
+                return;
+            }
+            e.marks |= fileio::MAPPED;
+        }
+    } else if (syscall == Syscall::Newfstatat as u16 || syscall == Syscall::Statx as u16)
+        && args.get(shape.flags) & AT_EMPTY_PATH as u64 != 0
+    {
+        // SAFETY: a fault-tolerant read of the path's first byte.
+        let first: u8 =
+            unsafe { bpf_probe_read_user(args.get(shape.path) as *const u8) }.unwrap_or(1);
+        if first == 0 {
+            return;
+        }
+    }
     fill_header(header(s), &mut task, kind, syscall, ret);
     let h = header(s);
     if args.compat {
@@ -1234,21 +1262,6 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
         h.mode = how.mode as u32;
         h.aux = how.resolve;
     } else if syscall == Syscall::Mmap as u16 {
-        // Only file mappings, and only the first one per open file.
-        const MAP_ANONYMOUS: u64 = 0x20;
-        let mflags = args.get(3);
-        if mflags & MAP_ANONYMOUS != 0 || h.fd < 0 || ret < 0 {
-            return;
-        }
-        let key = (task.tgid as u64) << 32 | h.fd as u32 as u64;
-        if let Some(e) = FILEIO.get_ptr_mut(key) {
-            // SAFETY: a map value; plain field access.
-            let e = unsafe { &mut *e };
-            if e.marks & fileio::MAPPED != 0 {
-                return;
-            }
-            e.marks |= fileio::MAPPED;
-        }
         h.aux = args.get(1);
         h.aux2 = args.get(2) | mflags << 32;
     } else if syscall == Syscall::IoUringEnter as u16 || syscall == Syscall::IoUringRegister as u16
@@ -1260,16 +1273,6 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
     }
     if shape.path2 >= 0 {
         capture_user_str(s, section::PATH2, args.get(shape.path2));
-    }
-    let h = header(s);
-    let empty_path = shape.path >= 0 && h.len[section::PATH] == 0;
-    let at_empty = shape.bits & shape::AT_FLAGS != 0 && h.open_flags & AT_EMPTY_PATH != 0;
-    if empty_path
-        && at_empty
-        && (syscall == Syscall::Newfstatat as u16 || syscall == Syscall::Statx as u16)
-    {
-        // fstat in disguise: the fd's open was recorded already.
-        return;
     }
     // Section WALK: the object, when the kernel hands one over, else the base directory of a
     // relative path; WALK2: the base of a relative second path. The verifier checks a walk once
