@@ -534,9 +534,12 @@ fn a_damaged_ledger_is_an_input_error_never_a_crash() {
                 "round {round}: {args:?} ended with {:?}: {err}",
                 out.status
             );
+            assert!(!err.contains("panicked"), "round {round}: {args:?}: {err}");
             if code == Some(4) {
                 input_errors += 1;
                 assert!(err.contains("damaged.arrow"), "names the file: {err}");
+                // One error line.
+                assert_eq!(err.matches("aet: error:").count(), 1, "{err}");
             }
         }
     }

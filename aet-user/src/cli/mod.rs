@@ -66,6 +66,14 @@ pub enum Command {
 
 /// Parses the arguments, runs the subcommand, and returns the process exit code.
 pub fn main() -> ExitCode {
+    // A damaged ledger can make Arrow's decoder panic; the reader catches that and reports the
+    // file as corrupt, so the panic itself is not printed.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !crate::ledger::reader::decoding() {
+            default_hook(info);
+        }
+    }));
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let is_run = args.get(1).is_some_and(|a| a == "run") || is_sandbox_run(&args);
     let cli = match Cli::try_parse_from(&args) {
@@ -107,7 +115,7 @@ pub fn main() -> ExitCode {
             if is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("aet: error: {e:#}");
+            eprintln!("aet: error: {}", error_text(&e));
             ExitCode::from(failure_code)
         }
     }
@@ -155,4 +163,18 @@ pub(crate) fn ringbuf_mb(s: &str) -> Result<u32, String> {
         return Err("must be a power of two between 1 and 1024".into());
     }
     Ok(mb << 20)
+}
+
+/// An error and its causes on one line, each cause once: most of aet's errors already name
+/// their cause in their own message.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }

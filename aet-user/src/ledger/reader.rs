@@ -47,6 +47,18 @@ pub enum ReadError {
     Schema { path: PathBuf, reason: String },
 }
 
+thread_local! {
+    /// Set while this thread decodes a batch, whose panics are caught and reported as a corrupt
+    /// file (see [`decoding`]).
+    static DECODING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the current thread is decoding a ledger batch: a panic hook can stay quiet then, as
+/// the panic becomes a "corrupt ledger" error naming the file.
+pub fn decoding() -> bool {
+    DECODING.get()
+}
+
 /// How the ledger was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Form {
@@ -186,17 +198,19 @@ impl Ledger {
     pub fn next_batch(&mut self) -> Result<Option<RecordBatch>, ReadError> {
         // Arrow's decoders check a batch's metadata against its buffers by slicing them, which
         // panics on a damaged file instead of failing: that is a corrupt file too.
-        let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.batches.next()))
-            .unwrap_or_else(|panic| {
-                let why = panic
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
-                    .unwrap_or("the decoder failed");
-                Some(Err(ArrowError::InvalidArgumentError(format!(
-                    "a batch does not match its metadata ({why})"
-                ))))
-            });
+        DECODING.set(true);
+        let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.batches.next()));
+        DECODING.set(false);
+        let next = next.unwrap_or_else(|panic| {
+            let why = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("the decoder failed");
+            Some(Err(ArrowError::InvalidArgumentError(format!(
+                "a batch does not match its metadata ({why})"
+            ))))
+        });
         match next {
             None => Ok(None),
             Some(Ok(b)) => Ok(Some(b)),
