@@ -224,7 +224,7 @@ fn command_json(cmd: &[OsString]) -> String {
 /// shared: so it is shared for a moment with a helper process that waits to be killed. The
 /// helper is made before the child joins the run's cgroup, so the monitor does not see it.
 ///
-/// Async-signal-safe: only fcntl, close, clone, unshare, kill and waitpid.
+/// Async-signal-safe: only fcntl, close, getpid, clone, prctl, unshare, kill and waitpid.
 fn child_fd_hygiene() {
     // SAFETY: plain syscalls on fds of this (forked, single-threaded) process. The helper
     // continues on its own copy of this stack (no CLONE_VM) and only calls pause(2).
@@ -238,6 +238,7 @@ fn child_fd_hygiene() {
         }
         // No exit signal: the helper's death raises no SIGCHLD in a process whose handlers are
         // still aet's.
+        let parent = libc::getpid();
         let helper = libc::syscall(
             libc::SYS_clone,
             libc::CLONE_FILES as libc::c_long,
@@ -247,6 +248,11 @@ fn child_fd_hygiene() {
             0,
         );
         if helper == 0 {
+            // Never outlive this child, even if it is killed before it kills the helper.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::_exit(0);
+            }
             loop {
                 libc::pause();
             }
