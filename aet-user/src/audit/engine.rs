@@ -270,28 +270,6 @@ fn front_slot(p: &[u8]) -> usize {
     (h >> (64 - FRONT.trailing_zeros())) as usize
 }
 
-/// Byte equality for short strings, eight bytes at a time and inline (the paths compared are
-/// often equal).
-#[inline]
-fn same(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let n = a.len();
-    if n < 8 {
-        return a == b;
-    }
-    let word = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes"));
-    let mut at = 0;
-    while at + 8 <= n {
-        if word(a, at) != word(b, at) {
-            return false;
-        }
-        at += 8;
-    }
-    word(a, n - 8) == word(b, n - 8)
-}
-
 fn lossy(b: &[u8]) -> String {
     match std::str::from_utf8(b) {
         Ok(s) => s.to_owned(),
@@ -346,7 +324,7 @@ impl<'p> Engine<'p> {
     fn path_id(&mut self, p: &[u8]) -> u32 {
         let slot = front_slot(p);
         let id = self.front[slot];
-        if id != u32::MAX && same(&self.path_bytes[id as usize], p) {
+        if id != u32::MAX && *self.path_bytes[id as usize] == *p {
             return id;
         }
         let id = self.path_id_slow(p);
@@ -829,9 +807,8 @@ pub fn scan(
                 let mut n = 0;
                 // The same bytes need no second look-up (the argument is often the resolved
                 // path itself).
-                let differs = |p: &[u8]| row.resolved.is_none_or(|r| !same(r, p));
-                let raw = row.raw.filter(|r| differs(r));
-                let host = row.host.filter(|h| differs(h));
+                let raw = row.raw.filter(|r| Some(*r) != row.resolved);
+                let host = row.host.filter(|h| Some(*h) != row.resolved);
                 for cand in [row.resolved, raw, host].into_iter().flatten() {
                     let id = e.path_id(cand);
                     if !ids[..n].contains(&id) {
@@ -941,24 +918,5 @@ mod tests {
         }
         let distinct: std::collections::HashSet<_> = ids.iter().collect();
         assert_eq!(distinct.len(), paths.len());
-    }
-
-    #[test]
-    fn same_is_byte_equality() {
-        let words: [&[u8]; 6] = [
-            b"",
-            b"a",
-            b"abcdefg",
-            b"abcdefgh",
-            b"abcdefghi",
-            b"abcdefghX",
-        ];
-        for a in words {
-            for b in words {
-                assert_eq!(same(a, b), a == b, "{a:?} {b:?}");
-            }
-        }
-        assert!(!same(b"0123456789abcdefX", b"0123456789abcdefY"));
-        assert!(!same(b"X123456789abcdef0", b"Y123456789abcdef0"));
     }
 }

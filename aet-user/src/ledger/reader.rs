@@ -389,11 +389,6 @@ fn check_array(data: &arrow_data::ArrayData) -> Result<(), ArrowError> {
             )));
         }
     };
-    if data.null_count() == data.len() {
-        // No value is ever read (a column that is null in the whole batch, which most of a
-        // ledger's optional columns are): its offsets are not looked at, nor their pages read.
-        return Ok(());
-    }
     // `validate` checked the buffer holds `len + 1` offsets after `offset`.
     let offsets: &[i32] = &data.buffer::<i32>(0)[..=data.len()];
     let first_ok = offsets[0] >= 0;
@@ -538,9 +533,9 @@ mod tests {
         let ok = binary(&[0, 3, 3, 7], b"abcdefg", None);
         ok.validate_full().expect("arrow accepts it");
         check_array(&ok).expect("so does check_array");
-        // Null in the whole batch: offsets are never read, so never checked.
+        // Offsets under nulls are checked too: `value(i)` trusts them whatever the bitmap says.
         let all_null = binary(&[0, 9, 2], b"ab", Some(&[false, false]));
-        check_array(&all_null).expect("an all-null column is not read");
+        assert!(check_array(&all_null).is_err());
     }
 
     #[test]
