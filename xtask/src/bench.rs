@@ -139,22 +139,8 @@ fn elapsed(stderr: &[u8]) -> anyhow::Result<u64> {
         .with_context(|| format!("no elapsed_ns in: {text}"))
 }
 
-/// A workload's command, in the environment a user's shell gives it: without what `cargo run`
-/// adds for xtask (its `LD_LIBRARY_PATH` makes every exec probe a dozen directories for each
-/// library, which multiplied the exec storm's file syscalls by ten).
-fn workload(program: &Path) -> Command {
-    let mut c = Command::new(program);
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy();
-        if k == "LD_LIBRARY_PATH" || k.starts_with("CARGO") || k.starts_with("RUSTUP") {
-            c.env_remove(&*k);
-        }
-    }
-    c
-}
-
 fn untraced(timeit: &Path, cmd: &[String]) -> anyhow::Result<Sample> {
-    let out = workload(timeit).args(cmd).output()?;
+    let out = crate::user_command(timeit).args(cmd).output()?;
     if !out.status.success() {
         bail!(
             "untraced workload failed: {}",
@@ -170,7 +156,7 @@ fn untraced(timeit: &Path, cmd: &[String]) -> anyhow::Result<Sample> {
 
 fn traced(aet: &Path, timeit: &Path, cmd: &[String], dir: &Path) -> anyhow::Result<Sample> {
     let _ = std::fs::remove_dir_all(dir);
-    let out = workload(aet)
+    let out = crate::user_command(aet)
         .args(["run", "-q", "--grace", "0", "--out"])
         .arg(dir)
         .arg("--")
@@ -314,7 +300,7 @@ fn audit_bench(aet: &Path, args: &Args) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let run = dir.join("template");
-    let out = Command::new(aet)
+    let out = crate::user_command(aet)
         .current_dir(root())
         .args(["run", "-q", "--out"])
         .arg(&run)

@@ -75,6 +75,21 @@ pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A command run the way a user's shell would run it: without what `cargo run` gives xtask
+/// (its `LD_LIBRARY_PATH` makes every exec probe a dozen directories for each library, which
+/// multiplied the exec storm's file syscalls by ten and filled the demo's ledger with failed
+/// opens), for the commands whose record or timing is shown.
+pub fn user_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(program);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k == "LD_LIBRARY_PATH" || k.starts_with("CARGO") || k.starts_with("RUSTUP") {
+            c.env_remove(&*k);
+        }
+    }
+    c
+}
+
 pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.env("PATH", setup::path_with_cargo_bin());
@@ -101,7 +116,7 @@ fn demo() -> anyhow::Result<()> {
     let out = root().join("target/aet-demo");
     let _ = std::fs::remove_dir_all(&out);
     println!("\n$ aet run --out target/aet-demo -- ./examples/demo/agent.sh");
-    let status = Command::new(&aet)
+    let status = user_command(&aet)
         .current_dir(root())
         .args(["run", "--out"])
         .arg(&out)
@@ -162,7 +177,7 @@ fn demo_isolated(aet: &Path) -> anyhow::Result<()> {
         "\n$ aet run --out target/aet-demo-isolated --sandbox target/aet-demo-sandbox.toml \\\n    \
          --identity --grader-root target/aet-demo-grader -- ./examples/demo/agent.sh"
     );
-    let status = Command::new(aet)
+    let status = user_command(aet)
         .current_dir(&root)
         .args(["run", "--out"])
         .arg(&out)
