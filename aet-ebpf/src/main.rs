@@ -1112,8 +1112,8 @@ struct OpenHow {
 /// verifier refuses a variable offset on a BTF pointer, and the argument index comes from a
 /// table).
 struct Args {
-    /// Arguments 0..5, then two zeros (so that a masked index needs no bounds check).
-    regs: [u64; 8],
+    /// Arguments 0..5.
+    regs: [u64; 6],
     compat: bool,
 }
 
@@ -1121,32 +1121,38 @@ impl Args {
     #[inline(always)]
     fn read(regs: KPtr, compat: bool) -> Self {
         let o = offsets();
-        let mut a = [0u64; 8];
         macro_rules! load {
             ($($i:literal)*) => {
-                $(a[$i] = if compat {
+                [$(if compat {
                     regs.read::<u64>(cfg(&o.regs_args_compat[$i])) & 0xffff_ffff
                 } else {
                     regs.read::<u64>(cfg(&o.regs_args[$i]))
-                };)*
+                },)*]
             };
         }
-        load!(0 1 2 3 4 5);
-        Self { regs: a, compat }
+        Self {
+            regs: load!(0 1 2 3 4 5),
+            compat,
+        }
     }
 
     #[inline(always)]
     fn get(&self, n: i8) -> u64 {
-        if !(0..6).contains(&n) {
+        // The index comes from a table; the verifier needs it bounded in the register used,
+        // and black_box keeps the compiler from moving the check to another one. (Two zero
+        // words after the arguments, for a masked index, cost a call to a byte-wise memset.)
+        let i = core::hint::black_box(n as u64);
+        if i >= 6 {
             return 0;
         }
-        // The index comes from a table; the verifier needs it bounded in the register used,
-        // and black_box keeps the compiler from dropping the mask as redundant.
-        self.regs[(core::hint::black_box(n as u64) & 7) as usize]
+        // SAFETY: i < 6, checked above.
+        unsafe { *self.regs.get_unchecked(i as usize) }
     }
 }
 
 #[raw_tracepoint(tracepoint = "sys_exit")]
+// Inlined into the program aya's macro wraps it in (a call and a return less on every syscall).
+#[inline(always)]
 fn sys_exit(ctx: RawTracePointContext) -> i32 {
     let ret: i64 = ctx.arg(1);
     let o = offsets();
