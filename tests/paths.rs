@@ -584,6 +584,51 @@ fn a_racing_thread_cannot_make_the_resolved_path_lie() {
 }
 
 #[test]
+fn names_above_a_mount_come_out_whole_long_or_odd() {
+    // Past a mount's root the walk reads each dentry by its plain address, one block at a time;
+    // a name too long to sit inline in its dentry, and one with a newline and a byte that is not
+    // UTF-8, must come out exactly: in the process's view, and in the host's (the file system
+    // walked from the bind's source up to its root).
+    let s = secret();
+    let odd = OsStr::from_bytes(b"odd\nname\xff");
+    let long = "l".repeat(60);
+    let src = s.root.join(&long).join(odd).join("src");
+    let mnt = s.root.join(odd).join(&long).join("mnt");
+    fs::create_dir_all(&src).unwrap();
+    fs::create_dir_all(&mnt).unwrap();
+    let file = src.join("answers.txt");
+    fs::hard_link(&s.path, &file).unwrap();
+    let r = run_ok(
+        &s.root,
+        &[
+            OsStr::new("unshare"),
+            OsStr::new("--mount"),
+            OsStr::new("--propagation"),
+            OsStr::new("private"),
+            OsStr::new("sh"),
+            OsStr::new("-c"),
+            OsStr::new(r#"mount --bind "$1" "$2" && cat "$2/answers.txt""#),
+            OsStr::new("sh"),
+            src.as_os_str(),
+            mnt.as_os_str(),
+        ],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let rows = r.rows();
+    let row = assert_opened(&rows, &s, "cat");
+    assert_eq!(
+        row.resolved_path.as_deref(),
+        Some(bytes(&mnt.join("answers.txt"))),
+        "the path the process saw"
+    );
+    assert_eq!(
+        row.host_path.as_deref(),
+        Some(bytes(&file)),
+        "and where it is on the host"
+    );
+}
+
+#[test]
 fn a_bind_mount_in_another_namespace_maps_to_the_host_path() {
     let s = secret();
     let mnt = s.root.join("mnt");

@@ -28,6 +28,9 @@ pub const WALK_CAP: usize = 8192;
 /// Most dentries one walk steps through (components plus mount crossings).
 pub const WALK_STEPS: u32 = 4096;
 
+/// The most bytes of a `struct dentry` a walk reads at once (see `Offsets::dentry_block`).
+pub const DENTRY_BLOCK: usize = 128;
+
 /// Sections after the header, in this order; their lengths are in [`EventHeader::len`].
 pub mod section {
     /// The path argument as the process passed it.
@@ -612,6 +615,11 @@ pub struct Offsets {
     pub dentry_hash_pprev: u32,
     /// Size of the inline short name.
     pub dentry_iname_len: u32,
+    /// Where the block of a dentry that holds `d_parent`, `d_name` and the inline name starts,
+    /// and its length (at most [`DENTRY_BLOCK`]): a walk over plain addresses reads it with one
+    /// helper call per component.
+    pub dentry_block: u32,
+    pub dentry_block_len: u32,
     /// `vfsmount.mnt_root`; `mount.mnt` (where the vfsmount sits in its `struct mount`),
     /// `mount.mnt_parent`, `mount.mnt_mountpoint`, `mount.mnt_id`.
     pub vfsmount_root: u32,
@@ -667,8 +675,8 @@ pub struct Config {
     pub _pad: u32,
 }
 
-const _: () = assert!(size_of::<Offsets>() == 268);
-const _: () = assert!(size_of::<Config>() == 304);
+const _: () = assert!(size_of::<Offsets>() == 276);
+const _: () = assert!(size_of::<Config>() == 312);
 
 /// An exec's entry, kept until `sched_process_exec` or the exec's failure (keyed by thread id).
 #[repr(C)]

@@ -27,9 +27,9 @@
 use core::{ffi::c_void, ptr::read_volatile};
 
 use aet_common::{
-    ARGV_CAP, Config, DATA_CAP, DATA_LIMIT, EventHeader, EventKind, FileIo, HEADER_SIZE, Inflight,
-    Offsets, PATH_CAP, SHAPES, SYSCALL_COUNT, Shape, Syscall, WALK_CAP, WALK_STEPS, counter,
-    fileio, flags, io, obj, scope, section, shape, walk,
+    ARGV_CAP, Config, DATA_CAP, DATA_LIMIT, DENTRY_BLOCK, EventHeader, EventKind, FileIo,
+    HEADER_SIZE, Inflight, Offsets, PATH_CAP, SHAPES, SYSCALL_COUNT, Shape, Syscall, WALK_CAP,
+    WALK_STEPS, counter, fileio, flags, io, obj, scope, section, shape, walk,
 };
 use aya_ebpf::{
     EbpfContext as _,
@@ -658,6 +658,8 @@ struct WalkState {
     mnt: *const u8,
     raw_dentry: u64,
     raw_mnt: u64,
+    /// `raw_mnt`'s root dentry, read once per mount.
+    raw_mnt_root: u64,
     root_dentry: u64,
     root_mnt: u64,
     /// 1 while `dentry`/`mnt` are the live (BTF) pointers. On the stack, so that the verifier
@@ -688,6 +690,8 @@ struct WalkCtx {
     _pad: u32,
     /// The root dentry of the first mount crossed.
     fs_dentry: u64,
+    /// The block of the dentry being walked over a plain address (`Offsets::dentry_block`).
+    block: [u64; DENTRY_BLOCK / 8],
 }
 
 #[map]
@@ -701,16 +705,21 @@ fn walk_ctx() -> Option<&'static mut WalkCtx> {
     WALKCTX.get_ptr_mut(cpu).map(|p| unsafe { &mut *p })
 }
 
-/// Appends one component (`len` bytes, inline in the dentry `inline` when given, else at
-/// `name`) and a `/` to the walk. Returns false when it stopped.
+/// Where a component's name can be read besides its address.
+#[derive(Clone, Copy)]
+enum Inline {
+    /// Nowhere else.
+    No,
+    /// Inline in this dentry.
+    Dentry(KPtr),
+    /// Inline in the dentry block read into `WalkCtx::block`.
+    Block,
+}
+
+/// Appends one component (`len` bytes at `name`, or inline as `inline` says) and a `/` to the
+/// walk. Returns false when it stopped.
 #[inline(always)]
-fn walk_append(
-    s: &mut Scratch,
-    c: &mut WalkCtx,
-    len: u32,
-    name: u64,
-    inline: Option<KPtr>,
-) -> bool {
+fn walk_append(s: &mut Scratch, c: &mut WalkCtx, len: u32, name: u64, inline: Inline) -> bool {
     let base = c.base as usize;
     let off = c.off as usize;
     // Room for a component of up to 255 bytes plus the separator.
@@ -725,7 +734,7 @@ fn walk_append(
     let dst = s.buf[pos..].as_mut_ptr();
     let ilen = cfg(&offsets().dentry_iname_len) as u64;
     match inline {
-        Some(d) if len < ilen && ilen <= 40 => {
+        Inline::Dentry(d) if len < ilen && ilen <= 40 => {
             // The short name lives in the dentry: copy it with checked loads, 8 bytes at a time.
             let io = cfg(&offsets().dentry_iname);
             let w = dst as *mut u64;
@@ -742,6 +751,31 @@ fn walk_append(
                             core::ptr::write_unaligned(w.add(3), d.read::<u64>(io + 24));
                             if len > 32 {
                                 core::ptr::write_unaligned(w.add(4), d.read::<u64>(io + 32));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Inline::Block if len < ilen && ilen <= 40 => {
+            // The same from the block: the inline name sits at a constant offset in it.
+            let o = offsets();
+            let io = (cfg(&o.dentry_iname) - cfg(&o.dentry_block)) as usize;
+            let b = c.block.as_ptr() as *const u8;
+            let w = dst as *mut u64;
+            // SAFETY: as above; the inline name lies inside the block (checked by userspace,
+            // and by the verifier for these constant offsets).
+            unsafe {
+                let word = |k: usize| core::ptr::read_unaligned(b.add(io + 8 * k) as *const u64);
+                core::ptr::write_unaligned(w, word(0));
+                if len > 8 {
+                    core::ptr::write_unaligned(w.add(1), word(1));
+                    if len > 16 {
+                        core::ptr::write_unaligned(w.add(2), word(2));
+                        if len > 24 {
+                            core::ptr::write_unaligned(w.add(3), word(3));
+                            if len > 32 {
+                                core::ptr::write_unaligned(w.add(4), word(4));
                             }
                         }
                     }
@@ -781,13 +815,21 @@ fn walk_cross(st: &mut WalkState, c: &mut WalkCtx, mnt: u64, dentry: u64) -> boo
         c.fs_dentry = dentry;
     }
     let mount = mount_of(mnt);
-    let parent: u64 = kread(mount, cfg(&o.mount_parent));
+    let (po, mo) = (cfg(&o.mount_parent), cfg(&o.mount_mountpoint));
+    let (parent, mountpoint): (u64, u64) = if mo == po + 8 {
+        // Neighbours (in every kernel so far): one read for both.
+        let [p, m]: [u64; 2] = kread(mount, po);
+        (p, m)
+    } else {
+        (kread(mount, po), kread(mount, mo))
+    };
     if parent == 0 || parent == mount {
         c.flags |= walk::UNREACHABLE as u32;
         return false;
     }
-    st.raw_dentry = kread(mount, cfg(&o.mount_mountpoint));
+    st.raw_dentry = mountpoint;
     st.raw_mnt = parent + cfg(&o.mount_mnt) as u64;
+    st.raw_mnt_root = kread(st.raw_mnt, cfg(&o.vfsmount_root));
     st.btf = 0;
     true
 }
@@ -836,7 +878,7 @@ fn walk_one(st: &mut WalkState) -> bool {
             if c.off == 0 {
                 let len: u32 = d.read(cfg(&o.dentry_name_len));
                 let name: u64 = d.read(cfg(&o.dentry_name));
-                walk_append(s, c, len, name, None);
+                walk_append(s, c, len, name, Inline::No);
             }
             c.flags |= walk::UNREACHABLE as u32;
             return false;
@@ -844,9 +886,9 @@ fn walk_one(st: &mut WalkState) -> bool {
         let len: u32 = d.read(cfg(&o.dentry_name_len));
         let name: u64 = d.read(cfg(&o.dentry_name));
         let inline = if name == d.addr() + cfg(&o.dentry_iname) as u64 {
-            Some(d)
+            Inline::Dentry(d)
         } else {
-            None
+            Inline::No
         };
         if !walk_append(s, c, len, name, inline) {
             return false;
@@ -865,33 +907,59 @@ fn walk_one(st: &mut WalkState) -> bool {
                 c.flags |= walk::REACHED_ROOT as u32;
                 return false;
             }
-            let mnt_root: u64 = kread(m, cfg(&o.vfsmount_root));
-            if d == mnt_root {
+            if d == st.raw_mnt_root {
                 return walk_cross(st, c, m, d);
             }
         }
-        let parent: u64 = kread(d, cfg(&o.dentry_parent));
+        // One helper read for the parent, the name and the inline name (five before).
+        // SAFETY: the block has DENTRY_BLOCK bytes of room and the length is at most that
+        // (checked by userspace; a constant the verifier checks too); the helper is
+        // fault-tolerant.
+        let n = unsafe {
+            generated::bpf_probe_read_kernel(
+                c.block.as_mut_ptr() as *mut c_void,
+                cfg(&o.dentry_block_len),
+                (d + cfg(&o.dentry_block) as u64) as *const c_void,
+            )
+        };
+        if n < 0 {
+            c.flags |= walk::FAILED as u32;
+            return false;
+        }
+        let parent: u64 = block_read(c, cfg(&o.dentry_parent));
+        let len: u32 = block_read(c, cfg(&o.dentry_name_len));
+        let name: u64 = block_read(c, cfg(&o.dentry_name));
+        let inline = if name == d + cfg(&o.dentry_iname) as u64 {
+            Inline::Block
+        } else {
+            Inline::No
+        };
         if parent == 0 || parent == d {
             if st.fs_only == 1 {
                 c.flags |= walk::REACHED_ROOT as u32;
                 return false;
             }
             if c.off == 0 {
-                let len: u32 = kread(d, cfg(&o.dentry_name_len));
-                let name: u64 = kread(d, cfg(&o.dentry_name));
-                walk_append(s, c, len, name, None);
+                walk_append(s, c, len, name, inline);
             }
             c.flags |= walk::UNREACHABLE as u32;
             return false;
         }
-        let len: u32 = kread(d, cfg(&o.dentry_name_len));
-        let name: u64 = kread(d, cfg(&o.dentry_name));
-        if !walk_append(s, c, len, name, None) {
+        if !walk_append(s, c, len, name, inline) {
             return false;
         }
         st.raw_dentry = parent;
         true
     }
+}
+
+/// A member of the dentry block in `c`, by its offset in `struct dentry`.
+#[inline(always)]
+fn block_read<T: Copy>(c: &WalkCtx, off: u32) -> T {
+    let at = (off - cfg(&offsets().dentry_block)) as usize;
+    // SAFETY: a constant offset inside the block (userspace put every member the walk reads
+    // there; the verifier checks constant offsets into a map value).
+    unsafe { core::ptr::read_unaligned((c.block.as_ptr() as *const u8).add(at) as *const T) }
 }
 
 /// Walk steps taken inline before the rest is handed to `bpf_loop`.
@@ -997,6 +1065,10 @@ impl WalkState {
             core::ptr::write_volatile(&raw mut (*p).mnt, mnt);
             core::ptr::write_volatile(&raw mut (*p).raw_dentry, raw_dentry);
             core::ptr::write_volatile(&raw mut (*p).raw_mnt, raw_mnt);
+            core::ptr::write_volatile(
+                &raw mut (*p).raw_mnt_root,
+                kread(raw_mnt, cfg(&offsets().vfsmount_root)),
+            );
             core::ptr::write_volatile(&raw mut (*p).root_dentry, 0);
             core::ptr::write_volatile(&raw mut (*p).root_mnt, 0);
             core::ptr::write_volatile(&raw mut (*p).btf, btf);
