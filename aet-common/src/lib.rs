@@ -28,8 +28,24 @@ pub const WALK_CAP: usize = 8192;
 /// Most dentries one walk steps through (components plus mount crossings).
 pub const WALK_STEPS: u32 = 4096;
 
-/// The most bytes of a `struct dentry` a walk reads at once (see `Offsets::dentry_block`).
-pub const DENTRY_BLOCK: usize = 128;
+/// Kernel functions (kfuncs) the programs call. aya cannot relocate a kfunc call, so a program
+/// calls a marker helper number instead, with marker type ids in its arguments, and the loader
+/// rewrites both into the running kernel's BTF ids before loading (`loader::link_kfuncs`).
+pub mod kfunc {
+    /// `void *bpf_rdonly_cast(const void *obj, u32 btf_id)`: a plain kernel address as a
+    /// read-only, fault-safe BTF pointer of the given struct type.
+    pub const RDONLY_CAST: i32 = 0x7ae7_0001;
+    /// Marker type ids, by struct.
+    pub const TYPE_MOUNT: i32 = 0x7ae7_0101;
+    pub const TYPE_DENTRY: i32 = 0x7ae7_0102;
+    pub const TYPE_FILE: i32 = 0x7ae7_0103;
+    /// Every marker type id and its struct's name.
+    pub const TYPES: [(i32, &str); 3] = [
+        (TYPE_MOUNT, "mount"),
+        (TYPE_DENTRY, "dentry"),
+        (TYPE_FILE, "file"),
+    ];
+}
 
 /// Sections after the header, in this order; their lengths are in [`EventHeader::len`].
 pub mod section {
@@ -615,11 +631,6 @@ pub struct Offsets {
     pub dentry_hash_pprev: u32,
     /// Size of the inline short name.
     pub dentry_iname_len: u32,
-    /// Where the block of a dentry that holds `d_parent`, `d_name` and the inline name starts,
-    /// and its length (at most [`DENTRY_BLOCK`]): a walk over plain addresses reads it with one
-    /// helper call per component.
-    pub dentry_block: u32,
-    pub dentry_block_len: u32,
     /// `vfsmount.mnt_root`; `mount.mnt` (where the vfsmount sits in its `struct mount`),
     /// `mount.mnt_parent`, `mount.mnt_mountpoint`, `mount.mnt_id`.
     pub vfsmount_root: u32,
@@ -675,8 +686,8 @@ pub struct Config {
     pub _pad: u32,
 }
 
-const _: () = assert!(size_of::<Offsets>() == 276);
-const _: () = assert!(size_of::<Config>() == 312);
+const _: () = assert!(size_of::<Offsets>() == 268);
+const _: () = assert!(size_of::<Config>() == 304);
 
 /// An exec's entry, kept until `sched_process_exec` or the exec's failure (keyed by thread id).
 #[repr(C)]

@@ -27,9 +27,9 @@
 use core::{ffi::c_void, ptr::read_volatile};
 
 use aet_common::{
-    ARGV_CAP, Config, DATA_CAP, DATA_LIMIT, DENTRY_BLOCK, EventHeader, EventKind, FileIo,
-    HEADER_SIZE, Inflight, Offsets, PATH_CAP, SHAPES, SYSCALL_COUNT, Shape, Syscall, WALK_CAP,
-    WALK_STEPS, counter, fileio, flags, io, obj, scope, section, shape, walk,
+    ARGV_CAP, Config, DATA_CAP, DATA_LIMIT, EventHeader, EventKind, FileIo, HEADER_SIZE, Inflight,
+    Offsets, PATH_CAP, SHAPES, SYSCALL_COUNT, Shape, Syscall, WALK_CAP, WALK_STEPS, counter,
+    fileio, flags, io, kfunc, obj, scope, section, shape, walk,
 };
 use aya_ebpf::{
     EbpfContext as _,
@@ -507,21 +507,17 @@ fn section_first_byte(s: &mut Scratch, sec: usize) -> u8 {
 // ---------------------------------------------------------------------------------------------
 // Files, inodes and kernel path walks
 
-/// The `struct file` behind an fd: a BTF pointer when it sits in the task's embedded fd array
-/// (cheap, checked loads), a plain address otherwise (read with helpers). The two kinds never
-/// meet in one code path: every consumer branches into a BTF and a plain variant, which are
-/// separate functions so that the compiler cannot merge them (the verifier must see which kind of
-/// pointer each register holds).
+/// The `struct file` behind an fd, as a BTF pointer.
 #[derive(Clone, Copy)]
 enum FileRef {
     None,
     Btf(KPtr),
-    Raw(u64),
 }
 
 /// The `struct file` behind fd `fd` of the current task. A file in the embedded fd array is
 /// reached with BTF loads at constant offsets (the verifier refuses a variable offset on a BTF
-/// pointer, hence the unrolled match); any other fd through the fd table with helper reads.
+/// pointer, hence the unrolled match); any other fd with one helper read of its slot in the fd
+/// table, made a BTF pointer by [`rdonly_cast`].
 #[inline(always)]
 fn fd_file(task: &Task, fd: i64) -> FileRef {
     let o = offsets();
@@ -558,10 +554,11 @@ fn fd_file(task: &Task, fd: i64) -> FileRef {
         };
     }
     let f: u64 = kread(array, (8 * fd) as u32);
-    if f == 0 {
+    let f = rdonly_cast::<{ kfunc::TYPE_FILE }>(f);
+    if f.is_null() {
         FileRef::None
     } else {
-        FileRef::Raw(f)
+        FileRef::Btf(f)
     }
 }
 
@@ -577,7 +574,34 @@ fn mount_of(mnt: u64) -> u64 {
 
 #[inline(always)]
 fn mount_id(mnt: u64) -> u32 {
-    kread::<i32>(mount_of(mnt), cfg(&offsets().mount_id)) as u32
+    let m = rdonly_cast::<{ kfunc::TYPE_MOUNT }>(mount_of(mnt));
+    if m.is_null() {
+        return 0;
+    }
+    m.read::<i32>(cfg(&offsets().mount_id)) as u32
+}
+
+/// A plain kernel address as a read-only BTF pointer to the struct `TYPE` names (a
+/// [`kfunc::TYPES`] marker): loads through it are single, fault-safe instructions instead of
+/// helper calls. The call is a marker the loader rewrites into `bpf_rdonly_cast`.
+#[inline(always)]
+fn rdonly_cast<const TYPE: i32>(addr: u64) -> KPtr {
+    let r: *const u8;
+    // SAFETY: the loader turns this into a kfunc call with the kernel's own ids; like a helper
+    // call it takes r1-r2, returns r0 and clobbers r1-r5.
+    unsafe {
+        core::arch::asm!(
+            "call {call}",
+            call = const kfunc::RDONLY_CAST,
+            inout("r1") addr => _,
+            inout("r2") TYPE as u64 => _,
+            lateout("r0") r,
+            lateout("r3") _,
+            lateout("r4") _,
+            lateout("r5") _,
+        );
+    }
+    KPtr(r)
 }
 
 /// The class of an inode mode for byte accounting.
@@ -615,29 +639,11 @@ fn identity_btf(f: KPtr) -> Identity {
     )
 }
 
-#[inline(never)]
-fn identity_raw(f: u64) -> Identity {
-    let o = offsets();
-    let inode: u64 = kread(f, cfg(&o.file_inode));
-    if inode == 0 {
-        return (0, 0, 0, fileio::IGNORED);
-    }
-    let sb: u64 = kread(inode, cfg(&o.inode_sb));
-    let mnt: u64 = kread(f, cfg(&o.file_path) + cfg(&o.path_mnt));
-    (
-        kread::<u32>(sb, cfg(&o.sb_dev)) as u64,
-        kread(inode, cfg(&o.inode_ino)),
-        mount_id(mnt),
-        mode_class(kread(inode, cfg(&o.inode_mode))),
-    )
-}
-
 #[inline(always)]
 fn identity(file: FileRef) -> Option<Identity> {
     match file {
         FileRef::None => None,
         FileRef::Btf(f) => Some(identity_btf(f)),
-        FileRef::Raw(f) => Some(identity_raw(f)),
     }
 }
 
@@ -650,21 +656,13 @@ fn set_identity(h: &mut EventHeader, id: Identity) {
 }
 
 /// Pointers of the `bpf_loop` walking up from a dentry, on the caller's stack (the only place a
-/// BTF pointer keeps its type between iterations). BTF mode uses `dentry`/`mnt` until the walk
-/// crosses a mount; plain addresses (`raw_*`) after.
+/// BTF pointer keeps its type between iterations).
 #[repr(C)]
 struct WalkState {
     dentry: *const u8,
     mnt: *const u8,
-    raw_dentry: u64,
-    raw_mnt: u64,
-    /// `raw_mnt`'s root dentry, read once per mount.
-    raw_mnt_root: u64,
     root_dentry: u64,
     root_mnt: u64,
-    /// 1 while `dentry`/`mnt` are the live (BTF) pointers. On the stack, so that the verifier
-    /// knows which kind of pointer each iteration holds.
-    btf: u64,
     /// This CPU's record buffer and walk counters, looked up once per walk.
     s: *mut Scratch,
     c: *mut WalkCtx,
@@ -690,8 +688,6 @@ struct WalkCtx {
     _pad: u32,
     /// The root dentry of the first mount crossed.
     fs_dentry: u64,
-    /// The block of the dentry being walked over a plain address (`Offsets::dentry_block`).
-    block: [u64; DENTRY_BLOCK / 8],
 }
 
 #[map]
@@ -705,21 +701,16 @@ fn walk_ctx() -> Option<&'static mut WalkCtx> {
     WALKCTX.get_ptr_mut(cpu).map(|p| unsafe { &mut *p })
 }
 
-/// Where a component's name can be read besides its address.
-#[derive(Clone, Copy)]
-enum Inline {
-    /// Nowhere else.
-    No,
-    /// Inline in this dentry.
-    Dentry(KPtr),
-    /// Inline in the dentry block read into `WalkCtx::block`.
-    Block,
-}
-
-/// Appends one component (`len` bytes at `name`, or inline as `inline` says) and a `/` to the
-/// walk. Returns false when it stopped.
+/// Appends one component (`len` bytes, inline in the dentry `inline` when given, else at
+/// `name`) and a `/` to the walk. Returns false when it stopped.
 #[inline(always)]
-fn walk_append(s: &mut Scratch, c: &mut WalkCtx, len: u32, name: u64, inline: Inline) -> bool {
+fn walk_append(
+    s: &mut Scratch,
+    c: &mut WalkCtx,
+    len: u32,
+    name: u64,
+    inline: Option<KPtr>,
+) -> bool {
     let base = c.base as usize;
     let off = c.off as usize;
     // Room for a component of up to 255 bytes plus the separator.
@@ -734,7 +725,7 @@ fn walk_append(s: &mut Scratch, c: &mut WalkCtx, len: u32, name: u64, inline: In
     let dst = s.buf[pos..].as_mut_ptr();
     let ilen = cfg(&offsets().dentry_iname_len) as u64;
     match inline {
-        Inline::Dentry(d) if len < ilen && ilen <= 40 => {
+        Some(d) if len < ilen && ilen <= 40 => {
             // The short name lives in the dentry: copy it with checked loads, 8 bytes at a time.
             let io = cfg(&offsets().dentry_iname);
             let w = dst as *mut u64;
@@ -751,31 +742,6 @@ fn walk_append(s: &mut Scratch, c: &mut WalkCtx, len: u32, name: u64, inline: In
                             core::ptr::write_unaligned(w.add(3), d.read::<u64>(io + 24));
                             if len > 32 {
                                 core::ptr::write_unaligned(w.add(4), d.read::<u64>(io + 32));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        Inline::Block if len < ilen && ilen <= 40 => {
-            // The same from the block: the inline name sits at a constant offset in it.
-            let o = offsets();
-            let io = (cfg(&o.dentry_iname) - cfg(&o.dentry_block)) as usize;
-            let b = c.block.as_ptr() as *const u8;
-            let w = dst as *mut u64;
-            // SAFETY: as above; the inline name lies inside the block (checked by userspace,
-            // and by the verifier for these constant offsets).
-            unsafe {
-                let word = |k: usize| core::ptr::read_unaligned(b.add(io + 8 * k) as *const u64);
-                core::ptr::write_unaligned(w, word(0));
-                if len > 8 {
-                    core::ptr::write_unaligned(w.add(1), word(1));
-                    if len > 16 {
-                        core::ptr::write_unaligned(w.add(2), word(2));
-                        if len > 24 {
-                            core::ptr::write_unaligned(w.add(3), word(3));
-                            if len > 32 {
-                                core::ptr::write_unaligned(w.add(4), word(4));
                             }
                         }
                     }
@@ -805,8 +771,9 @@ fn walk_append(s: &mut Scratch, c: &mut WalkCtx, len: u32, name: u64, inline: In
     true
 }
 
-/// At the root of a mount: continue from its mountpoint in the parent mount, with plain reads
-/// (`struct mount` is only reachable by container_of). Returns false at the top.
+/// At the root of a mount: continue from its mountpoint in the parent mount. `struct mount` is
+/// only reachable by `container_of`, so from here on the walk goes through read-only BTF pointers
+/// made from plain addresses ([`rdonly_cast`]). Returns false at the top.
 #[inline(always)]
 fn walk_cross(st: &mut WalkState, c: &mut WalkCtx, mnt: u64, dentry: u64) -> bool {
     let o = offsets();
@@ -814,23 +781,20 @@ fn walk_cross(st: &mut WalkState, c: &mut WalkCtx, mnt: u64, dentry: u64) -> boo
         c.split = c.off;
         c.fs_dentry = dentry;
     }
-    let mount = mount_of(mnt);
-    let (po, mo) = (cfg(&o.mount_parent), cfg(&o.mount_mountpoint));
-    let (parent, mountpoint): (u64, u64) = if mo == po + 8 {
-        // Neighbours (in every kernel so far): one read for both.
-        let [p, m]: [u64; 2] = kread(mount, po);
-        (p, m)
-    } else {
-        (kread(mount, po), kread(mount, mo))
-    };
-    if parent == 0 || parent == mount {
+    let mount = rdonly_cast::<{ kfunc::TYPE_MOUNT }>(mount_of(mnt));
+    if mount.is_null() {
+        c.flags |= walk::FAILED as u32;
+        return false;
+    }
+    let parent = mount.ptr(cfg(&o.mount_parent));
+    if parent.is_null() || parent.addr() == mount.addr() {
         c.flags |= walk::UNREACHABLE as u32;
         return false;
     }
-    st.raw_dentry = mountpoint;
-    st.raw_mnt = parent + cfg(&o.mount_mnt) as u64;
-    st.raw_mnt_root = kread(st.raw_mnt, cfg(&o.vfsmount_root));
-    st.btf = 0;
+    st.dentry = mount.ptr(cfg(&o.mount_mountpoint)).0;
+    // SAFETY: pointer arithmetic only (the vfsmount embedded in the parent's struct mount); the
+    // verifier checks every load through it.
+    st.mnt = unsafe { parent.0.add(cfg(&o.mount_mnt) as usize) };
     true
 }
 
@@ -849,9 +813,9 @@ fn walk_one(st: &mut WalkState) -> bool {
     // SAFETY: map values of this CPU, looked up by the walk's caller.
     let (s, c) = unsafe { (&mut *st.s, &mut *st.c) };
     let o = offsets();
-    if st.btf == 1 {
-        let d = KPtr(st.dentry);
-        let m = KPtr(st.mnt);
+    let d = KPtr(st.dentry);
+    let m = KPtr(st.mnt);
+    if st.fs_only == 0 {
         if d.is_null() || m.is_null() {
             c.flags |= walk::FAILED as u32;
             return false;
@@ -871,95 +835,38 @@ fn walk_one(st: &mut WalkState) -> bool {
         if d.addr() == mnt_root {
             return walk_cross(st, c, m.addr(), d.addr());
         }
-        let parent = d.ptr(cfg(&o.dentry_parent));
-        if parent.is_null() || parent.addr() == d.addr() {
-            // The root of a file system no mount here shows. A pseudo file (memfd, pipe,
-            // anonymous inode) is such a root itself: keep its name.
-            if c.off == 0 {
-                let len: u32 = d.read(cfg(&o.dentry_name_len));
-                let name: u64 = d.read(cfg(&o.dentry_name));
-                walk_append(s, c, len, name, Inline::No);
-            }
-            c.flags |= walk::UNREACHABLE as u32;
-            return false;
-        }
-        let len: u32 = d.read(cfg(&o.dentry_name_len));
-        let name: u64 = d.read(cfg(&o.dentry_name));
-        let inline = if name == d.addr() + cfg(&o.dentry_iname) as u64 {
-            Inline::Dentry(d)
-        } else {
-            Inline::No
-        };
-        if !walk_append(s, c, len, name, inline) {
-            return false;
-        }
-        st.dentry = parent.0;
-        true
-    } else {
-        let d = st.raw_dentry;
-        let m = st.raw_mnt;
-        if d == 0 || (m == 0 && st.fs_only == 0) {
-            c.flags |= walk::FAILED as u32;
-            return false;
-        }
-        if st.fs_only == 0 {
-            if d == st.root_dentry && m == st.root_mnt {
-                c.flags |= walk::REACHED_ROOT as u32;
-                return false;
-            }
-            if d == st.raw_mnt_root {
-                return walk_cross(st, c, m, d);
-            }
-        }
-        // One helper read for the parent, the name and the inline name (five before).
-        // SAFETY: the block has DENTRY_BLOCK bytes of room and the length is at most that
-        // (checked by userspace; a constant the verifier checks too); the helper is
-        // fault-tolerant.
-        let n = unsafe {
-            generated::bpf_probe_read_kernel(
-                c.block.as_mut_ptr() as *mut c_void,
-                cfg(&o.dentry_block_len),
-                (d + cfg(&o.dentry_block) as u64) as *const c_void,
-            )
-        };
-        if n < 0 {
-            c.flags |= walk::FAILED as u32;
-            return false;
-        }
-        let parent: u64 = block_read(c, cfg(&o.dentry_parent));
-        let len: u32 = block_read(c, cfg(&o.dentry_name_len));
-        let name: u64 = block_read(c, cfg(&o.dentry_name));
-        let inline = if name == d + cfg(&o.dentry_iname) as u64 {
-            Inline::Block
-        } else {
-            Inline::No
-        };
-        if parent == 0 || parent == d {
-            if st.fs_only == 1 {
-                c.flags |= walk::REACHED_ROOT as u32;
-                return false;
-            }
-            if c.off == 0 {
-                walk_append(s, c, len, name, inline);
-            }
-            c.flags |= walk::UNREACHABLE as u32;
-            return false;
-        }
-        if !walk_append(s, c, len, name, inline) {
-            return false;
-        }
-        st.raw_dentry = parent;
-        true
+    } else if d.is_null() {
+        c.flags |= walk::FAILED as u32;
+        return false;
     }
-}
-
-/// A member of the dentry block in `c`, by its offset in `struct dentry`.
-#[inline(always)]
-fn block_read<T: Copy>(c: &WalkCtx, off: u32) -> T {
-    let at = (off - cfg(&offsets().dentry_block)) as usize;
-    // SAFETY: a constant offset inside the block (userspace put every member the walk reads
-    // there; the verifier checks constant offsets into a map value).
-    unsafe { core::ptr::read_unaligned((c.block.as_ptr() as *const u8).add(at) as *const T) }
+    let parent = d.ptr(cfg(&o.dentry_parent));
+    if parent.is_null() || parent.addr() == d.addr() {
+        if st.fs_only == 1 {
+            c.flags |= walk::REACHED_ROOT as u32;
+            return false;
+        }
+        // The root of a file system no mount here shows. A pseudo file (memfd, pipe,
+        // anonymous inode) is such a root itself: keep its name.
+        if c.off == 0 {
+            let len: u32 = d.read(cfg(&o.dentry_name_len));
+            let name: u64 = d.read(cfg(&o.dentry_name));
+            walk_append(s, c, len, name, None);
+        }
+        c.flags |= walk::UNREACHABLE as u32;
+        return false;
+    }
+    let len: u32 = d.read(cfg(&o.dentry_name_len));
+    let name: u64 = d.read(cfg(&o.dentry_name));
+    let inline = if name == d.addr() + cfg(&o.dentry_iname) as u64 {
+        Some(d)
+    } else {
+        None
+    };
+    if !walk_append(s, c, len, name, inline) {
+        return false;
+    }
+    st.dentry = parent.0;
+    true
 }
 
 /// Walk steps taken inline before the rest is handed to `bpf_loop`.
@@ -1051,27 +958,13 @@ impl WalkState {
     /// stack slot's type (pointer or known number) only when it is written whole, and the
     /// compiler would otherwise zero or move the struct with byte-by-byte memset and memcpy.
     #[inline(always)]
-    fn init(
-        p: *mut Self,
-        dentry: *const u8,
-        mnt: *const u8,
-        raw_dentry: u64,
-        raw_mnt: u64,
-        btf: u64,
-    ) {
+    fn init(p: *mut Self, dentry: *const u8, mnt: *const u8) {
         // SAFETY: p points to a live, aligned WalkState slot on the caller's stack.
         unsafe {
             core::ptr::write_volatile(&raw mut (*p).dentry, dentry);
             core::ptr::write_volatile(&raw mut (*p).mnt, mnt);
-            core::ptr::write_volatile(&raw mut (*p).raw_dentry, raw_dentry);
-            core::ptr::write_volatile(&raw mut (*p).raw_mnt, raw_mnt);
-            core::ptr::write_volatile(
-                &raw mut (*p).raw_mnt_root,
-                kread(raw_mnt, cfg(&offsets().vfsmount_root)),
-            );
             core::ptr::write_volatile(&raw mut (*p).root_dentry, 0);
             core::ptr::write_volatile(&raw mut (*p).root_mnt, 0);
-            core::ptr::write_volatile(&raw mut (*p).btf, btf);
             core::ptr::write_volatile(&raw mut (*p).s, core::ptr::null_mut());
             core::ptr::write_volatile(&raw mut (*p).c, core::ptr::null_mut());
             core::ptr::write_volatile(&raw mut (*p).fs_only, 0);
@@ -1085,15 +978,12 @@ fn walk_fs(s: &mut Scratch, task: &Task, dentry: u64) {
     if dentry == 0 {
         return;
     }
+    let d = rdonly_cast::<{ kfunc::TYPE_DENTRY }>(dentry);
+    if d.is_null() {
+        return;
+    }
     let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
-    WalkState::init(
-        st.as_mut_ptr(),
-        core::ptr::null(),
-        core::ptr::null(),
-        dentry,
-        0,
-        0,
-    );
+    WalkState::init(st.as_mut_ptr(), d.0, core::ptr::null());
     // SAFETY: initialised above; one more whole-slot store.
     let st = unsafe {
         core::ptr::write_volatile(&raw mut (*st.as_mut_ptr()).fs_only, 1);
@@ -1131,16 +1021,6 @@ fn walk_start(st: *mut WalkState, task: &Task, fd: i64, file: FileRef) -> bool {
             let fp = cfg(&o.file_path);
             (f.ptr(fp + dentry_off), f.ptr(fp + mnt_off))
         }
-        FileRef::Raw(f) => {
-            let fp = cfg(&o.file_path);
-            let d: u64 = kread(f, fp + dentry_off);
-            let m: u64 = kread(f, fp + mnt_off);
-            if d == 0 || m == 0 {
-                return false;
-            }
-            WalkState::init(st, core::ptr::null(), core::ptr::null(), d, m, 0);
-            return true;
-        }
         FileRef::None if fd == AT_FDCWD as i64 => {
             let fs = task.fs();
             if fs.is_null() {
@@ -1154,7 +1034,7 @@ fn walk_start(st: *mut WalkState, task: &Task, fd: i64, file: FileRef) -> bool {
     if d.is_null() || m.is_null() {
         return false;
     }
-    WalkState::init(st, d.0, m.0, 0, 0, 1);
+    WalkState::init(st, d.0, m.0);
     true
 }
 

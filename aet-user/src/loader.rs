@@ -5,7 +5,7 @@
 //! then attaches every program. Any program that fails to load or attach fails the whole load:
 //! aet never runs with a partial monitor.
 
-use aet_common::{Config, counter, scope};
+use aet_common::{Config, counter, kfunc, scope};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
@@ -271,6 +271,59 @@ impl Scope {
     }
 }
 
+/// Links the programs' kfunc calls to the running kernel (aya relocates no kfunc call): every
+/// call of the [`kfunc::RDONLY_CAST`] marker becomes a kfunc call of `bpf_rdonly_cast`, and every
+/// load of a marker type id (`kfunc::TYPES`) into a register becomes the kernel's id of that
+/// struct. Returns the patched object.
+fn link_kfuncs(elf: &[u8], btf: &KernelBtf) -> Result<Vec<u8>, LoadError> {
+    use object::{Object as _, ObjectSection as _, SectionKind};
+    const CALL: u8 = 0x85; // BPF_JMP | BPF_CALL
+    const MOV64_IMM: u8 = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
+    const MOV32_IMM: u8 = 0xb4; // BPF_ALU | BPF_MOV | BPF_K
+    const PSEUDO_KFUNC_CALL: u8 = 2;
+    let cast = btf.func_id("bpf_rdonly_cast")?;
+    let types = kfunc::TYPES
+        .iter()
+        .map(|&(marker, name)| Ok((marker, btf.struct_id(name)?)))
+        .collect::<Result<Vec<_>, LoadError>>()?;
+    let file = object::File::parse(elf).map_err(|e| LoadError::Kfunc(e.to_string()))?;
+    let mut out = elf.to_vec();
+    let mut calls = 0;
+    for section in file.sections() {
+        if section.kind() != SectionKind::Text {
+            continue;
+        }
+        let Some((start, size)) = section.file_range() else {
+            continue;
+        };
+        let code = out
+            .get_mut(start as usize..(start + size) as usize)
+            .ok_or_else(|| {
+                LoadError::Kfunc(format!("section {start}+{size} is outside the object"))
+            })?;
+        for insn in code.chunks_exact_mut(8) {
+            let imm = i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]);
+            let new = match insn[0] {
+                CALL if insn[1] == 0 && imm == kfunc::RDONLY_CAST => {
+                    insn[1] = PSEUDO_KFUNC_CALL << 4;
+                    calls += 1;
+                    cast
+                }
+                MOV64_IMM | MOV32_IMM => match types.iter().find(|&&(m, _)| m == imm) {
+                    Some(&(_, id)) => id,
+                    None => continue,
+                },
+                _ => continue,
+            };
+            insn[4..8].copy_from_slice(&new.to_le_bytes());
+        }
+    }
+    if calls == 0 {
+        return Err(LoadError::Kfunc("the object calls no kfunc marker".into()));
+    }
+    Ok(out)
+}
+
 /// Errors loading or attaching the monitor.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -280,6 +333,9 @@ pub enum LoadError {
     /// Kernel layouts could not be read.
     #[error(transparent)]
     Btf(#[from] crate::kernel::btf::BtfError),
+    /// The object's kfunc calls could not be linked to this kernel.
+    #[error("linking the eBPF object's kfunc calls failed: {0}")]
+    Kfunc(String),
     /// The object could not be loaded (maps, relocations).
     #[error("loading the eBPF object failed: {0}")]
     Object(#[from] aya::EbpfError),
@@ -424,12 +480,13 @@ impl Loaded {
                 config.target_pid = *pid;
             }
         }
+        let object = link_kfuncs(EBPF_OBJECT, &btf)?;
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             .map_max_entries("SCRATCH", possible_cpus()?)
             .map_max_entries("WALKCTX", possible_cpus()?)
-            .load(EBPF_OBJECT)?;
+            .load(&object)?;
 
         let mut table: aya::maps::Array<_, u16> = aya::maps::Array::try_from(
             ebpf.map_mut("SYSCALLS")

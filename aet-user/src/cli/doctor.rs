@@ -155,7 +155,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 "eBPF programs",
                 true,
                 format!(
-                    "{} programs loaded and attached (ring buffer, tracepoints, raw tracepoints, bpf_loop)",
+                    "{} programs loaded and attached (ring buffer, tracepoints, raw tracepoints, bpf_loop, kfunc bpf_rdonly_cast)",
                     loader::PROGRAMS.len()
                 ),
             ));

@@ -34,44 +34,9 @@ pub enum BtfError {
     /// A BTF lookup failed.
     #[error("kernel BTF lookup failed: {0}")]
     Lookup(#[from] btf_rs::Error),
-    /// `struct dentry` keeps its parent, name and inline name too far apart to be read at once.
-    #[error(
-        "kernel BTF: struct dentry's d_parent, d_name and inline name span {0} bytes (aet reads \
-         at most {max} at once)",
-        max = aet_common::DENTRY_BLOCK
-    )]
-    DentryLayout(u32),
-}
-
-/// Fills in the dentry block (`Offsets::dentry_block`): from the first to the end of the last of
-/// `d_parent`, `d_name` and the inline name, 8-aligned.
-fn with_dentry_block(mut o: Offsets) -> Result<Offsets, BtfError> {
-    let start = [
-        o.dentry_parent,
-        o.dentry_name_len,
-        o.dentry_name,
-        o.dentry_iname,
-    ]
-    .into_iter()
-    .min()
-    .unwrap_or(0)
-        & !7;
-    let end = [
-        o.dentry_parent + 8,
-        o.dentry_name_len + 4,
-        o.dentry_name + 8,
-        o.dentry_iname + o.dentry_iname_len,
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(0);
-    let len = (end - start).next_multiple_of(8);
-    if len as usize > aet_common::DENTRY_BLOCK {
-        return Err(BtfError::DentryLayout(len));
-    }
-    o.dentry_block = start;
-    o.dentry_block_len = len;
-    Ok(o)
+    /// The kernel has no function (kfunc) of this name.
+    #[error("kernel BTF has no function {0}")]
+    NoFunc(String),
 }
 
 /// The running kernel's type information.
@@ -109,6 +74,28 @@ impl KernelBtf {
             }
         }
         Err(BtfError::NoStruct(name.to_owned()))
+    }
+
+    /// The BTF id of struct `name` (not of a forward declaration).
+    pub fn struct_id(&self, name: &str) -> Result<u32, BtfError> {
+        for id in self.btf.resolve_ids_by_name(name).unwrap_or_default() {
+            if let Ok(Type::Struct(s)) = self.btf.resolve_type_by_id(id)
+                && !s.members.is_empty()
+            {
+                return Ok(id);
+            }
+        }
+        Err(BtfError::NoStruct(name.to_owned()))
+    }
+
+    /// The BTF id of function `name` (a kfunc programs may call).
+    pub fn func_id(&self, name: &str) -> Result<u32, BtfError> {
+        for id in self.btf.resolve_ids_by_name(name).unwrap_or_default() {
+            if let Ok(Type::Func(_)) = self.btf.resolve_type_by_id(id) {
+                return Ok(id);
+            }
+        }
+        Err(BtfError::NoFunc(name.to_owned()))
     }
 
     /// Strips typedefs and qualifiers.
@@ -292,7 +279,6 @@ impl KernelBtf {
             filename_name: o("filename", "name")?,
             ..Offsets::default()
         })
-        .and_then(with_dentry_block)
     }
 }
 
@@ -327,38 +313,6 @@ mod tests {
         // pid and tgid are adjacent pid_t members in every kernel since 2.6.
         assert_eq!(off.task_tgid, off.task_pid + 4);
         assert_eq!(off.mm_arg_end, off.mm_arg_start + 8);
-    }
-
-    #[test]
-    fn the_dentry_block_holds_parent_name_and_inline_name() {
-        let Some(btf) = btf() else { return };
-        let o = btf.offsets().unwrap();
-        let dentry = btf.find_struct("dentry").unwrap().size() as u32;
-        let (start, end) = (o.dentry_block, o.dentry_block + o.dentry_block_len);
-        assert!(
-            end <= dentry.next_multiple_of(8),
-            "block ends past struct dentry"
-        );
-        for (off, size) in [
-            (o.dentry_parent, 8),
-            (o.dentry_name_len, 4),
-            (o.dentry_name, 8),
-            (o.dentry_iname, o.dentry_iname_len),
-        ] {
-            assert!(
-                start <= off && off + size <= end,
-                "{off}+{size} outside {start}..{end}"
-            );
-        }
-        // A layout too spread out is refused, not read in part.
-        let spread = Offsets {
-            dentry_iname: o.dentry_parent + aet_common::DENTRY_BLOCK as u32,
-            ..o
-        };
-        assert!(matches!(
-            with_dentry_block(spread),
-            Err(BtfError::DentryLayout(_))
-        ));
     }
 
     #[test]
