@@ -1827,7 +1827,8 @@ fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
     if task.compat() {
         header(s).flags |= flags::COMPAT;
     }
-    let filename: u64 = kread(bprm, cfg(&offsets().bprm_filename));
+    let filename: u64 =
+        rdonly_cast::<{ kfunc::TYPE_BPRM }>(bprm).read(cfg(&offsets().bprm_filename));
     capture_kernel_str(s, section::PATH, filename);
 
     let mm = task.ptr.ptr(cfg(&offsets().task_mm));
@@ -1880,9 +1881,12 @@ fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
     if !task.in_scope() {
         return 0;
     }
-    let child: u64 = ctx.arg(1);
-    let child_tid: u32 = kread(child, cfg(&offsets().task_pid));
-    let child_tgid: u32 = kread(child, cfg(&offsets().task_tgid));
+    let child = rdonly_cast::<{ kfunc::TYPE_TASK }>(ctx.arg(1));
+    if child.is_null() {
+        return 0;
+    }
+    let child_tid = child.read::<i32>(cfg(&offsets().task_pid)) as u32;
+    let child_tgid = child.read::<i32>(cfg(&offsets().task_tgid)) as u32;
     if TRACKED.insert(child_tid, 1, 0).is_err() {
         count(counter::TRACKED_FULL);
     }

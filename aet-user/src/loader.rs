@@ -658,3 +658,57 @@ fn take_map<T>(
     let map = ebpf.take_map(name).ok_or(LoadError::MissingMap(name))?;
     convert(map).map_err(|source| LoadError::Map { name, source })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kfunc marker in the embedded object is rewritten, into the kernel's own ids, and
+    /// nothing else changes.
+    #[test]
+    fn kfunc_markers_are_linked_to_the_running_kernel() {
+        if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+            eprintln!("skipping: this kernel publishes no BTF");
+            return;
+        }
+        let btf = KernelBtf::load().unwrap();
+        let linked = link_kfuncs(EBPF_OBJECT, &btf).unwrap();
+        assert_eq!(linked.len(), EBPF_OBJECT.len());
+        let cast = btf.func_id("bpf_rdonly_cast").unwrap();
+        let ids: Vec<u32> = kfunc::TYPES
+            .iter()
+            .map(|(_, name)| btf.struct_id(name).unwrap())
+            .collect();
+        let (mut calls, mut types, mut changed) = (0, 0, 0);
+        for (old, new) in EBPF_OBJECT.chunks_exact(8).zip(linked.chunks_exact(8)) {
+            if old == new {
+                continue;
+            }
+            changed += 1;
+            let imm = |i: &[u8]| i32::from_le_bytes([i[4], i[5], i[6], i[7]]);
+            match old[0] {
+                0x85 => {
+                    assert_eq!(imm(old), kfunc::RDONLY_CAST);
+                    assert_eq!((new[0], new[1]), (0x85, 0x20), "a kfunc call");
+                    assert_eq!(imm(new) as u32, cast);
+                    calls += 1;
+                }
+                0xb7 | 0xb4 => {
+                    assert!(kfunc::TYPES.iter().any(|&(m, _)| m == imm(old)));
+                    assert!(ids.contains(&(imm(new) as u32)));
+                    assert_eq!(old[..4], new[..4], "only the immediate changes");
+                    types += 1;
+                }
+                other => panic!("instruction {other:#x} changed"),
+            }
+        }
+        assert!(
+            calls > 0 && types >= calls,
+            "{calls} calls, {types} type ids"
+        );
+        assert_eq!(changed, calls + types);
+        // No marker is left behind in the program text.
+        let again = link_kfuncs(&linked, &btf);
+        assert!(matches!(again, Err(LoadError::Kfunc(_))), "{again:?}");
+    }
+}
