@@ -106,6 +106,28 @@ fn make_fixture(dir: &Path, files: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A sandbox for the sandboxed open storm: a workspace, and the storm's binary and target file
+/// granted read-only (bound into the view, so every walk crosses mounts, as an agent's does).
+/// Returns the spec's path.
+fn sandbox_fixture(dir: &Path, storm: &Path) -> anyhow::Result<PathBuf> {
+    let inputs = dir.join("inputs");
+    std::fs::create_dir_all(dir.join("ws"))?;
+    std::fs::create_dir_all(&inputs)?;
+    std::fs::write(inputs.join("data.txt"), "data\n")?;
+    let helpers = storm.parent().context("helper directory")?;
+    let spec = dir.join("sandbox.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "workspace = {:?}\nallow = [{:?}, {:?}]\n",
+            dir.join("ws").display().to_string(),
+            inputs.display().to_string(),
+            helpers.display().to_string(),
+        ),
+    )?;
+    Ok(spec)
+}
+
 /// Compiles a C helper from `tests/helpers` into `target/helpers`.
 pub fn helper(name: &str) -> anyhow::Result<PathBuf> {
     let src = root().join("tests/helpers").join(format!("{name}.c"));
@@ -139,8 +161,23 @@ fn elapsed(stderr: &[u8]) -> anyhow::Result<u64> {
         .with_context(|| format!("no elapsed_ns in: {text}"))
 }
 
-fn untraced(timeit: &Path, cmd: &[String]) -> anyhow::Result<Sample> {
-    let out = crate::user_command(timeit).args(cmd).output()?;
+/// Runs the workload untraced: directly, or in the sandbox of `sandbox` (`aet sandbox run`).
+fn untraced(
+    aet: &Path,
+    timeit: &Path,
+    cmd: &[String],
+    sandbox: Option<&Path>,
+) -> anyhow::Result<Sample> {
+    let out = match sandbox {
+        Some(spec) => crate::user_command(aet)
+            .args(["sandbox", "run"])
+            .arg(spec)
+            .arg("--")
+            .arg(timeit)
+            .args(cmd)
+            .output()?,
+        None => crate::user_command(timeit).args(cmd).output()?,
+    };
     if !out.status.success() {
         bail!(
             "untraced workload failed: {}",
@@ -154,15 +191,20 @@ fn untraced(timeit: &Path, cmd: &[String]) -> anyhow::Result<Sample> {
     })
 }
 
-fn traced(aet: &Path, timeit: &Path, cmd: &[String], dir: &Path) -> anyhow::Result<Sample> {
+fn traced(
+    aet: &Path,
+    timeit: &Path,
+    cmd: &[String],
+    sandbox: Option<&Path>,
+    dir: &Path,
+) -> anyhow::Result<Sample> {
     let _ = std::fs::remove_dir_all(dir);
-    let out = crate::user_command(aet)
-        .args(["run", "-q", "--grace", "0", "--out"])
-        .arg(dir)
-        .arg("--")
-        .arg(timeit)
-        .args(cmd)
-        .output()?;
+    let mut run = crate::user_command(aet);
+    run.args(["run", "-q", "--grace", "0", "--out"]).arg(dir);
+    if let Some(spec) = sandbox {
+        run.arg("--sandbox").arg(spec);
+    }
+    let out = run.arg("--").arg(timeit).args(cmd).output()?;
     if !out.status.success() {
         bail!(
             "traced workload failed: {}",
@@ -201,14 +243,20 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
     let make_dir = fixtures.join("build");
     git_fixture(&git_dir, args.git_files)?;
     make_fixture(&make_dir, args.c_files)?;
-    let workloads: Vec<(&str, Vec<String>)> = vec![
+    let spec = sandbox_fixture(&fixtures, &storm)?;
+    let storm_cmd = |file: &Path| {
+        vec![
+            storm.display().to_string(),
+            args.opens.to_string(),
+            file.display().to_string(),
+        ]
+    };
+    let workloads: Vec<(&str, Vec<String>, Option<&Path>)> = vec![
+        ("open storm", storm_cmd(&target), None),
         (
-            "open storm",
-            vec![
-                storm.display().to_string(),
-                args.opens.to_string(),
-                target.display().to_string(),
-            ],
+            "sandboxed open storm",
+            storm_cmd(&fixtures.join("inputs/data.txt")),
+            Some(&spec),
         ),
         (
             "git cycle",
@@ -223,6 +271,7 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
                     git_dir.display()
                 ),
             ],
+            None,
         ),
         (
             "make -j2",
@@ -234,6 +283,7 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
                     make_dir.display()
                 ),
             ],
+            None,
         ),
         (
             "exec storm",
@@ -245,13 +295,14 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
                     args.execs
                 ),
             ],
+            None,
         ),
     ];
     println!(
-        "{:<12} {:>14} {:>14} {:>7} {:>9} {:>12} {:>5}",
+        "{:<20} {:>14} {:>14} {:>7} {:>9} {:>12} {:>5}",
         "workload", "untraced (ms)", "traced (ms)", "ratio", "events", "events/s", "lost"
     );
-    for (name, cmd) in workloads {
+    for (name, cmd, sandbox) in workloads {
         if args.only.as_deref().is_some_and(|o| !name.contains(o)) {
             continue;
         }
@@ -260,18 +311,18 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
         let mut events = 0;
         let mut lost = 0;
         // One warm-up of each, then alternate.
-        untraced(&timeit, &cmd)?;
-        traced(aet, &timeit, &cmd, &dir)?;
+        untraced(aet, &timeit, &cmd, sandbox)?;
+        traced(aet, &timeit, &cmd, sandbox, &dir)?;
         for _ in 0..args.runs {
-            base.push(untraced(&timeit, &cmd)?.ns);
-            let s = traced(aet, &timeit, &cmd, &dir)?;
+            base.push(untraced(aet, &timeit, &cmd, sandbox)?.ns);
+            let s = traced(aet, &timeit, &cmd, sandbox, &dir)?;
             with.push(s.ns);
             events = s.events;
             lost = s.lost.saturating_add(lost);
         }
         let (b, t) = (median(base), median(with));
         println!(
-            "{:<12} {:>14.1} {:>14.1} {:>6.2}x {:>9} {:>12.0} {:>5}",
+            "{:<20} {:>14.1} {:>14.1} {:>6.2}x {:>9} {:>12.0} {:>5}",
             name,
             b as f64 / 1e6,
             t as f64 / 1e6,
