@@ -591,6 +591,63 @@ fn a_racing_thread_cannot_make_the_resolved_path_lie() {
 }
 
 #[test]
+fn a_stat_cannot_hide_as_an_fstat_by_blanking_its_path() {
+    // glibc's fstat is newfstatat(fd, "", AT_EMPTY_PATH), and aet does not record it again (the
+    // fd's open was). A thread that blanks the path right after the kernel read it must not make
+    // a stat of another file pass for one: every call that stat'ed the secret has a row with the
+    // secret's identity.
+    let s = secret();
+    let decoy = s.dir.join("decoy.txt");
+    fs::write(&decoy, "nothing").unwrap();
+    let mut raced = 0;
+    for attempt in 1..=3 {
+        let r = run_ok(
+            &s.root,
+            &[
+                helper("fstatrace").as_os_str(),
+                s.path.as_os_str(),
+                decoy.as_os_str(),
+                OsStr::new("20000"),
+            ],
+        );
+        assert_eq!(r.code(), 0, "{}", r.stderr());
+        let real: usize = r
+            .stdout()
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("real="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count in {:?}", r.stdout()));
+        let rows = r.rows();
+        let stats: Vec<&LedgerRow> = rows
+            .iter()
+            .filter(|x| {
+                x.comm == "fstatrace"
+                    && x.syscall.as_deref() == Some("newfstatat")
+                    && x.dirfd.is_some_and(|d| d >= 0)
+                    && (x.dev, x.ino) == (Some(s.dev), Some(s.ino))
+            })
+            .collect();
+        assert_eq!(
+            stats.len(),
+            real,
+            "every stat of the secret has its row (the helper counted {real})"
+        );
+        raced = stats
+            .iter()
+            .filter(|x| x.path.as_deref() == Some(&b""[..]))
+            .count();
+        println!("run {attempt}: {real} stats of the secret, {raced} with a path blanked by then");
+        if raced > 0 {
+            break;
+        }
+    }
+    assert!(
+        raced > 0,
+        "the race was never hit in 3 runs; raise the iteration count"
+    );
+}
+
+#[test]
 fn names_above_a_mount_come_out_whole_long_or_odd() {
     // Past a mount's root the walk reads each dentry by its plain address, one block at a time;
     // a name too long to sit inline in its dentry, and one with a newline and a byte that is not

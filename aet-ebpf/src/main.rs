@@ -94,7 +94,6 @@ static SCRATCH: Array<Scratch> = Array::with_max_entries(1, 0);
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
 const AT_FDCWD: i32 = -100;
-const AT_EMPTY_PATH: u32 = 0x1000;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const O_CREAT_WRONLY_TRUNC: u32 = 0o100 | 0o1 | 0o1000;
 const S_IFMT: u16 = 0o170000;
@@ -1007,6 +1006,19 @@ fn record_file(s: &mut Scratch, task: &Task, file: FileRef) -> u32 {
     id.3
 }
 
+/// Does the identity a stat call reported (in `h`, from its buffer) name the file `id`?
+#[inline(always)]
+fn stat_names(h: &EventHeader, id: Identity) -> bool {
+    let (major, minor) = (id.0 >> 20, id.0 & 0xfffff);
+    let dev = if h.flags & flags::DEV_STAT != 0 {
+        // The kernel's new_encode_dev, as struct stat carries it.
+        (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
+    } else {
+        major | minor << 32
+    };
+    h.ino == id.1 && h.dev == dev
+}
+
 /// No fd: nothing to walk.
 const NO_FD: i64 = i64::MIN;
 
@@ -1163,8 +1175,8 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
         return;
     };
     // What is not recorded leaves before the record is built: anonymous mappings and repeated
-    // mappings of one open file (each exec makes a dozen), and fstat in disguise (a stat of ""
-    // with AT_EMPTY_PATH, which glibc's fstat is: the fd's open was recorded already).
+    // mappings of one open file (each exec makes a dozen). (An fstat in disguise is left out
+    // further down, once it is known to be one.)
     const MAP_ANONYMOUS: u64 = 0x20;
     let mflags = args.get(3);
     if syscall == Syscall::Mmap as u16 {
@@ -1179,15 +1191,6 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
                 return;
             }
             e.marks |= fileio::MAPPED;
-        }
-    } else if (syscall == Syscall::Newfstatat as u16 || syscall == Syscall::Statx as u16)
-        && args.get(shape.flags) & AT_EMPTY_PATH as u64 != 0
-    {
-        // SAFETY: a fault-tolerant read of the path's first byte.
-        let first: u8 =
-            unsafe { bpf_probe_read_user(args.get(shape.path) as *const u8) }.unwrap_or(1);
-        if first == 0 {
-            return;
         }
     }
     fill_header(header(s), &mut task, kind, syscall, ret);
@@ -1321,8 +1324,18 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
             fd_file(&task, fd)
         };
         if object && let Some(id) = identity(file) {
-            set_identity(header(s), id);
-            header(s).flags |= flags::WALK_IS_OBJECT;
+            let h = header(s);
+            if h.flags & (flags::DEV_STAT | flags::DEV_STATX) == 0 {
+                set_identity(h, id);
+                h.flags |= flags::WALK_IS_OBJECT;
+            } else if stat_names(h, id) {
+                // A stat of "" with AT_EMPTY_PATH that reported the fd's own file: an fstat
+                // (glibc's fstat is this call), whose open was recorded already.
+                return;
+            }
+            // Else the path reads "" now, but the call reported another file: a thread
+            // rewrote the path after the kernel read it. The row keeps what the call reported
+            // (the buffer's identity) and no object.
         }
         if walk_start(st.as_mut_ptr(), &task, fd, file) {
             walk_from(s, &task, section::WALK, st.as_mut_ptr());
