@@ -533,10 +533,7 @@ fn a_racing_thread_cannot_make_the_resolved_path_lie() {
     fs::write(&decoy, "nothing").unwrap();
     assert_eq!(bytes(&decoy).len(), bytes(&s.path).len());
     let dm = fs::metadata(&decoy).unwrap();
-    // The race needs the two threads on two CPUs at once; under a loaded machine a run can miss
-    // it, so a run that never hit it is repeated (each run's rows are checked all the same).
-    let mut lying_raw = 0;
-    for attempt in 1..=3 {
+    until_the_race_is_hit(|attempt| {
         let r = run_ok(
             &s.root,
             &[
@@ -560,6 +557,7 @@ fn a_racing_thread_cannot_make_the_resolved_path_lie() {
             })
             .collect();
         assert!(opens.len() >= 1000);
+        let mut lying_raw = 0;
         for o in &opens {
             let resolved = o.resolved_path.as_deref().unwrap();
             let (dev, ino) = if resolved == bytes(&s.path) {
@@ -580,14 +578,20 @@ fn a_racing_thread_cannot_make_the_resolved_path_lie() {
             "run {attempt}: {} opens, the raw string named the other file in {lying_raw}",
             opens.len()
         );
-        if lying_raw > 0 {
-            break;
+        lying_raw
+    });
+}
+
+/// Runs `attempt` (which returns how often it hit the race it provokes) until it hits it, at
+/// most three times: the race needs two threads on two CPUs at once, which a loaded machine can
+/// deny a run. Every run's rows are checked all the same.
+fn until_the_race_is_hit(mut attempt: impl FnMut(u32) -> usize) {
+    for n in 1..=3 {
+        if attempt(n) > 0 {
+            return;
         }
     }
-    assert!(
-        lying_raw > 0,
-        "the race was never hit in 3 runs; raise the iteration count"
-    );
+    panic!("the race was never hit in 3 runs; raise the iteration count");
 }
 
 #[test]
@@ -599,8 +603,7 @@ fn a_stat_cannot_hide_as_an_fstat_by_blanking_its_path() {
     let s = secret();
     let decoy = s.dir.join("decoy.txt");
     fs::write(&decoy, "nothing").unwrap();
-    let mut raced = 0;
-    for attempt in 1..=3 {
+    until_the_race_is_hit(|attempt| {
         let r = run_ok(
             &s.root,
             &[
@@ -632,27 +635,22 @@ fn a_stat_cannot_hide_as_an_fstat_by_blanking_its_path() {
             real,
             "every stat of the secret has its row (the helper counted {real})"
         );
-        raced = stats
+        let raced = stats
             .iter()
             .filter(|x| x.path.as_deref() == Some(&b""[..]))
             .count();
         println!("run {attempt}: {real} stats of the secret, {raced} with a path blanked by then");
-        if raced > 0 {
-            break;
-        }
-    }
-    assert!(
-        raced > 0,
-        "the race was never hit in 3 runs; raise the iteration count"
-    );
+        raced
+    });
 }
 
 #[test]
 fn names_above_a_mount_come_out_whole_long_or_odd() {
-    // Past a mount's root the walk reads each dentry by its plain address, one block at a time;
-    // a name too long to sit inline in its dentry, and one with a newline and a byte that is not
-    // UTF-8, must come out exactly: in the process's view, and in the host's (the file system
-    // walked from the bind's source up to its root).
+    // Past a mount's root the walk goes on through pointers made from plain addresses
+    // (`struct mount` is only reachable by container_of); a name too long to sit inline in its
+    // dentry, and one with a newline and a byte that is not UTF-8, must come out exactly: in the
+    // process's view, and in the host's (the file system walked from the bind's source up to its
+    // root).
     let s = secret();
     let odd = OsStr::from_bytes(b"odd\nname\xff");
     let long = "l".repeat(60);
