@@ -64,28 +64,26 @@ impl KernelBtf {
         Ok(Self { btf })
     }
 
-    fn find_struct(&self, name: &str) -> Result<btf_rs::Struct, BtfError> {
-        for ty in self.btf.resolve_types_by_name(name).unwrap_or_default() {
-            if let Type::Struct(s) | Type::Union(s) = ty {
-                // Skip forward declarations and empty stand-ins.
-                if !s.members.is_empty() {
-                    return Ok(s);
-                }
+    /// The BTF id and type of struct (or union) `name`, skipping forward declarations and empty
+    /// stand-ins.
+    fn struct_entry(&self, name: &str) -> Result<(u32, btf_rs::Struct), BtfError> {
+        for id in self.btf.resolve_ids_by_name(name).unwrap_or_default() {
+            if let Ok(Type::Struct(s) | Type::Union(s)) = self.btf.resolve_type_by_id(id)
+                && !s.members.is_empty()
+            {
+                return Ok((id, s));
             }
         }
         Err(BtfError::NoStruct(name.to_owned()))
     }
 
-    /// The BTF id of struct `name` (not of a forward declaration).
+    fn find_struct(&self, name: &str) -> Result<btf_rs::Struct, BtfError> {
+        self.struct_entry(name).map(|(_, s)| s)
+    }
+
+    /// The BTF id of struct `name` (what `bpf_rdonly_cast` takes).
     pub fn struct_id(&self, name: &str) -> Result<u32, BtfError> {
-        for id in self.btf.resolve_ids_by_name(name).unwrap_or_default() {
-            if let Ok(Type::Struct(s)) = self.btf.resolve_type_by_id(id)
-                && !s.members.is_empty()
-            {
-                return Ok(id);
-            }
-        }
-        Err(BtfError::NoStruct(name.to_owned()))
+        self.struct_entry(name).map(|(id, _)| id)
     }
 
     /// The BTF id of function `name` (a kfunc programs may call).
