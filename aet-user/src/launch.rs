@@ -132,7 +132,7 @@ impl Launch {
             // No sandbox: aet's stage still drops the identity and checks it before the exec.
             let dir = tempfile::Builder::new()
                 .prefix("stage-")
-                .tempdir_in(sandbox::RUNTIME_DIR)?;
+                .tempdir_in(sandbox::runtime_dir()?)?;
             let plan = Plan {
                 version: PLAN_VERSION,
                 workspace: PPath(id.workspace.clone()),

@@ -150,7 +150,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             };
             let home = tempfile::Builder::new()
                 .prefix("probe-")
-                .tempdir_in(sandbox::RUNTIME_DIR)
+                .tempdir_in(sandbox::runtime_dir()?)
                 .context("cannot create the probe's home")?;
             let launch = crate::launch::Launch::prepare(crate::launch::LaunchOptions {
                 command: Vec::new(),

@@ -241,18 +241,13 @@ fn ids(p: &Path, entry: &str) -> Result<(u64, u64), BuildError> {
 /// Makes sure [`EMPTY_FILE`] is an empty read-only regular file owned by root, in a directory
 /// only root can write.
 pub fn ensure_empty_file() -> Result<(), BuildError> {
-    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    use std::os::unix::fs::PermissionsExt as _;
     let file = Path::new(EMPTY_FILE);
-    let dir = file.parent().expect("EMPTY_FILE has a parent");
     let host = |source| BuildError::Host {
         path: file.to_owned(),
         source,
     };
-    match fs::DirBuilder::new().mode(0o755).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(host(e)),
-    }
+    let dir = super::runtime_dir().map_err(host)?;
     let ok = |m: &fs::Metadata| {
         m.file_type().is_file() && m.len() == 0 && m.uid() == 0 && m.mode() & 0o222 == 0
     };
