@@ -548,3 +548,96 @@ fn a_damaged_ledger_is_an_input_error_never_a_crash() {
         "damage is reported ({input_errors} input errors)"
     );
 }
+
+/// Opens that truncate or create are writes whatever their access mode, and so is every other way
+/// to change a file (here its extended attributes): outside the write list, each is an
+/// out-of-scope write. A plain read of the same kind of file is not.
+#[test]
+fn every_way_to_change_a_file_outside_the_write_list_is_an_out_of_scope_write() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.p("task/data")).unwrap();
+    for name in [
+        "truncated.txt",
+        "xattr.txt",
+        "xattr-removed.txt",
+        "read.txt",
+    ] {
+        fs::write(f.p(&format!("task/data/{name}")), "original\n").unwrap();
+    }
+    let openflags = helper("openflags");
+    // O_RDONLY|O_TRUNC (0o1000), O_RDONLY|O_CREAT (0o100), a plain O_RDONLY.
+    let script = format!(
+        "{of} 1000 {t} && {of} 100 {c} && {of} 0 {r} \
+         && setfattr -n user.aet -v 1 {x} && setfattr -n user.gone -v 1 {x2} \
+         && setfattr -x user.gone {x2}",
+        of = openflags.display(),
+        t = f.s("task/data/truncated.txt"),
+        c = f.s("task/data/created.txt"),
+        r = f.s("task/data/read.txt"),
+        x = f.s("task/data/xattr.txt"),
+        x2 = f.s("task/data/xattr-removed.txt"),
+    );
+    let run = f.p("run-writes");
+    let r = run_in(&run, &["-q"], &["sh", "-c", &script]);
+    assert_eq!(r.code(), 0, "{}{}", r.stdout(), r.stderr());
+    assert_eq!(
+        fs::read_to_string(f.p("task/data/truncated.txt")).unwrap(),
+        "",
+        "the read-only open truncated the file"
+    );
+    assert!(f.p("task/data/created.txt").exists());
+    // The ledger has the attribute changes, with the attribute's name and the file.
+    let rows = r.rows();
+    for (sc, name, file) in [
+        ("setxattr", "user.aet", "task/data/xattr.txt"),
+        ("setxattr", "user.gone", "task/data/xattr-removed.txt"),
+        ("removexattr", "user.gone", "task/data/xattr-removed.txt"),
+    ] {
+        assert!(
+            rows.iter().any(|row| row.kind == "modify"
+                && row.syscall.as_deref() == Some(sc)
+                && row.ret == Some(0)
+                && row.path2.as_deref() == Some(name.as_bytes())
+                && row.resolved_path2.is_none()
+                && row.resolved_str().as_deref() == Some(f.s(file).as_str())),
+            "no {sc} row for {file}"
+        );
+    }
+
+    let (out, v) = audit(&run, &f.policy(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert_eq!(v["verdict"], "flagged");
+    let oos = v["out_of_scope"].as_array().unwrap();
+    let writes: Vec<&str> = oos
+        .iter()
+        .filter(|x| x["access"] == "write")
+        .map(|x| x["path"].as_str().unwrap())
+        .collect();
+    for file in [
+        "task/data/truncated.txt",
+        "task/data/created.txt",
+        "task/data/xattr.txt",
+        "task/data/xattr-removed.txt",
+    ] {
+        assert!(
+            writes.contains(&f.s(file).as_str()),
+            "{file} is not an out-of-scope write: {oos:#?}"
+        );
+    }
+    assert!(
+        !oos.iter().any(|x| x["path"] == f.s("task/data/read.txt")),
+        "a plain read inside the read list is in scope: {oos:#?}"
+    );
+    // The summary agrees: the same opens are among the files written.
+    let s = summary(&run.join("ledger.arrow"));
+    let written: Vec<&str> = s["files_written"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["path"].as_str().unwrap())
+        .collect();
+    for file in ["task/data/truncated.txt", "task/data/created.txt"] {
+        assert!(written.contains(&f.s(file).as_str()), "{written:?}");
+    }
+    assert!(!written.contains(&f.s("task/data/read.txt").as_str()));
+}

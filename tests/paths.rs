@@ -732,3 +732,91 @@ fn a_bind_mount_in_another_namespace_maps_to_the_host_path() {
         meta(&r.ledger())["aet.host_mntns"].parse::<u32>().unwrap()
     );
 }
+
+/// Every extended-attribute call names its file (by path, through an fd, relative to a dirfd)
+/// and, where it takes one, the attribute: changes are `modify` rows, reads are `stat` rows.
+#[test]
+fn extended_attribute_calls_name_the_file_and_the_attribute() {
+    let s = secret();
+    let link = s.root.join("link");
+    std::os::unix::fs::symlink(&s.path, &link).unwrap();
+    let code = format!(
+        r#"
+import ctypes, os
+p, d, l = {p:?}, {d:?}, {l:?}
+os.setxattr(p, "user.path", b"1")
+fd = os.open(p, os.O_RDONLY)
+os.setxattr(fd, "user.fd", b"1")
+os.getxattr(p, "user.path")
+os.getxattr(fd, "user.fd")
+os.listxattr(p)
+os.listxattr(fd)
+os.removexattr(fd, "user.fd")
+os.listxattr(l, follow_symlinks=False)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+class Args(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_uint64), ("size", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
+v = ctypes.create_string_buffer(b"1")
+a = Args(ctypes.addressof(v), 1, 0)
+dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+L = ctypes.c_long
+assert libc.syscall(L(463), L(dfd), b"answers.txt", L(0), b"user.at", ctypes.byref(a), L(16)) == 0, ctypes.get_errno()
+assert libc.syscall(L(466), L(dfd), b"answers.txt", L(0), b"user.at") == 0, ctypes.get_errno()
+os.removexattr(p, "user.path")
+"#,
+        p = s.path.display().to_string(),
+        d = s.dir.display().to_string(),
+        l = link.display().to_string(),
+    );
+    let r = py(&s.root, &code);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let rows = r.rows();
+    let find = |kind: &str, sc: &str, attr: Option<&str>| {
+        rows.iter()
+            .find(|x| {
+                x.kind == kind
+                    && x.syscall.as_deref() == Some(sc)
+                    && x.comm == "python3"
+                    && x.path2.as_deref() == attr.map(str::as_bytes)
+            })
+            .unwrap_or_else(|| panic!("no {kind} row of {sc} ({attr:?})"))
+    };
+    for (kind, sc, attr, by_fd) in [
+        ("modify", "setxattr", Some("user.path"), false),
+        ("modify", "fsetxattr", Some("user.fd"), true),
+        ("stat", "getxattr", Some("user.path"), false),
+        ("stat", "fgetxattr", Some("user.fd"), true),
+        ("stat", "listxattr", None, false),
+        ("stat", "flistxattr", None, true),
+        ("modify", "fremovexattr", Some("user.fd"), true),
+        ("modify", "setxattrat", Some("user.at"), false),
+        ("modify", "removexattrat", Some("user.at"), false),
+        ("modify", "removexattr", Some("user.path"), false),
+    ] {
+        let row = find(kind, sc, attr);
+        // Reads return a size; changes return 0.
+        assert!(row.ret.is_some_and(|v| v >= 0), "{row:?}");
+        assert_eq!(
+            row.resolved_path.as_deref(),
+            Some(bytes(&s.path)),
+            "{sc}: {row:?}"
+        );
+        assert_eq!(row.resolved_path2, None, "an attribute is not a path");
+        if by_fd {
+            assert_eq!(row.resolved_from.as_deref(), Some("object"), "{row:?}");
+            assert_eq!((row.dev, row.ino), (Some(s.dev), Some(s.ino)));
+        }
+    }
+    // setxattrat's path is relative to its dirfd.
+    assert_eq!(
+        find("modify", "setxattrat", Some("user.at"))
+            .path
+            .as_deref(),
+        Some(&b"answers.txt"[..])
+    );
+    // llistxattr names the link itself, not its target.
+    let l = find("stat", "llistxattr", None);
+    assert_eq!(l.resolved_path.as_deref(), Some(bytes(&link)));
+    assert_complete(&r.ledger());
+}

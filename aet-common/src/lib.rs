@@ -51,6 +51,49 @@ pub mod kfunc {
     ];
 }
 
+/// The kernel's user ABI flags aet reads (x86_64 values, `asm-generic`), defined once for the
+/// programs, the monitor, the access classifier, the summary and enforcement alike.
+pub mod uapi {
+    /// `open(2)` flags.
+    pub const O_ACCMODE: u32 = 0o3;
+    pub const O_RDONLY: u32 = 0o0;
+    pub const O_WRONLY: u32 = 0o1;
+    pub const O_RDWR: u32 = 0o2;
+    pub const O_CREAT: u32 = 0o100;
+    pub const O_EXCL: u32 = 0o200;
+    pub const O_TRUNC: u32 = 0o1000;
+    pub const O_APPEND: u32 = 0o2000;
+    pub const O_DIRECTORY: u32 = 0o200000;
+    pub const O_NOFOLLOW: u32 = 0o400000;
+    pub const O_PATH: u32 = 0o10000000;
+    /// `__O_TMPFILE`: the bit that makes `O_TMPFILE` (which is `__O_TMPFILE | O_DIRECTORY`).
+    pub const O_TMPFILE_BIT: u32 = 0o20000000;
+    pub const O_TMPFILE: u32 = O_TMPFILE_BIT | O_DIRECTORY;
+    /// What `creat(path, mode)` is: `open(path, O_CREAT | O_WRONLY | O_TRUNC, mode)`.
+    pub const CREAT_FLAGS: u32 = O_CREAT | O_WRONLY | O_TRUNC;
+    /// `mmap(2)` protections and flags.
+    pub const PROT_READ: u32 = 1;
+    pub const PROT_WRITE: u32 = 2;
+    pub const PROT_EXEC: u32 = 4;
+    /// The mapping type bits of `mmap`'s flags: `MAP_SHARED` (1), `MAP_PRIVATE` (2),
+    /// `MAP_SHARED_VALIDATE` (3).
+    pub const MAP_TYPE: u32 = 0x0f;
+    pub const MAP_SHARED: u32 = 0x01;
+    pub const MAP_PRIVATE: u32 = 0x02;
+    pub const MAP_SHARED_VALIDATE: u32 = 0x03;
+    pub const MAP_ANONYMOUS: u32 = 0x20;
+    /// `*at` calls.
+    pub const AT_FDCWD: i32 = -100;
+    pub const AT_EMPTY_PATH: u32 = 0x1000;
+    /// `fcntl` commands that duplicate an fd.
+    pub const F_DUPFD: u64 = 0;
+    pub const F_DUPFD_CLOEXEC: u64 = 1030;
+    /// `st_mode` file types.
+    pub const S_IFMT: u16 = 0o170000;
+    pub const S_IFREG: u16 = 0o100000;
+    pub const S_IFDIR: u16 = 0o040000;
+}
+
 /// Sections after the header, in this order; their lengths are in [`EventHeader::len`].
 pub mod section {
     /// The path argument as the process passed it.
@@ -125,6 +168,43 @@ impl EventKind {
             11 => Self::IoUring,
             12 => Self::Mount,
             13 => Self::Memfd,
+            _ => return None,
+        })
+    }
+
+    /// Every kind, in number order.
+    pub const ALL: [EventKind; 13] = [
+        Self::Open,
+        Self::Exec,
+        Self::Fork,
+        Self::Exit,
+        Self::Stat,
+        Self::Modify,
+        Self::Chdir,
+        Self::Mmap,
+        Self::Io,
+        Self::List,
+        Self::IoUring,
+        Self::Mount,
+        Self::Memfd,
+    ];
+
+    /// The kind a ledger's `kind` column names.
+    pub fn from_name(name: &[u8]) -> Option<Self> {
+        Some(match name {
+            b"open" => Self::Open,
+            b"exec" => Self::Exec,
+            b"fork" => Self::Fork,
+            b"exit" => Self::Exit,
+            b"stat" => Self::Stat,
+            b"modify" => Self::Modify,
+            b"chdir" => Self::Chdir,
+            b"mmap" => Self::Mmap,
+            b"io" => Self::Io,
+            b"list" => Self::List,
+            b"io_uring" => Self::IoUring,
+            b"mount" => Self::Mount,
+            b"memfd" => Self::Memfd,
             _ => return None,
         })
     }
@@ -219,6 +299,9 @@ pub mod shape {
     pub const PATH_VERBATIM: u8 = 1 << 0;
     /// The flags argument carries `AT_EMPTY_PATH`: an empty path means the fd itself.
     pub const AT_FLAGS: u8 = 1 << 1;
+    /// The second "path" is stored verbatim, never resolved: it is not a path (an extended
+    /// attribute's name).
+    pub const PATH2_VERBATIM: u8 = 1 << 2;
 }
 
 const N: i8 = -1;
@@ -265,6 +348,14 @@ const fn fdop(kind: EventKind, fd: i8, mode: i8) -> Shape {
     s
 }
 
+/// An fd-based extended-attribute call: the file of fd 0, the attribute's name verbatim.
+const fn xattr_fd(kind: EventKind, name: i8) -> Shape {
+    let mut s = fdop(kind, 0, N);
+    s.path2 = name;
+    s.bits |= shape::PATH2_VERBATIM;
+    s
+}
+
 const fn acct(io: u8, fd: i8) -> Shape {
     let mut s = sh(EventKind::Open, N, N, N, N);
     s.kind = 0;
@@ -305,6 +396,19 @@ macro_rules! syscalls {
                     Self::None => return None,
                     $(Self::$name => $text,)*
                 })
+            }
+
+            /// The syscall a ledger's `syscall` column names.
+            pub fn from_name(name: &[u8]) -> Option<Self> {
+                Some(match core::str::from_utf8(name).ok()? {
+                    $($text => Self::$name,)*
+                    _ => return None,
+                })
+            }
+
+            /// The syscall's [`Shape`].
+            pub const fn shape(self) -> Shape {
+                SHAPES[self as usize]
             }
         }
 
@@ -397,6 +501,22 @@ syscalls! {
     CloseRange = 71, "close_range", acct(io::CLOSE_RANGE, 0);
     Fcntl = 72, "fcntl", acct(io::FCNTL, 0);
     Getdents = 73, "getdents", acct(io::LIST, 0);
+    Setxattr = 74, "setxattr", bits(two(Modify, N, 0, N, 1, 4), shape::PATH2_VERBATIM);
+    Lsetxattr = 75, "lsetxattr", bits(two(Modify, N, 0, N, 1, 4), shape::PATH2_VERBATIM);
+    Fsetxattr = 76, "fsetxattr", xattr_fd(Modify, 1);
+    Removexattr = 77, "removexattr", bits(two(Modify, N, 0, N, 1, N), shape::PATH2_VERBATIM);
+    Lremovexattr = 78, "lremovexattr", bits(two(Modify, N, 0, N, 1, N), shape::PATH2_VERBATIM);
+    Fremovexattr = 79, "fremovexattr", xattr_fd(Modify, 1);
+    Setxattrat = 80, "setxattrat", bits(two(Modify, 0, 1, N, 3, 2), shape::PATH2_VERBATIM | shape::AT_FLAGS);
+    Removexattrat = 81, "removexattrat", bits(two(Modify, 0, 1, N, 3, 2), shape::PATH2_VERBATIM | shape::AT_FLAGS);
+    Getxattr = 82, "getxattr", bits(two(EventKind::Stat, N, 0, N, 1, N), shape::PATH2_VERBATIM);
+    Lgetxattr = 83, "lgetxattr", bits(two(EventKind::Stat, N, 0, N, 1, N), shape::PATH2_VERBATIM);
+    Fgetxattr = 84, "fgetxattr", xattr_fd(EventKind::Stat, 1);
+    Listxattr = 85, "listxattr", sh(EventKind::Stat, N, 0, N, N);
+    Llistxattr = 86, "llistxattr", sh(EventKind::Stat, N, 0, N, N);
+    Flistxattr = 87, "flistxattr", fdop(EventKind::Stat, 0, N);
+    Getxattrat = 88, "getxattrat", bits(two(EventKind::Stat, 0, 1, N, 3, 2), shape::PATH2_VERBATIM | shape::AT_FLAGS);
+    Listxattrat = 89, "listxattrat", bits(sh(EventKind::Stat, 0, 1, 2, N), shape::AT_FLAGS);
 }
 
 /// Bits of [`EventHeader::flags`].

@@ -29,7 +29,11 @@ use core::{ffi::c_void, ptr::read_volatile};
 use aet_common::{
     ARGV_CAP, Config, DATA_CAP, DATA_LIMIT, EventHeader, EventKind, FileIo, HEADER_SIZE, Inflight,
     Offsets, PATH_CAP, SHAPES, SYSCALL_COUNT, Shape, Syscall, WALK_CAP, WALK_STEPS, counter,
-    fileio, flags, io, kfunc, obj, scope, section, shape, walk,
+    fileio, flags, io, kfunc, obj, scope, section, shape,
+    uapi::{
+        AT_FDCWD, CREAT_FLAGS, F_DUPFD, F_DUPFD_CLOEXEC, MAP_ANONYMOUS, S_IFDIR, S_IFMT, S_IFREG,
+    },
+    walk,
 };
 use aya_ebpf::{
     EbpfContext as _,
@@ -93,14 +97,7 @@ static SCRATCH: Array<Scratch> = Array::with_max_entries(1, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
-const AT_FDCWD: i32 = -100;
 const BPF_RB_NO_WAKEUP: u64 = 1;
-const O_CREAT_WRONLY_TRUNC: u32 = 0o100 | 0o1 | 0o1000;
-const S_IFMT: u16 = 0o170000;
-const S_IFREG: u16 = 0o100000;
-const S_IFDIR: u16 = 0o040000;
-const F_DUPFD: u64 = 0;
-const F_DUPFD_CLOEXEC: u64 = 1030;
 const IORING_OP_OPENAT: u8 = 18;
 const IORING_OP_STATX: u8 = 21;
 const IORING_OP_OPENAT2: u8 = 28;
@@ -1177,11 +1174,10 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
     // What is not recorded leaves before the record is built: anonymous mappings and repeated
     // mappings of one open file (each exec makes a dozen). (An fstat in disguise is left out
     // further down, once it is known to be one.)
-    const MAP_ANONYMOUS: u64 = 0x20;
     let mflags = args.get(3);
     if syscall == Syscall::Mmap as u16 {
         let fd = args.get(shape.fd) as i32;
-        if mflags & MAP_ANONYMOUS != 0 || fd < 0 || ret < 0 {
+        if mflags & MAP_ANONYMOUS as u64 != 0 || fd < 0 || ret < 0 {
             return;
         }
         if let Some(e) = FILEIO.get_ptr_mut(fileio_key(task.tgid, fd)) {
@@ -1214,7 +1210,7 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
         h.mode = args.get(shape.mode) as u32;
     }
     if syscall == Syscall::Creat as u16 {
-        h.open_flags = O_CREAT_WRONLY_TRUNC;
+        h.open_flags = CREAT_FLAGS;
     } else if syscall == Syscall::Openat2 as u16 {
         // SAFETY: fault-tolerant read; the kernel copied this struct in already.
         let how: OpenHow =
@@ -1341,7 +1337,10 @@ fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64
             walk_from(s, &task, section::WALK, st.as_mut_ptr());
         }
     }
-    if shape.path2 >= 0 && section_first_byte(s, section::PATH2) != b'/' {
+    if shape.path2 >= 0
+        && shape.bits & shape::PATH2_VERBATIM == 0
+        && section_first_byte(s, section::PATH2) != b'/'
+    {
         let dirfd2 = header(s).dirfd2 as i64;
         let file = if dirfd2 == AT_FDCWD as i64 {
             FileRef::None

@@ -2,6 +2,7 @@
 //!
 //! The library behind the `aet` binary: the eBPF loader and monitor, the Arrow ledger, the run
 //! orchestration, and the command-line front end.
+pub mod access;
 pub mod audit;
 pub mod cli;
 pub mod identity;

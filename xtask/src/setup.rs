@@ -15,9 +15,11 @@ use crate::sh;
 /// The bpf-linker version aet is built with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Debian packages: bubblewrap for sandboxes; gcc and make for the end-to-end tests' helpers
-/// and the demo; git for the benchmark; chromium for the test that opens the HTML report.
+/// and the demo; git for the benchmark; chromium for the test that opens the HTML report; attr
+/// (setfattr) for the test that changes a file's extended attributes.
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bwrap", "bubblewrap"),
+    ("setfattr", "attr"),
     ("gcc", "gcc"),
     ("make", "make"),
     ("git", "git"),

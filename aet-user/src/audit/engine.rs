@@ -15,7 +15,10 @@ use arrow_array::{
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
+use aet_common::{EventKind, Syscall};
+
 use super::policy::{Access, Attempts, Policy, Severity};
+use crate::access::{RowFields, classify};
 use crate::ledger::{
     reader::{Form, Ledger, ReadError},
     schema::{col, meta},
@@ -49,6 +52,8 @@ pub const COLUMNS: &[&str] = &[
     col::CHILD_PID,
     col::DEV,
     col::INO,
+    col::BYTES_READ,
+    col::BYTES_WRITTEN,
 ];
 
 /// What a finding is.
@@ -202,52 +207,44 @@ fn prim<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> &'a T {
         .expect("column type checked at open")
 }
 
-const O_ACCMODE: u32 = 3;
-const O_DIRECTORY: u32 = 0o200000;
-const O_PATH: u32 = 0o10000000;
-const PROT_WRITE: u32 = 2;
-const MAP_SHARED: u32 = 1;
+/// The classifier's view of row `i` of a batch: columns read only when asked.
+struct ColFields<'a> {
+    i: usize,
+    syscall: &'a BinaryArray,
+    flags: &'a UInt32Array,
+    prot: &'a UInt32Array,
+    bytes_read: &'a UInt64Array,
+    bytes_written: &'a UInt64Array,
+}
 
-/// The accesses a row makes with its first and second paths. `syscall` and `prot` are read
-/// only for the kinds that need them.
-fn accesses<'a>(
-    kind: &[u8],
-    syscall: impl FnOnce() -> Option<&'a [u8]>,
-    flags: Option<u32>,
-    prot: impl FnOnce() -> Option<u32>,
-) -> (u8, u8) {
-    let r = Access::Read.bit();
-    let w = Access::Write.bit();
-    match kind {
-        b"open" => {
-            let f = flags.unwrap_or(0);
-            if f & O_PATH != 0 {
-                (Access::Probe.bit(), 0)
-            } else if f & O_DIRECTORY != 0 && f & O_ACCMODE == 0 {
-                (Access::List.bit(), 0)
+impl RowFields for ColFields<'_> {
+    fn syscall(&self) -> Option<Syscall> {
+        let i = self.i;
+        self.syscall
+            .is_valid(i)
+            .then(|| Syscall::from_name(self.syscall.value(i)))
+            .flatten()
+    }
+
+    fn flags(&self) -> Option<u32> {
+        self.flags
+            .is_valid(self.i)
+            .then(|| self.flags.value(self.i))
+    }
+
+    fn prot(&self) -> Option<u32> {
+        self.prot.is_valid(self.i).then(|| self.prot.value(self.i))
+    }
+
+    fn bytes(&self) -> (u64, u64) {
+        let v = |a: &UInt64Array| {
+            if a.is_valid(self.i) {
+                a.value(self.i)
             } else {
-                match f & O_ACCMODE {
-                    0 => (r, 0),
-                    1 => (w, 0),
-                    _ => (r | w, 0),
-                }
+                0
             }
-        }
-        b"exec" => (Access::Exec.bit(), 0),
-        b"stat" | b"chdir" => (Access::Probe.bit(), 0),
-        b"list" => (Access::List.bit(), 0),
-        b"modify" => match syscall() {
-            // The first path of symlink is the link's text, not a file.
-            Some(b"symlink") | Some(b"symlinkat") => (0, w),
-            _ => (w, w),
-        },
-        b"mmap" => {
-            let shared_write =
-                prot().unwrap_or(0) & PROT_WRITE != 0 && flags.unwrap_or(0) & MAP_SHARED != 0;
-            (if shared_write { r | w } else { r }, 0)
-        }
-        b"io_uring" => (r, 0),
-        _ => (0, 0),
+        };
+        (v(self.bytes_read), v(self.bytes_written))
     }
 }
 
@@ -710,6 +707,8 @@ pub fn scan(
         let child = prim::<UInt32Array>(&b, col::CHILD_PID);
         let dev = prim::<UInt64Array>(&b, col::DEV);
         let ino = prim::<UInt64Array>(&b, col::INO);
+        let bytes_read = prim::<UInt64Array>(&b, col::BYTES_READ);
+        let bytes_written = prim::<UInt64Array>(&b, col::BYTES_WRITTEN);
         // Protected files by identity need the row's dev and ino; other policies never read
         // them.
         let by_ident = !e.protected_ids.is_empty();
@@ -753,7 +752,7 @@ pub fn scan(
                     }
                     continue;
                 }
-                b"exit" | b"io" | b"mount" | b"memfd" => {
+                b"exit" | b"memfd" => {
                     if setup {
                         e.scan.setup_rows += 1;
                     }
@@ -784,18 +783,34 @@ pub fn scan(
                 e.scan.setup_rows += 1;
                 continue;
             }
-            let sc = || syscall.is_valid(i).then(|| syscall.value(i));
-            let fl = flags.is_valid(i).then(|| flags.value(i));
-            let pr = || prot.is_valid(i).then(|| prot.value(i));
-            let (a1, a2) = accesses(k, sc, fl, pr);
+            let Some(kind) = EventKind::from_name(k) else {
+                continue;
+            };
+            let fields = ColFields {
+                i,
+                syscall,
+                flags,
+                prot,
+                bytes_read,
+                bytes_written,
+            };
+            let acc = classify(kind, &fields);
+            let (a1, a2) = (acc.first.bits(), acc.second.bits());
             if a1 == 0 && a2 == 0 {
                 continue;
             }
+            let ok = match kind {
+                // Bytes moved: done.
+                EventKind::Io => true,
+                // Submitted: its result is not recorded.
+                EventKind::IoUring => false,
+                _ => ret.is_valid(i) && ret.value(i) >= 0,
+            };
             let row = RowRef {
                 cols: &cols,
                 i,
                 pid: p,
-                ok: ret.is_valid(i) && ret.value(i) >= 0 && k != b"io_uring",
+                ok,
                 resolved: resolved.get(i),
                 raw: path.get(i),
                 host: host.get(i),

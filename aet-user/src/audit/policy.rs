@@ -15,45 +15,7 @@ use regex::bytes::RegexSet;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-/// What a rule counts as an access.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
-pub enum Access {
-    /// Opened for reading, or mapped.
-    Read,
-    /// Opened for writing, created, renamed, removed, changed.
-    Write,
-    /// Executed.
-    Exec,
-    /// stat, access, readlink, chdir: existence and metadata.
-    Probe,
-    /// A directory listed.
-    List,
-}
-
-impl Access {
-    pub const ALL: [Access; 5] = [
-        Access::Read,
-        Access::Write,
-        Access::Exec,
-        Access::Probe,
-        Access::List,
-    ];
-
-    pub fn bit(self) -> u8 {
-        1 << self as u8
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Read => "read",
-            Self::Write => "write",
-            Self::Exec => "exec",
-            Self::Probe => "probe",
-            Self::List => "list",
-        }
-    }
-}
+pub use crate::access::{Access, Accesses};
 
 /// What a failed (denied) access at a rule's path counts as.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]

@@ -8,6 +8,7 @@ use std::{
     fmt::Write as _,
 };
 
+use aet_common::{EventKind, Syscall};
 use serde::Serialize;
 
 use super::{
@@ -15,6 +16,28 @@ use super::{
     rows::{LedgerRow, rows_of},
     schema::meta,
 };
+use crate::access::{Access, RowFields, classify};
+
+impl RowFields for LedgerRow {
+    fn syscall(&self) -> Option<Syscall> {
+        Syscall::from_name(self.syscall.as_deref()?.as_bytes())
+    }
+
+    fn flags(&self) -> Option<u32> {
+        self.flags
+    }
+
+    fn prot(&self) -> Option<u32> {
+        self.prot
+    }
+
+    fn bytes(&self) -> (u64, u64) {
+        (
+            self.bytes_read.unwrap_or(0),
+            self.bytes_written.unwrap_or(0),
+        )
+    }
+}
 
 /// One file in the summary.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -67,12 +90,6 @@ pub struct Summary {
     pub incomplete_reasons: Vec<String>,
     pub killed: Vec<serde_json::Value>,
 }
-
-const O_ACCMODE: u32 = 0o3;
-const O_WRONLY: u32 = 0o1;
-const O_RDWR: u32 = 0o2;
-const O_CREAT: u32 = 0o100;
-const O_TRUNC: u32 = 0o1000;
 
 /// What identifies a file in the summary: its (device, inode) when the kernel said, else its
 /// path.
@@ -256,12 +273,11 @@ fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
         "open" => {
             let Some(key) = key_of(r, best) else { return };
             note(&key, t);
-            let f = r.flags.unwrap_or(0);
-            let acc = f & O_ACCMODE;
-            if acc != O_WRONLY {
+            let acc = classify(EventKind::Open, r).first;
+            if acc.contains(Access::Read) {
                 t.read.entry(key.clone()).or_default().0 += 1;
             }
-            if acc == O_WRONLY || acc == O_RDWR || f & (O_CREAT | O_TRUNC) != 0 {
+            if acc.contains(Access::Write) {
                 t.written.entry(key).or_default().0 += 1;
             }
         }
@@ -281,16 +297,26 @@ fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
         "stat" => s.probes += 1,
         "modify" if ok => {
             let sc = r.syscall.clone().unwrap_or_default();
-            *s.changes_by_syscall.entry(sc.clone()).or_default() += 1;
-            // The file a change creates or overwrites: the target of rename/link/symlink, else
-            // the path.
-            let target = if r.path2.is_some() {
+            *s.changes_by_syscall.entry(sc).or_default() += 1;
+            // The file a change creates or overwrites: the second path of a rename, link or
+            // symlink, else the first. A removed file is in the changes, not among the files
+            // written.
+            let acc = classify(EventKind::Modify, r);
+            let target = if acc.second.contains(Access::Write) {
                 r.resolved_path2.as_ref().or(r.path2.as_ref())
-            } else {
+            } else if acc.first.contains(Access::Write) {
                 best
+            } else {
+                None
             };
+            let removal = matches!(
+                r.syscall
+                    .as_deref()
+                    .and_then(|n| Syscall::from_name(n.as_bytes())),
+                Some(Syscall::Unlink | Syscall::Unlinkat | Syscall::Rmdir)
+            );
             if let Some(p) = target
-                && !matches!(sc.as_str(), "unlink" | "unlinkat" | "rmdir")
+                && !removal
             {
                 let key = FileKey::Path(p.clone());
                 t.names.entry(key.clone()).or_insert_with(|| p.clone());

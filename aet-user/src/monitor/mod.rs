@@ -345,9 +345,8 @@ impl RowMaker {
         }
         match ev.kind {
             EventKind::Open => {
-                const O_CREAT: u32 = 0o100;
-                const O_TMPFILE: u32 = 0o20000000;
-                if h.open_flags & (O_CREAT | O_TMPFILE) != 0 {
+                use aet_common::uapi::{O_CREAT, O_TMPFILE_BIT};
+                if h.open_flags & (O_CREAT | O_TMPFILE_BIT) != 0 {
                     row.mode = Some(h.mode);
                 }
                 if ev.syscall == aet_common::Syscall::Openat2 {
@@ -392,8 +391,10 @@ impl RowMaker {
         }
         if shape.path2 >= 0 {
             row.path2 = Some(ev.path2);
-            let (r, _, _) = resolve(ev.path2, true, ev.walk2, h.walk2_flags, false);
-            row.resolved_path2 = r;
+            if shape.bits & aet_common::shape::PATH2_VERBATIM == 0 {
+                let (r, _, _) = resolve(ev.path2, true, ev.walk2, h.walk2_flags, false);
+                row.resolved_path2 = r;
+            }
         }
         if row.resolved_partial == Some(true) {
             self.stats.partial_paths += 1;
