@@ -29,9 +29,6 @@ use crate::{
     monitor::{Monitor, MonitorError, MonitorReport},
 };
 
-/// Name of the ledger file inside a run directory.
-pub const LEDGER_FILE: &str = "ledger.arrow";
-
 /// Errors of `run` and `monitor`.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -182,7 +179,7 @@ fn prepare_out(out: &Path) -> Result<PathBuf, RunError> {
         path: out.to_owned(),
         source,
     })?;
-    let ledger = out.join(LEDGER_FILE);
+    let ledger = out.join(crate::ledger::LEDGER_FILE);
     if ledger.symlink_metadata().is_ok() {
         return Err(RunError::LedgerExists(ledger));
     }
@@ -297,7 +294,7 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
     let ledger = prepare_out(&opts.out)?;
     // Whole seconds: ctimes are compared at that resolution.
     let run_started = std::time::SystemTime::now() - Duration::from_secs(1);
-    let name = format!("run-{}-{}", std::process::id(), crate::monitor::now_ns());
+    let name = format!("run-{}-{}", std::process::id(), crate::util::now_ns());
     let cg = RunCgroup::create(&name)?;
     let guard = Guard::start(cg.path()).map_err(RunError::Guard)?;
     let scope = Scope::Cgroup {

@@ -90,6 +90,30 @@ pub fn user_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
     c
 }
 
+/// Cargo of the stable toolchain, with a `PATH` that holds neither rustup's proxies nor
+/// bpf-linker: what builds this way needs nothing of the eBPF toolchain.
+fn stable_only_cargo() -> anyhow::Result<Command> {
+    let out = Command::new("rustup")
+        .args(["which", "cargo", "--toolchain", "stable"])
+        .output()
+        .context("rustup which cargo")?;
+    if !out.status.success() {
+        bail!("rustup has no stable toolchain");
+    }
+    let cargo = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let bin = cargo.parent().context("cargo has no directory")?.to_owned();
+    let mut c = Command::new(&cargo);
+    c.env(
+        "PATH",
+        std::env::join_paths([bin, "/usr/bin".into(), "/bin".into()])?,
+    )
+    .env_remove("RUSTUP_TOOLCHAIN")
+    .env_remove("RUSTC")
+    .env_remove("RUSTC_WRAPPER")
+    .env("CARGO_TARGET_DIR", root().join("target/stable"));
+    Ok(c)
+}
+
 pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.env("PATH", setup::path_with_cargo_bin());
@@ -197,10 +221,26 @@ fn demo_isolated(aet: &Path) -> anyhow::Result<()> {
 
 fn test(filter: Option<String>) -> anyhow::Result<()> {
     setup::setup()?;
+    println!("== format and lints");
+    sh(cargo().args(["fmt", "--all", "--check"]))?;
+    sh(cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "aet-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    println!("== pure logic on stable Rust alone (no nightly, no bpf-linker on PATH)");
+    sh(stable_only_cargo()?.args(["test", "--package", "aet-core", "--lib", "--tests"]))?;
     println!("== unit tests");
     sh(cargo().args([
         "test",
         "--workspace",
+        "--exclude",
+        "aet-core",
         "--exclude",
         "aet-tests",
         "--exclude",

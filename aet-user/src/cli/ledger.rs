@@ -44,7 +44,7 @@ pub enum Command {
 /// A ledger path from a file or run-directory argument.
 pub fn ledger_path(p: &Path) -> PathBuf {
     if p.is_dir() {
-        p.join(crate::runner::LEDGER_FILE)
+        p.join(crate::ledger::LEDGER_FILE)
     } else {
         p.to_owned()
     }

@@ -63,7 +63,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         anyhow::bail!("--grace must be between 0 and 86400 seconds");
     }
     let out = a.out.unwrap_or_else(default_out);
-    let ledger = out.join(runner::LEDGER_FILE);
+    let ledger = out.join(crate::ledger::LEDGER_FILE);
     if ledger.symlink_metadata().is_ok() {
         anyhow::bail!(runner::RunError::LedgerExists(ledger));
     }
@@ -189,7 +189,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
 
 /// `runs/<UTC time>` for a run without `--out`.
 fn default_out() -> PathBuf {
-    let secs = crate::monitor::now_ns() / 1_000_000_000;
+    let secs = crate::util::now_ns() / 1_000_000_000;
     PathBuf::from("runs").join(utc_stamp(secs))
 }
 

@@ -215,7 +215,7 @@ pub fn probe_table(results: &[ProbeResult]) -> String {
             r.read,
             r.write,
             r.list,
-            crate::ledger::summary::escape_path(&r.path.0.to_string_lossy())
+            crate::util::escape_path(&r.path.0.to_string_lossy())
         ));
     }
     s

@@ -80,14 +80,6 @@ pub fn decode(bytes: &[u8]) -> Result<RawEvent<'_>, DecodeError> {
     })
 }
 
-/// Splits a NUL-separated argument vector into arguments (a trailing NUL ends the last one).
-pub fn split_argv(argv: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let trimmed = argv.strip_suffix(&[0]).unwrap_or(argv);
-    trimmed
-        .split(|&b| b == 0)
-        .filter(move |_| !trimmed.is_empty())
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -158,14 +150,5 @@ pub(crate) mod tests {
         let mut rec = record(EventKind::Open, Syscall::Openat, b"/x", b"");
         rec[0] = 99;
         assert_eq!(decode(&rec).unwrap_err(), DecodeError::Kind(99));
-    }
-
-    #[test]
-    fn argv_splits_on_nul() {
-        let args: Vec<&[u8]> = split_argv(b"sh\0-c\0echo hi\0").collect();
-        assert_eq!(args, vec![&b"sh"[..], b"-c", b"echo hi"]);
-        assert_eq!(split_argv(b"").count(), 0);
-        let args: Vec<&[u8]> = split_argv(b"a\0\0b").collect();
-        assert_eq!(args, vec![&b"a"[..], b"", b"b"]);
     }
 }

@@ -29,6 +29,7 @@ use crate::{
         writer::{LedgerWriter, Row, WriteError},
     },
     loader::{Counters, LoadError, LoadOptions, Loaded, Scope},
+    util::{WallClock, now_ns},
 };
 use decode::RawEvent;
 use paths::ResolvedFrom;
@@ -57,42 +58,6 @@ pub enum MonitorError {
     /// The consumer thread panicked.
     #[error("the event consumer thread panicked")]
     ConsumerPanicked,
-}
-
-/// Converts kernel boot-time stamps to wall-clock time.
-#[derive(Clone, Copy, Debug)]
-pub struct WallClock {
-    offset_ns: i64,
-}
-
-impl WallClock {
-    /// Measures `CLOCK_REALTIME - CLOCK_BOOTTIME` now.
-    pub fn now() -> Self {
-        use nix::time::{ClockId, clock_gettime};
-        let ns = |c| {
-            clock_gettime(c)
-                .map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec())
-                .unwrap_or(0)
-        };
-        let boot = ns(ClockId::CLOCK_BOOTTIME);
-        let real = ns(ClockId::CLOCK_REALTIME);
-        Self {
-            offset_ns: real - boot,
-        }
-    }
-
-    /// Wall-clock ns for a `bpf_ktime_get_boot_ns()` stamp.
-    pub fn wall(&self, boot_ns: u64) -> i64 {
-        boot_ns as i64 + self.offset_ns
-    }
-}
-
-/// Wall-clock now, ns since the epoch.
-pub fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
 }
 
 /// What userspace keeps per live process: the kernel sends `ppid` and `comm` only with fork,
@@ -711,7 +676,7 @@ mod tests {
 
     #[test]
     fn ppid_and_comm_come_from_the_recorded_tree() {
-        let mut m = RowMaker::new(WallClock { offset_ns: 1000 });
+        let mut m = RowMaker::new(WallClock::with_offset(1000));
         // pid 10 (known to the kernel as a child of 1) execs python, then forks 77.
         let exec = record_with(
             EventKind::Exec,
@@ -757,7 +722,7 @@ mod tests {
 
     #[test]
     fn walks_become_resolved_paths() {
-        let mut m = RowMaker::new(WallClock { offset_ns: 0 });
+        let mut m = RowMaker::new(WallClock::with_offset(0));
         // A relative open the kernel resolved through the new file: the object's walk.
         let open = record_with(
             EventKind::Open,
@@ -821,7 +786,7 @@ mod tests {
 
     #[test]
     fn exit_status_is_split_into_code_and_signal() {
-        let mut m = RowMaker::new(WallClock { offset_ns: 0 });
+        let mut m = RowMaker::new(WallClock::with_offset(0));
         let exit = record_with(EventKind::Exit, Syscall::None, &[b""; 5], |h| {
             h.ret = 3 << 8
         });
@@ -854,7 +819,7 @@ mod tests {
         let consumed = consume(
             source,
             writer,
-            WallClock { offset_ns: 0 },
+            WallClock::with_offset(0),
             stop,
             Duration::ZERO,
         )

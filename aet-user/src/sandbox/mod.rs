@@ -9,7 +9,8 @@
 
 pub mod build;
 pub mod env;
-pub mod plan;
+/// The stage's plan and report formats (pure data, in `aet-core`).
+pub use aet_core::stage as plan;
 pub mod spec;
 pub mod stage;
 

@@ -16,7 +16,10 @@ use super::{
     rows::{LedgerRow, rows_of},
     schema::meta,
 };
-use crate::access::{Access, RowFields, classify};
+use crate::{
+    access::{Access, RowFields, classify},
+    util::{escape_path, shell_words},
+};
 
 impl RowFields for LedgerRow {
     fn syscall(&self) -> Option<Syscall> {
@@ -444,55 +447,4 @@ pub fn render_text(s: &Summary, list_files: bool) -> String {
         }
     }
     o
-}
-
-/// Escapes control characters so a path with a newline stays on one line.
-pub fn escape_path(p: &str) -> String {
-    p.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
-}
-
-/// Joins arguments for display, quoting those that need it.
-pub fn shell_words(args: &[String]) -> String {
-    args.iter()
-        .map(|a| {
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-            {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shell_words_quotes_what_needs_it() {
-        let a = vec![
-            "sh".into(),
-            "-c".into(),
-            "cat x | wc -l".into(),
-            "it's".into(),
-        ];
-        assert_eq!(shell_words(&a), r"sh -c 'cat x | wc -l' 'it'\''s'");
-    }
-
-    #[test]
-    fn escape_keeps_paths_on_one_line() {
-        assert_eq!(escape_path("/a\nb"), r"/a\nb");
-    }
 }

@@ -2,7 +2,7 @@
 //!
 //! Rows accumulate in Arrow builders and go to disk as a record batch every [`BATCH_ROWS`] rows
 //! or when the caller flushes (the monitor flushes at least every
-//! [`FLUSH_INTERVAL`](crate::monitor::FLUSH_INTERVAL)), so a run of hours holds one batch in
+//! `FLUSH_INTERVAL`), so a run of hours holds one batch in
 //! memory and a killed monitor leaves every flushed batch readable. The file is created with
 //! `O_EXCL`: an existing ledger is never overwritten.
 
@@ -265,12 +265,14 @@ impl Builders {
         self.mntns.append_value(r.mntns);
         self.ret.append_option(r.ret);
         match r.ret {
-            Some(ret) if ret < 0 => self.errno.append_value(schema::errno_name((-ret) as i32)),
+            Some(ret) if ret < 0 => self
+                .errno
+                .append_value(crate::util::errno_name((-ret) as i32)),
             _ => self.errno.append_null(),
         }
         match r.argv {
             Some(argv) => {
-                for arg in crate::monitor::decode::split_argv(argv) {
+                for arg in crate::util::split_argv(argv) {
                     self.argv
                         .values()
                         .append_value(String::from_utf8_lossy(arg));

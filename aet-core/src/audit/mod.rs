@@ -172,7 +172,7 @@ pub fn audit_with(
     opts: &Options<'_>,
 ) -> Result<Report, AuditError> {
     let ledger = if ledger.is_dir() {
-        ledger.join(crate::runner::LEDGER_FILE)
+        ledger.join(crate::ledger::LEDGER_FILE)
     } else {
         ledger.to_owned()
     };
@@ -478,7 +478,7 @@ pub fn render_text(r: &Report) -> String {
                 "{label:<7}{} {}{outcome} {}{count}  by {}",
                 f.rule,
                 f.access,
-                crate::ledger::summary::escape_path(&f.path),
+                crate::util::escape_path(&f.path),
                 who(f)
             );
             lines += 1;

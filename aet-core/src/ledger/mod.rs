@@ -1,4 +1,8 @@
 //! The ledger: one Arrow IPC file per run, one row per event.
+
+/// Name of the ledger file inside a run directory.
+pub const LEDGER_FILE: &str = "ledger.arrow";
+
 pub mod ipc;
 pub mod reader;
 pub mod rows;

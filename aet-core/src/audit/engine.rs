@@ -368,11 +368,8 @@ impl<'p> Engine<'p> {
             pseudo,
         });
         self.path_texts.push(lossy(p));
-        self.path_hex.push(
-            std::str::from_utf8(p)
-                .is_err()
-                .then(|| p.iter().map(|b| format!("{b:02x}")).collect()),
-        );
+        self.path_hex
+            .push(std::str::from_utf8(p).is_err().then(|| crate::util::hex(p)));
         self.cache.insert(p.into(), id);
         self.path_bytes.push(p.into());
         id

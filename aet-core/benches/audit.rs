@@ -1,6 +1,6 @@
 //! Audit throughput on a large ledger (run by `cargo xtask bench --only audit`).
 //!
-//! `cargo bench -p aet-user --bench audit -- TEMPLATE POLICY ROWS [RUNS]`: writes a ledger of at
+//! `cargo bench -p aet-core --bench audit -- TEMPLATE POLICY ROWS [RUNS]`: writes a ledger of at
 //! least ROWS rows by repeating the batches of TEMPLATE (a ledger recorded from a real run), then
 //! audits it RUNS times on one thread and prints the median rows/s.
 
@@ -18,7 +18,7 @@ fn main() -> anyhow::Result<()> {
     };
     let want: u64 = rows.parse()?;
     let runs: usize = rest.first().map(|r| r.parse()).transpose()?.unwrap_or(3);
-    let mut ledger = aet::ledger::reader::Ledger::open(template.as_ref())?;
+    let mut ledger = aet_core::ledger::reader::Ledger::open(template.as_ref())?;
     let schema = ledger.schema().clone();
     let batches = ledger.read_all()?;
     let per: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
@@ -61,14 +61,15 @@ fn main() -> anyhow::Result<()> {
         )?;
         std::io::copy(&mut &f, &mut std::io::sink())?;
     }
-    let policy = aet::audit::policy::Policy::load(policy.as_ref())?;
-    let opts = aet::audit::Options {
+    let policy = aet_core::audit::policy::Policy::load(policy.as_ref())?;
+    let opts = aet_core::audit::Options {
         transcripts: None,
         transcript_format: "claude-jsonl",
     };
     {
         let t = Instant::now();
-        let mut l = aet::ledger::reader::Ledger::open_columns(&big, aet::audit::engine::COLUMNS)?;
+        let mut l =
+            aet_core::ledger::reader::Ledger::open_columns(&big, aet_core::audit::engine::COLUMNS)?;
         let mut rows = 0usize;
         while let Some(b) = l.next_batch()? {
             rows += b.num_rows();
@@ -81,7 +82,7 @@ fn main() -> anyhow::Result<()> {
     let mut rates = Vec::new();
     for i in 0..runs {
         let t = Instant::now();
-        let r = aet::audit::audit_with(&big, &policy, &opts)?;
+        let r = aet_core::audit::audit_with(&big, &policy, &opts)?;
         let secs = t.elapsed().as_secs_f64();
         let rate = r.counts.rows as f64 / secs;
         println!(

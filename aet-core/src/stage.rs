@@ -48,13 +48,7 @@ impl Serialize for PPath {
         match self.0.to_str() {
             Some(t) => PPathRepr::Text(t.to_owned()),
             None => PPathRepr::Hex {
-                hex: self
-                    .0
-                    .as_os_str()
-                    .as_bytes()
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect(),
+                hex: crate::util::hex(self.0.as_os_str().as_bytes()),
             },
         }
         .serialize(s)

@@ -188,40 +188,9 @@ pub mod capture {
     pub const HOST_UNMAPPED: u32 = 1 << 31;
 }
 
-/// The symbolic name of an errno value (`ENOENT`), or `E<n>` for one the platform does not name.
-pub fn errno_name(errno: i32) -> &'static str {
-    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-    let names = NAMES.get_or_init(|| {
-        (0..256)
-            .map(|n| {
-                let e = nix::errno::Errno::from_raw(n);
-                let s = format!("{e:?}");
-                let s = if s == "UnknownErrno" {
-                    format!("E{n}")
-                } else {
-                    s
-                };
-                &*Box::leak(s.into_boxed_str())
-            })
-            .collect()
-    });
-    match usize::try_from(errno) {
-        Ok(n) if n < names.len() => names[n],
-        _ => "EUNKNOWN",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn errno_names() {
-        assert_eq!(errno_name(2), "ENOENT");
-        assert_eq!(errno_name(13), "EACCES");
-        assert_eq!(errno_name(36), "ENAMETOOLONG");
-        assert_eq!(errno_name(-1), "EUNKNOWN");
-    }
 
     #[test]
     fn schema_has_the_documented_columns() {

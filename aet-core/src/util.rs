@@ -1,0 +1,152 @@
+//! Small helpers every part of aet shares: errno names, clocks, how paths and argument vectors
+//! are shown and split. One copy each.
+
+/// The symbolic name of an errno value (`ENOENT`), or `E<n>` for one the platform does not name.
+pub fn errno_name(errno: i32) -> &'static str {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        (0..256)
+            .map(|n| {
+                let e = nix::errno::Errno::from_raw(n);
+                let s = format!("{e:?}");
+                let s = if s == "UnknownErrno" {
+                    format!("E{n}")
+                } else {
+                    s
+                };
+                &*Box::leak(s.into_boxed_str())
+            })
+            .collect()
+    });
+    match usize::try_from(errno) {
+        Ok(n) if n < names.len() => names[n],
+        _ => "EUNKNOWN",
+    }
+}
+
+/// Wall-clock now, ns since the epoch.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Converts kernel boot-time stamps (`bpf_ktime_get_boot_ns()`) to wall-clock time.
+#[derive(Clone, Copy, Debug)]
+pub struct WallClock {
+    offset_ns: i64,
+}
+
+impl WallClock {
+    /// Measures `CLOCK_REALTIME - CLOCK_BOOTTIME` now.
+    pub fn now() -> Self {
+        use nix::time::{ClockId, clock_gettime};
+        let ns = |c| {
+            clock_gettime(c)
+                .map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec())
+                .unwrap_or(0)
+        };
+        let boot = ns(ClockId::CLOCK_BOOTTIME);
+        let real = ns(ClockId::CLOCK_REALTIME);
+        Self {
+            offset_ns: real - boot,
+        }
+    }
+
+    /// A clock with a fixed offset (tests).
+    pub const fn with_offset(offset_ns: i64) -> Self {
+        Self { offset_ns }
+    }
+
+    /// Wall-clock ns for a `bpf_ktime_get_boot_ns()` stamp.
+    pub fn wall(&self, boot_ns: u64) -> i64 {
+        boot_ns as i64 + self.offset_ns
+    }
+}
+
+/// Escapes control characters so a path with a newline stays on one line.
+pub fn escape_path(p: &str) -> String {
+    p.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+/// Joins arguments for display, quoting those that need it.
+pub fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Splits a NUL-separated argument vector into arguments (a trailing NUL ends the last one).
+pub fn split_argv(argv: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let trimmed = argv.strip_suffix(&[0]).unwrap_or(argv);
+    trimmed
+        .split(|&b| b == 0)
+        .filter(move |_| !trimmed.is_empty())
+}
+
+/// Bytes as lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_names() {
+        assert_eq!(errno_name(2), "ENOENT");
+        assert_eq!(errno_name(13), "EACCES");
+        assert_eq!(errno_name(36), "ENAMETOOLONG");
+        assert_eq!(errno_name(-1), "EUNKNOWN");
+    }
+
+    #[test]
+    fn shell_words_quotes_what_needs_it() {
+        let a = vec![
+            "sh".into(),
+            "-c".into(),
+            "cat x | wc -l".into(),
+            "it's".into(),
+        ];
+        assert_eq!(shell_words(&a), r"sh -c 'cat x | wc -l' 'it'\''s'");
+    }
+
+    #[test]
+    fn escape_keeps_paths_on_one_line() {
+        assert_eq!(escape_path("/a\nb"), r"/a\nb");
+    }
+
+    #[test]
+    fn argv_splits_on_nul() {
+        let v: Vec<&[u8]> = split_argv(b"sh\0-c\0\0x\0").collect();
+        assert_eq!(v, [&b"sh"[..], b"-c", b"", b"x"]);
+        assert_eq!(split_argv(b"").count(), 0);
+        assert_eq!(hex(b"\x00\xff/"), "00ff2f");
+    }
+}
