@@ -3,6 +3,7 @@
 /// Name of the ledger file inside a run directory.
 pub const LEDGER_FILE: &str = "ledger.arrow";
 
+pub mod columns;
 pub mod ipc;
 pub mod reader;
 pub mod rows;

@@ -270,7 +270,7 @@ impl RowMaker {
                 if let (Some(dev), Some(ino)) = (row.dev, row.ino)
                     && let Some(p) = self.inode_paths.get(&(dev, ino))
                 {
-                    row.resolved_path = Some(p.clone());
+                    row.resolved_path = Some(p.clone().into());
                     row.resolved_from = Some(ResolvedFrom::Inode.name());
                 }
                 return row;
@@ -280,21 +280,21 @@ impl RowMaker {
                 if ev.syscall == aet_common::Syscall::None {
                     row.io_uring_op = Some(h.aux as u32);
                     if !ev.path.is_empty() {
-                        row.path = Some(ev.path);
+                        row.path = Some(ev.path.into());
                         let (r, from, partial) = resolve(ev.path, true, b"", 0, false);
-                        row.resolved_path = r;
+                        row.resolved_path = r.map(Into::into);
                         row.resolved_from = from.map(ResolvedFrom::name);
                         row.resolved_partial = partial;
                     }
                 } else {
                     row.fd = (h.fd >= 0).then_some(h.fd);
-                    row.ret = Some(h.ret);
+                    row.set_ret(h.ret);
                 }
                 return row;
             }
             _ => {}
         }
-        row.ret = Some(h.ret);
+        row.set_ret(h.ret);
         let is_exec = ev.kind == EventKind::Exec;
         if shape.dirfd >= 0 || is_exec {
             row.dirfd = Some(h.dirfd);
@@ -337,7 +337,7 @@ impl RowMaker {
         }
         let has_path = shape.path >= 0 || is_exec;
         if has_path && path_ok {
-            row.path = Some(ev.path);
+            row.path = Some(ev.path.into());
             row.path_truncated = h.flags & flags::PATH_TRUNCATED != 0;
         }
         let verbatim = shape.bits & aet_common::shape::PATH_VERBATIM != 0;
@@ -350,15 +350,15 @@ impl RowMaker {
                 h.walk_flags,
                 is_object,
             );
-            row.resolved_path = r;
+            row.resolved_path = r.map(Into::into);
             row.resolved_from = from.map(ResolvedFrom::name);
             row.resolved_partial = partial;
         }
         if shape.path2 >= 0 {
-            row.path2 = Some(ev.path2);
+            row.path2 = Some(ev.path2.into());
             if shape.bits & aet_common::shape::PATH2_VERBATIM == 0 {
                 let (r, _, _) = resolve(ev.path2, true, ev.walk2, h.walk2_flags, false);
-                row.resolved_path2 = r;
+                row.resolved_path2 = r.map(Into::into);
             }
         }
         if row.resolved_partial == Some(true) {
@@ -371,7 +371,7 @@ impl RowMaker {
             {
                 self.inode_paths
                     .entry((dev, ino))
-                    .or_insert_with(|| r.clone());
+                    .or_insert_with(|| r.to_vec());
             }
             if h.mntns != self.mapper.own_ns() && h.mntns != 0 {
                 let mnt = if is_object { row.mnt_id } else { None };
@@ -398,7 +398,7 @@ impl RowMaker {
                     _ => self.mapper.map(h.mntns, h.pid, r, mnt),
                 };
                 match mapped {
-                    Some(host) if &host != r => row.host_path = Some(host),
+                    Some(host) if host[..] != r[..] => row.host_path = Some(host.into()),
                     Some(_) => {}
                     None => {
                         row.capture |= capture::HOST_UNMAPPED;
@@ -716,7 +716,7 @@ mod tests {
         assert_eq!(row.pid, 77);
         assert_eq!(row.ppid, 10, "creator recorded by the fork row");
         assert_eq!(&row.comm[..7], b"python3");
-        assert_eq!(row.path, Some(&b"/x"[..]));
+        assert_eq!(row.path.as_deref(), Some(&b"/x"[..]));
         assert_eq!(row.seq, 2);
     }
 
