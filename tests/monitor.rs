@@ -836,3 +836,84 @@ fn an_existing_ledger_is_never_overwritten() {
     );
     assert_eq!(fs::read(r.ledger()).unwrap(), before);
 }
+
+/// When aet itself fails after the monitor attached (fault injection at each point where it can),
+/// the run is stopped, the ledger is still finished and readable, says why it is incomplete, and
+/// the audit calls it inconclusive; nothing of the run is left running.
+#[test]
+fn every_early_error_finishes_the_ledger() {
+    let d = tempdir();
+    let marker = d.path().join("marker");
+    fs::write(&marker, "x").unwrap();
+    let policy = d.path().join("policy.toml");
+    fs::write(&policy, "[cheats]\nnothing = 'no-such-file-anywhere'\n").unwrap();
+    let script = format!(
+        "cat {} > /dev/null; sleep 0.3; echo $$ > {}/pid",
+        marker.display(),
+        d.path().display()
+    );
+    for point in ["signals", "cgroup", "wait", "teardown"] {
+        let out = d.path().join(format!("run-{point}"));
+        let r = aet()
+            .args(["run", "--out"])
+            .arg(&out)
+            .args(["--", "sh", "-c", &script])
+            .env("AET_DEBUG_FAIL_AT", point)
+            .output()
+            .unwrap();
+        let stderr = text(&r.stderr);
+        assert_eq!(r.status.code(), Some(125), "{point}: {stderr}");
+        assert!(stderr.contains("INCOMPLETE RECORD"), "{point}: {stderr}");
+        let ledger = out.join("ledger.arrow");
+        let m = meta(&ledger);
+        assert_eq!(m["aet.finished"], "true", "{point}: the footer is written");
+        assert_eq!(m["aet.complete"], "false", "{point}");
+        let reasons: serde_json::Value =
+            serde_json::from_str(&m["aet.incomplete_reasons"]).unwrap();
+        let failed = reasons
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["code"] == "aet_failed")
+            .unwrap_or_else(|| panic!("{point}: {reasons}"));
+        assert!(
+            failed["text"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("fault injected at {point}")),
+            "{point}: {failed}"
+        );
+        let a = aet()
+            .arg("audit")
+            .arg(&out)
+            .arg("--policy")
+            .arg(&policy)
+            .output()
+            .unwrap();
+        assert_eq!(a.status.code(), Some(3), "{point}: {}", text(&a.stdout));
+        // The command ran to its end only where the failure came after it.
+        if let Ok(pid) = fs::read_to_string(d.path().join("pid")) {
+            let pid: i32 = pid.trim().parse().unwrap();
+            assert!(
+                !Path::new(&format!("/proc/{pid}")).exists(),
+                "{point}: the run's process {pid} is gone"
+            );
+            fs::remove_file(d.path().join("pid")).unwrap();
+        }
+    }
+    // aet monitor: the same when it fails after attaching.
+    let mut target = Command::new("sleep").arg("30").spawn().unwrap();
+    let out = d.path().join("mon-track");
+    let r = aet()
+        .args(["monitor", "--pid", &target.id().to_string(), "--out"])
+        .arg(&out)
+        .env("AET_DEBUG_FAIL_AT", "track")
+        .output()
+        .unwrap();
+    let _ = target.kill();
+    let _ = target.wait();
+    assert_eq!(r.status.code(), Some(125), "{}", text(&r.stderr));
+    let m = meta(&out.join("ledger.arrow"));
+    assert_eq!(m["aet.finished"], "true");
+    assert!(m["aet.incomplete_reasons"].contains("fault injected at track"));
+}

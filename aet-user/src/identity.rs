@@ -24,6 +24,7 @@ use nix::{
 };
 use serde::{Deserialize, Serialize};
 
+pub use crate::ledger::record::{GraderRoot, HandOver, ProcessRef};
 use crate::sandbox::{
     env::{self, EnvPolicy},
     plan::Identity,
@@ -171,14 +172,6 @@ pub fn parse_identity(s: &str) -> Result<(u32, u32), IdentityError> {
     Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
 }
 
-/// The grader root as checked.
-#[derive(Clone, Debug, Serialize)]
-pub struct GraderRoot {
-    pub path: PathBuf,
-    /// What aet changed to make it root's and 0700 (`fix_grader_root`), if anything.
-    pub fixed: Option<String>,
-}
-
 /// Checks (or, with `fix`, makes) the grader root root-owned and 0700, and outside every path
 /// the agent is granted (neither inside one nor containing one).
 pub fn check_grader_root(
@@ -251,15 +244,6 @@ pub fn check_grader_root(
         path: path.to_owned(),
         fixed: Some(format!("was {}; now root's, 0700", wrong.join(", "))),
     })
-}
-
-/// What handing a directory over did.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct HandOver {
-    /// Entries given to the agent.
-    pub changed: u64,
-    /// Entries left alone, with why (hard-linked files, other file systems).
-    pub skipped: Vec<String>,
 }
 
 /// Gives `dir` and everything in it to `uid:gid` without ever following a symbolic link: the
@@ -417,23 +401,17 @@ pub fn agent_env(
     .apply(std::env::vars_os())
 }
 
-/// A process of the agent's uid that aet found after the run's cgroup was gone, and killed.
-#[derive(Clone, Debug, Serialize)]
-pub struct Stray {
-    pub pid: u32,
-    pub comm: String,
-}
-
 /// Kills every process of `uid` left anywhere on the machine and waits until none remains.
-/// Returns what it killed; an error names the survivors.
-pub fn reap_uid(uid: u32) -> Result<Vec<Stray>, String> {
+/// Returns what it killed (processes of the agent's uid found after the run's cgroup was gone);
+/// an error names the survivors.
+pub fn reap_uid(uid: u32) -> Result<Vec<ProcessRef>, String> {
     // Processes killed with the run's cgroup may still be on their way out: give them a moment.
     let settle = Instant::now() + Duration::from_millis(500);
     while !crate::kernel::procfs::processes_with_any_uid(uid).is_empty() && Instant::now() < settle
     {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let mut killed: Vec<Stray> = Vec::new();
+    let mut killed: Vec<ProcessRef> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let left = crate::kernel::procfs::processes_with_any_uid(uid);
@@ -451,7 +429,7 @@ pub fn reap_uid(uid: u32) -> Result<Vec<Stray>, String> {
         }
         for pid in left {
             if !killed.iter().any(|k| k.pid == pid) {
-                killed.push(Stray {
+                killed.push(ProcessRef {
                     pid,
                     comm: crate::kernel::procfs::comm(pid).unwrap_or_default(),
                 });

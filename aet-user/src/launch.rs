@@ -12,7 +12,8 @@ use std::{
 };
 
 use crate::{
-    identity::{self, GraderRoot, HandOver, IdentityConfig, IdentityError, Stray},
+    identity::{self, GraderRoot, HandOver, IdentityConfig, IdentityError, ProcessRef},
+    ledger::record::IdentityRecord,
     sandbox::{
         self, PrepareOptions, Prepared, SandboxError, build,
         env::{self, Env},
@@ -266,28 +267,28 @@ impl IdentityRun {
     pub fn record(
         &self,
         report: Option<&Report>,
-        strays: &[Stray],
+        strays: &[ProcessRef],
         reap_error: Option<&str>,
         leftovers: &[PathBuf],
         leftover_total: u64,
-    ) -> serde_json::Value {
-        serde_json::json!({
-            "uid": self.config.uid,
-            "gid": self.config.gid,
-            "home": self.home,
-            "workspace": self.workspace,
-            "env": self.env.names(),
-            "env_removed": self.env.removed,
-            "workspace_handover": self.workspace_handover,
-            "home_handover": self.home_handover,
-            "rw_binds_handover": self.rw_binds_handover,
-            "grader_root": self.grader_root,
-            "privileges": report.and_then(|r| r.privileges.clone()),
-            "verified": report.is_some_and(|r| r.ok),
-            "killed_after_teardown": strays,
-            "reap_error": reap_error,
-            "leftover_files": leftovers,
-            "leftover_files_total": leftover_total,
-        })
+    ) -> IdentityRecord {
+        IdentityRecord {
+            uid: self.config.uid,
+            gid: self.config.gid,
+            home: self.home.clone(),
+            workspace: self.workspace.clone(),
+            env: self.env.names(),
+            env_removed: self.env.removed.clone(),
+            workspace_handover: self.workspace_handover.clone(),
+            home_handover: self.home_handover.clone(),
+            rw_binds_handover: self.rw_binds_handover.clone(),
+            grader_root: self.grader_root.clone(),
+            privileges: report.and_then(|r| r.privileges.clone()),
+            verified: report.is_some_and(|r| r.ok),
+            killed_after_teardown: strays.to_vec(),
+            reap_error: reap_error.map(str::to_owned),
+            leftover_files: leftovers.to_vec(),
+            leftover_files_total: leftover_total,
+        }
     }
 }

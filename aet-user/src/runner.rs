@@ -9,10 +9,12 @@
 //! signal asks to stop.
 
 use std::{
-    collections::HashMap,
     ffi::OsString,
     io,
-    os::{fd::AsRawFd as _, unix::process::ExitStatusExt as _},
+    os::{
+        fd::{AsRawFd as _, RawFd},
+        unix::process::ExitStatusExt as _,
+    },
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -24,7 +26,10 @@ use crate::{
         cgroup::{self, CgroupError, RunCgroup},
         procfs,
     },
-    ledger::schema::meta,
+    ledger::{
+        record::{Incomplete, MetaMap, ProcessRef, Reasons},
+        schema::meta,
+    },
     loader::{LoadOptions, Scope},
     monitor::{Monitor, MonitorError, MonitorReport},
 };
@@ -154,23 +159,24 @@ pub struct RunOptions {
     /// set-up is in the ledger too), as an agent identity, or as it is.
     pub launch: crate::launch::Launch,
     /// Metadata written with the ledger's head (e.g. protected files' identities at start).
-    pub head: HashMap<String, String>,
+    pub head: MetaMap,
 }
 
-/// A process aet killed.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Killed {
-    pub pid: u32,
-    pub comm: String,
+/// How the command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandEnd {
+    /// It ran: its shell-style status (128+N for signal N; 127 not found; 126 not executable).
+    Exited(i32),
+    /// aet's stage found the agent's environment not as specified: the command did not run.
+    Refused,
 }
 
 /// How a run ended.
 #[derive(Debug)]
 pub struct RunOutcome {
-    /// The command's exit status (128+N for signal N; 127 not found; 126 not executable).
-    pub exit_status: i32,
+    pub end: CommandEnd,
     /// Processes killed at teardown.
-    pub killed: Vec<Killed>,
+    pub killed: Vec<ProcessRef>,
     pub report: MonitorReport,
 }
 
@@ -201,17 +207,55 @@ pub fn exit_code_of(status: std::process::ExitStatus) -> i32 {
     }
 }
 
-fn command_json(cmd: &[OsString]) -> String {
-    let v: Vec<String> = cmd
-        .iter()
+fn command_text(cmd: &[OsString]) -> Vec<String> {
+    cmd.iter()
         .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    serde_json::to_string(&v).unwrap_or_default()
+        .collect()
 }
 
-/// In the command's child, before exec: closes every inherited fd above stderr that is not
-/// close-on-exec (the command starts with stdio only; a harness's stray fds never leak into it),
-/// then gives the child an fd table sized to what is left.
+/// Fault injection for tests: `AET_DEBUG_FAIL_AT=POINT` makes aet fail at that point of a run
+/// (`signals`, `cgroup`, `wait`, `teardown`, `track`), so that each early error path is shown to
+/// finish the ledger. Never set it for a real run.
+pub const FAIL_AT_ENV: &str = "AET_DEBUG_FAIL_AT";
+
+fn fault(point: &str) -> io::Result<()> {
+    match std::env::var(FAIL_AT_ENV) {
+        Ok(p) if p == point => Err(io::Error::other(format!(
+            "fault injected at {point} ({FAIL_AT_ENV})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// aet's fds that the command would inherit (above stderr, not close-on-exec), as ranges for
+/// `close_range`: a harness's stray fds, which must never leak into the agent. Read in the
+/// parent, where reading a directory is allowed; fds aet opens meanwhile are close-on-exec (Rust
+/// opens every fd that way), so the list cannot miss one.
+fn inherited_fd_ranges() -> Vec<(libc::c_uint, libc::c_uint)> {
+    let mut fds: Vec<libc::c_uint> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .filter(|&fd: &libc::c_uint| fd > 2)
+                // SAFETY: F_GETFD reads a flag; a closed fd (the directory's own) gives -1.
+                .filter(|&fd| unsafe { libc::fcntl(fd as RawFd, libc::F_GETFD) } == 0)
+                .collect()
+        })
+        .unwrap_or_default();
+    fds.sort_unstable();
+    let mut ranges: Vec<(libc::c_uint, libc::c_uint)> = Vec::new();
+    for fd in fds {
+        match ranges.last_mut() {
+            Some((_, last)) if *last + 1 == fd => *last = fd,
+            _ => ranges.push((fd, fd)),
+        }
+    }
+    ranges
+}
+
+/// In the command's child, before exec: closes the inherited fds `strays` (see
+/// [`inherited_fd_ranges`]; the command starts with stdio only), then gives the child an fd table
+/// sized to what is left.
 ///
 /// The table a forked child gets is as large as its parent's highest open fd (one stray fd 251
 /// of a harness is enough for 256 slots) and never shrinks, not even at exec. The monitor reaches
@@ -221,17 +265,13 @@ fn command_json(cmd: &[OsString]) -> String {
 /// shared: so it is shared for a moment with a helper process that waits to be killed. The
 /// helper is made before the child joins the run's cgroup, so the monitor does not see it.
 ///
-/// Async-signal-safe: only fcntl, close, getpid, clone, prctl, unshare, kill and waitpid.
-fn child_fd_hygiene() {
+/// Async-signal-safe: only close_range, getpid, clone, prctl, unshare, kill and waitpid.
+fn child_fd_hygiene(strays: &[(libc::c_uint, libc::c_uint)]) {
     // SAFETY: plain syscalls on fds of this (forked, single-threaded) process. The helper
     // continues on its own copy of this stack (no CLONE_VM) and only calls pause(2).
     unsafe {
-        let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(64, 65536) as i32;
-        for fd in 3..max {
-            let fl = libc::fcntl(fd, libc::F_GETFD);
-            if fl >= 0 && fl & libc::FD_CLOEXEC == 0 {
-                libc::close(fd);
-            }
+        for &(first, last) in strays {
+            libc::syscall(libc::SYS_close_range, first, last, 0);
         }
         // No exit signal: the helper's death raises no SIGCHLD in a process whose handlers are
         // still aet's.
@@ -286,11 +326,13 @@ fn tracked_outside(monitor: &mut Monitor, cg: Option<&Path>) -> Vec<u32> {
     pids
 }
 
-/// `aet run`.
+/// `aet run`. Once the monitor is attached, every path out of here finishes the ledger: an error
+/// of aet's own stops the run (its processes are killed), is recorded as the reason the record
+/// is incomplete, and is returned after the ledger is finished.
 pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
-    let Some(program) = opts.command.first() else {
+    if opts.command.is_empty() {
         return Err(RunError::NoCommand);
-    };
+    }
     let ledger = prepare_out(&opts.out)?;
     // Whole seconds: ctimes are compared at that resolution.
     let run_started = std::time::SystemTime::now() - Duration::from_secs(1);
@@ -302,7 +344,7 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
         id: cg.id(),
     };
     let mut head = opts.head.clone();
-    head.insert(meta::COMMAND.to_owned(), command_json(&opts.command));
+    head.set_json(meta::COMMAND, &command_text(&opts.command));
     let mut monitor = Monitor::start(
         &LoadOptions {
             scope: scope.clone(),
@@ -316,139 +358,32 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
         format_args!("monitoring in {} -> {}", scope.describe(), ledger.display()),
     );
 
-    let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
-    let mut sighup = signal(SignalKind::hangup()).map_err(RunError::Signals)?;
-
-    let procs = cg.procs_file()?;
-    let procs_fd = procs.as_raw_fd();
-    let (std_cmd, keep_fd) = opts.launch.command();
-    let mut cmd = tokio::process::Command::from(std_cmd);
-    // SAFETY: the closure only calls async-signal-safe syscalls (write, close, fcntl, and those
-    // of child_fd_hygiene).
-    unsafe {
-        cmd.pre_exec(move || {
-            child_fd_hygiene();
-            let r = libc::write(procs_fd, b"0".as_ptr().cast(), 1);
-            if r != 1 {
-                return Err(io::Error::last_os_error());
+    let mut reasons = Reasons::new();
+    let mut extra = MetaMap::new();
+    let driven = drive(&opts, &cg, &mut monitor).await;
+    let (status, killed) = match driven {
+        Ok(d) => {
+            if let Some(e) = d.kill_error {
+                reasons.push(Incomplete::KillFailed { error: e });
             }
-            if let Some(fd) = keep_fd {
-                crate::sandbox::inherit_fd(fd)?;
-            }
-            Ok(())
-        });
-    }
-    let started = Instant::now();
-    let spawned = cmd.spawn();
-    drop(procs);
-    let mut reasons = Vec::new();
-    let exit_status = match spawned {
-        Err(e) => {
-            let code = if e.kind() == io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            eprintln!("aet: cannot run {}: {e}", program.to_string_lossy());
-            code
+            (Ok(d.status), d.killed)
         }
-        Ok(mut child) => {
-            let child_pid = child.id();
-            let mut interrupts = 0;
-            let status = loop {
-                tokio::select! {
-                    st = child.wait() => break st.map_err(RunError::Wait)?,
-                    _ = sigterm.recv() => {
-                        if let Some(pid) = child_pid {
-                            let _ = nix::sys::signal::kill(
-                                nix::unistd::Pid::from_raw(pid as i32),
-                                nix::sys::signal::Signal::SIGTERM,
-                            );
-                        }
-                        note(opts.quiet, "SIGTERM: forwarded to the command");
-                    }
-                    _ = sighup.recv() => {
-                        if let Some(pid) = child_pid {
-                            let _ = nix::sys::signal::kill(
-                                nix::unistd::Pid::from_raw(pid as i32),
-                                nix::sys::signal::Signal::SIGHUP,
-                            );
-                        }
-                    }
-                    _ = sigint.recv() => {
-                        interrupts += 1;
-                        if interrupts >= 2 {
-                            note(opts.quiet, "second interrupt: killing the run");
-                            cg.kill_all()?;
-                        }
-                    }
-                }
-            };
-            let code = exit_code_of(status);
-            note(
-                opts.quiet,
-                format_args!(
-                    "command exited with status {code} after {:.3} s",
-                    started.elapsed().as_secs_f64()
-                ),
-            );
-            code
+        Err(e) => {
+            // aet failed while the command ran: nothing of the run may go on unmonitored.
+            eprintln!("aet: error: {e}; stopping the run");
+            let _ = cg.kill_all();
+            reasons.push(Incomplete::AetFailed {
+                error: e.to_string(),
+            });
+            (Err(e), Vec::new())
         }
     };
-
-    // The rest of the run gets `grace` to finish, then is killed.
-    let deadline = Instant::now() + opts.grace;
-    while cg.populated()? && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let mut killed = Vec::new();
-    let mut leftovers = cg.procs()?;
-    leftovers.extend(tracked_outside(&mut monitor, Some(cg.path())));
-    leftovers.sort_unstable();
-    leftovers.dedup();
-    if !leftovers.is_empty() {
-        for &pid in &leftovers {
-            killed.push(Killed {
-                pid,
-                comm: procfs::comm(pid).unwrap_or_default(),
-            });
-        }
-        for k in &killed {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(k.pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        if let Err(e) = cg.kill_all() {
-            reasons.push(format!("processes of the run survived the kill: {e}"));
-        }
-        let list: Vec<String> = killed
-            .iter()
-            .map(|k| format!("{} ({})", k.pid, k.comm))
-            .collect();
-        note(
-            opts.quiet,
-            format_args!(
-                "killed {} process(es) still running {:.1} s after the command ended: {}",
-                killed.len(),
-                opts.grace.as_secs_f64(),
-                list.join(", ")
-            ),
-        );
-        // Let the killed processes' exits reach the ring buffer.
-        for _ in 0..100 {
-            if tracked_outside(&mut monitor, None).is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
     if monitor.consumer_failed() {
-        reasons.push("the event consumer stopped early".into());
+        reasons.push(Incomplete::ConsumerStopped);
     }
-    let mut exit_status = exit_status;
-    let mut extra = HashMap::new();
+    let mut end = status
+        .as_ref()
+        .map_or(CommandEnd::Refused, |s| CommandEnd::Exited(*s));
     let stage = opts.launch.stage_report();
     match &stage {
         None => {}
@@ -474,16 +409,16 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
             for f in &r.failures {
                 eprintln!("aet:   - {f}");
             }
-            exit_status = crate::cli::EXIT_AET_FAILED.into();
+            end = CommandEnd::Refused;
         }
         Some(Err(e)) => {
             eprintln!("aet: error: {e}");
-            exit_status = crate::cli::EXIT_AET_FAILED.into();
+            end = CommandEnd::Refused;
         }
     }
     let report_ok = stage.as_ref().and_then(|r| r.as_ref().ok());
     if let Some(sb) = &opts.launch.sandbox {
-        extra.insert(meta::SANDBOX.to_owned(), sb.record(report_ok).to_string());
+        extra.set_json(meta::SANDBOX, &sb.record(report_ok));
     }
     if let Some(id) = &opts.launch.identity {
         // No process of the agent's uid may outlive the run, anywhere on the machine.
@@ -505,7 +440,7 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
         }
         if let Some(e) = &reap_error {
             eprintln!("aet: error: {e}");
-            reasons.push(e.clone());
+            reasons.push(Incomplete::ReapFailed { error: e.clone() });
         }
         let (files, total) = crate::identity::leftovers(
             id.config.uid,
@@ -523,25 +458,189 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
                 ),
             );
         }
-        extra.insert(
-            meta::IDENTITY.to_owned(),
-            id.record(report_ok, &strays, reap_error.as_deref(), &files, total)
-                .to_string(),
+        extra.set_json(
+            meta::IDENTITY,
+            &id.record(report_ok, &strays, reap_error.as_deref(), &files, total),
         );
     }
-    extra.insert(meta::EXIT_STATUS.to_owned(), exit_status.to_string());
-    extra.insert(
-        meta::KILLED.to_owned(),
-        serde_json::to_string(&killed).unwrap_or_default(),
-    );
+    if let CommandEnd::Exited(code) = end {
+        extra.set(meta::EXIT_STATUS, code);
+    }
+    extra.set_json(meta::KILLED, &killed);
     let report = monitor.stop(extra, reasons)?;
     drop(cg);
     guard.release();
     report_end(&report, opts.quiet);
+    status?;
     Ok(RunOutcome {
-        exit_status,
+        end,
         killed,
         report,
+    })
+}
+
+/// What driving the command found.
+struct Driven {
+    /// The command's shell-style status.
+    status: i32,
+    killed: Vec<ProcessRef>,
+    /// The run's processes could not all be killed.
+    kill_error: Option<String>,
+}
+
+/// Starts the command in the run's cgroup, waits for it (forwarding signals), gives the rest of
+/// the run `grace`, and kills what is left.
+async fn drive(
+    opts: &RunOptions,
+    cg: &RunCgroup,
+    monitor: &mut Monitor,
+) -> Result<Driven, RunError> {
+    let program = &opts.command[0];
+    let signals = |kind| {
+        fault("signals")?;
+        signal(kind)
+    };
+    let mut sigterm = signals(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut sigint = signals(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    let mut sighup = signals(SignalKind::hangup()).map_err(RunError::Signals)?;
+
+    fault("cgroup").map_err(|e| {
+        RunError::Cgroup(CgroupError::Io {
+            path: cg.path().to_owned(),
+            source: e,
+        })
+    })?;
+    let procs = cg.procs_file()?;
+    let procs_fd = procs.as_raw_fd();
+    let (std_cmd, keep_fd) = opts.launch.command();
+    let strays = inherited_fd_ranges();
+    let mut cmd = tokio::process::Command::from(std_cmd);
+    // SAFETY: the closure only calls async-signal-safe syscalls (write, fcntl, and those of
+    // child_fd_hygiene).
+    unsafe {
+        cmd.pre_exec(move || {
+            child_fd_hygiene(&strays);
+            let r = libc::write(procs_fd, b"0".as_ptr().cast(), 1);
+            if r != 1 {
+                return Err(io::Error::last_os_error());
+            }
+            if let Some(fd) = keep_fd {
+                crate::sandbox::inherit_fd(fd)?;
+            }
+            Ok(())
+        });
+    }
+    let started = Instant::now();
+    let spawned = cmd.spawn();
+    drop(procs);
+    let status = match spawned {
+        Err(e) => {
+            let code = if e.kind() == io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            eprintln!("aet: cannot run {}: {e}", program.to_string_lossy());
+            code
+        }
+        Ok(mut child) => {
+            let child_pid = child.id();
+            let forward = |sig| {
+                if let Some(pid) = child_pid {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+                }
+            };
+            let mut interrupts = 0;
+            let status = loop {
+                tokio::select! {
+                    st = child.wait() => {
+                        fault("wait").map_err(RunError::Wait)?;
+                        break st.map_err(RunError::Wait)?
+                    }
+                    _ = sigterm.recv() => {
+                        forward(nix::sys::signal::Signal::SIGTERM);
+                        note(opts.quiet, "SIGTERM: forwarded to the command");
+                    }
+                    _ = sighup.recv() => forward(nix::sys::signal::Signal::SIGHUP),
+                    _ = sigint.recv() => {
+                        interrupts += 1;
+                        if interrupts >= 2 {
+                            note(opts.quiet, "second interrupt: killing the run");
+                            cg.kill_all()?;
+                        }
+                    }
+                }
+            };
+            let code = exit_code_of(status);
+            note(
+                opts.quiet,
+                format_args!(
+                    "command exited with status {code} after {:.3} s",
+                    started.elapsed().as_secs_f64()
+                ),
+            );
+            code
+        }
+    };
+
+    // The rest of the run gets `grace` to finish, then is killed.
+    fault("teardown").map_err(|e| {
+        RunError::Cgroup(CgroupError::Io {
+            path: cg.path().to_owned(),
+            source: e,
+        })
+    })?;
+    let deadline = Instant::now() + opts.grace;
+    while cg.populated()? && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut killed = Vec::new();
+    let mut kill_error = None;
+    let mut leftovers = cg.procs()?;
+    leftovers.extend(tracked_outside(monitor, Some(cg.path())));
+    leftovers.sort_unstable();
+    leftovers.dedup();
+    if !leftovers.is_empty() {
+        for &pid in &leftovers {
+            killed.push(ProcessRef {
+                pid,
+                comm: procfs::comm(pid).unwrap_or_default(),
+            });
+        }
+        for k in &killed {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(k.pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if let Err(e) = cg.kill_all() {
+            kill_error = Some(e.to_string());
+        }
+        let list: Vec<String> = killed
+            .iter()
+            .map(|k| format!("{} ({})", k.pid, k.comm))
+            .collect();
+        note(
+            opts.quiet,
+            format_args!(
+                "killed {} process(es) still running {:.1} s after the command ended: {}",
+                killed.len(),
+                opts.grace.as_secs_f64(),
+                list.join(", ")
+            ),
+        );
+        // Let the killed processes' exits reach the ring buffer.
+        for _ in 0..100 {
+            if tracked_outside(monitor, None).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    Ok(Driven {
+        status,
+        killed,
+        kill_error,
     })
 }
 
@@ -563,7 +662,7 @@ pub fn report_end(report: &MonitorReport, quiet: bool) {
             report.rows,
             report.lost
         );
-        for r in &report.incomplete {
+        for r in report.incomplete.iter() {
             eprintln!("aet:   - {r}");
         }
         eprintln!("aet: this ledger cannot prove what the run touched.");
@@ -579,7 +678,7 @@ pub enum Target {
 }
 
 /// How `aet monitor` scopes in the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScopeKind {
     /// The target's cgroup v2 (for --pid: the cgroup the process is in).
     Cgroup,
@@ -656,12 +755,12 @@ fn target_gone(scope: &Scope, seen: &mut bool, monitor: &mut Monitor) -> bool {
     *seen || matches!(scope, Scope::Pid(_))
 }
 
-/// `aet monitor`.
+/// `aet monitor`. Once the monitor is attached, every path out of here finishes the ledger.
 pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
     let scope = resolve_scope(&opts.target, opts.scope)?;
     let ledger = prepare_out(&opts.out)?;
-    let mut head = HashMap::new();
-    head.insert(meta::COMMAND.to_owned(), "[]".to_owned());
+    let mut head = MetaMap::new();
+    head.set_json(meta::COMMAND, &Vec::<String>::new());
     let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
     let mut monitor = Monitor::start(
@@ -672,48 +771,64 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
         &ledger,
         head,
     )?;
-    if let Scope::Pid(pid) = scope {
-        // Processes the target started before the attach: track them and their threads. Twice,
-        // for anything forked while the first pass ran.
-        for _ in 0..2 {
-            for p in procfs::descendants(pid) {
-                for tid in procfs::threads(p) {
-                    monitor.loaded().track(tid).map_err(MonitorError::from)?;
+    let mut reasons = Reasons::new();
+    let tracked = match scope {
+        Scope::Pid(pid) => track_tree(&mut monitor, pid),
+        _ => Ok(()),
+    };
+    if let Err(e) = &tracked {
+        eprintln!("aet: error: {e}; stopping");
+        reasons.push(Incomplete::AetFailed {
+            error: e.to_string(),
+        });
+    } else {
+        note(
+            opts.quiet,
+            format_args!(
+                "monitoring {} -> {} (until it is gone, or SIGINT/SIGTERM)",
+                scope.describe(),
+                ledger.display()
+            ),
+        );
+        let mut seen = false;
+        let mut reason = "the target is gone";
+        loop {
+            tokio::select! {
+                _ = sigterm.recv() => { reason = "SIGTERM"; break; }
+                _ = sigint.recv() => { reason = "SIGINT"; break; }
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                    if target_gone(&scope, &mut seen, &mut monitor) {
+                        break;
+                    }
+                    if monitor.consumer_failed() {
+                        reason = "the event consumer stopped";
+                        break;
+                    }
                 }
             }
         }
+        note(opts.quiet, format_args!("stopping: {reason}"));
     }
-    note(
-        opts.quiet,
-        format_args!(
-            "monitoring {} -> {} (until it is gone, or SIGINT/SIGTERM)",
-            scope.describe(),
-            ledger.display()
-        ),
-    );
-    let mut seen = false;
-    let mut reason = "the target is gone";
-    loop {
-        tokio::select! {
-            _ = sigterm.recv() => { reason = "SIGTERM"; break; }
-            _ = sigint.recv() => { reason = "SIGINT"; break; }
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                if target_gone(&scope, &mut seen, &mut monitor) {
-                    break;
-                }
-                if monitor.consumer_failed() {
-                    reason = "the event consumer stopped";
-                    break;
-                }
-            }
-        }
-    }
-    note(opts.quiet, format_args!("stopping: {reason}"));
-    let mut reasons = Vec::new();
     if monitor.consumer_failed() {
-        reasons.push("the event consumer stopped early".into());
+        reasons.push(Incomplete::ConsumerStopped);
     }
-    let report = monitor.stop(HashMap::new(), reasons)?;
+    let report = monitor.stop(MetaMap::new(), reasons)?;
     report_end(&report, opts.quiet);
+    tracked?;
     Ok(report)
+}
+
+/// Processes the target started before the attach: tracks them and their threads. Twice, for
+/// anything forked while the first pass ran.
+fn track_tree(monitor: &mut Monitor, pid: u32) -> Result<(), RunError> {
+    fault("track")
+        .map_err(|e| RunError::Monitor(MonitorError::Load(crate::loader::LoadError::Cpus(e))))?;
+    for _ in 0..2 {
+        for p in procfs::descendants(pid) {
+            for tid in procfs::threads(p) {
+                monitor.loaded().track(tid).map_err(MonitorError::from)?;
+            }
+        }
+    }
+    Ok(())
 }

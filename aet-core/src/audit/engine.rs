@@ -6,7 +6,7 @@
 //! outcome, access, process and path. Rows of aet's own set-up (bwrap building the sandbox, aet's
 //! stage before it execs the command) are left out.
 
-use std::{collections::HashMap, os::unix::ffi::OsStrExt as _, path::Path};
+use std::{os::unix::ffi::OsStrExt as _, path::Path};
 
 use arrow_array::{
     Array, BinaryArray, Int64Array, ListArray, RecordBatch, UInt32Array, UInt64Array,
@@ -21,7 +21,8 @@ use super::policy::{Access, Attempts, Policy, Severity};
 use crate::access::{RowFields, classify};
 use crate::ledger::{
     reader::{Form, Ledger, ReadError},
-    schema::{col, meta},
+    record::LedgerMeta,
+    schema::col,
 };
 
 /// The columns the engine reads.
@@ -628,36 +629,35 @@ fn argv_at(list: &ListArray, i: usize) -> Option<Vec<String>> {
     Some(range.map(|k| lossy(items.value(k))).collect())
 }
 
+/// What a scan read besides its findings: the ledger's metadata and how it was read.
+pub struct Read {
+    pub meta: LedgerMeta,
+    pub form: Form,
+    pub damaged_tail: Option<String>,
+}
+
 /// Scans a ledger with a policy.
-pub fn scan(
-    ledger_path: &Path,
-    policy: &Policy,
-) -> Result<(Scan, HashMap<String, String>, Form), ReadError> {
+pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadError> {
     let mut ledger = Ledger::open_columns(ledger_path, COLUMNS)?;
-    let metadata = ledger.metadata();
+    let meta = ledger.meta()?;
     let form = ledger.form();
     // aet's own set-up precedes the command when a stage ran (sandbox or identity).
-    let audit_setup = metadata.contains_key(meta::SANDBOX) || metadata.contains_key(meta::IDENTITY);
+    let audit_setup = meta.sandbox.is_some() || meta.identity.is_some();
     let mut protected_ids = Vec::new();
-    let protected_meta: HashMap<String, (u64, u64)> = metadata
-        .get(meta::PROTECTED)
-        .and_then(|j| serde_json::from_str::<HashMap<String, serde_json::Value>>(j).ok())
-        .map(|m| {
-            m.into_iter()
-                .filter_map(|(k, v)| Some((k, (v["dev"].as_u64()?, v["ino"].as_u64()?))))
-                .collect()
-        })
-        .unwrap_or_default();
     for (n, (name, path)) in policy.protected.iter().enumerate() {
         // The identity taken at run start when the run recorded it, else now.
-        let id = protected_meta.get(name).copied().or_else(|| {
-            std::fs::metadata(path).ok().map(|m| {
-                (
-                    std::os::unix::fs::MetadataExt::dev(&m),
-                    std::os::unix::fs::MetadataExt::ino(&m),
-                )
-            })
-        });
+        let id = meta
+            .protected
+            .get(name)
+            .map(|p| (p.dev, p.ino))
+            .or_else(|| {
+                std::fs::metadata(path).ok().map(|m| {
+                    (
+                        std::os::unix::fs::MetadataExt::dev(&m),
+                        std::os::unix::fs::MetadataExt::ino(&m),
+                    )
+                })
+            });
         if let Some((d, i)) = id {
             protected_ids.push((d, i, n));
         }
@@ -903,7 +903,12 @@ pub fn scan(
     e.scan.paths = e.path_texts;
     e.scan.rule_hits = e.rule_hits;
     e.scan.findings = e.findings;
-    Ok((e.scan, metadata, form))
+    let read = Read {
+        meta,
+        form,
+        damaged_tail: ledger.damaged_tail.clone(),
+    };
+    Ok((e.scan, read))
 }
 
 #[cfg(test)]

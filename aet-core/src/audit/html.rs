@@ -238,18 +238,7 @@ pub fn render(r: &Report) -> String {
          <title>aet audit: {}</title><style>{STYLE}</style></head><body>\n",
         esc(verdict)
     );
-    let command = r
-        .run
-        .command
-        .as_ref()
-        .and_then(|c| c.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default();
+    let command = crate::util::shell_words(&r.run.command);
     let _ = write!(
         o,
         "<header class=\"{verdict}\"><h1 id=\"verdict\">Verdict: {}</h1><p>{} &middot; disqualified: {} &middot; isolation clean: {} &middot; record complete: {}</p></header>\n<main>\n",

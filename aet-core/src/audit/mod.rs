@@ -14,10 +14,7 @@ pub mod html;
 pub mod policy;
 pub mod transcript;
 
-use std::{
-    collections::HashMap,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -25,7 +22,10 @@ use engine::{Class, Finding, Outcome, Proc};
 use policy::{Policy, PolicyError, Severity};
 use transcript::ToolCall;
 
-use crate::ledger::{reader::Form, reader::ReadError, schema::meta};
+use crate::ledger::{
+    reader::ReadError,
+    record::{Observed, assess},
+};
 
 /// Version of the audit report format.
 pub const REPORT_VERSION: u32 = 1;
@@ -76,7 +76,7 @@ impl Verdict {
 /// What the run was, from the ledger's metadata.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RunInfo {
-    pub command: Option<serde_json::Value>,
+    pub command: Vec<String>,
     pub scope: Option<String>,
     pub started_ns: Option<i64>,
     pub ended_ns: Option<i64>,
@@ -171,11 +171,7 @@ pub fn audit_with(
     policy: &Policy,
     opts: &Options<'_>,
 ) -> Result<Report, AuditError> {
-    let ledger = if ledger.is_dir() {
-        ledger.join(crate::ledger::LEDGER_FILE)
-    } else {
-        ledger.to_owned()
-    };
+    let ledger = crate::ledger::ledger_path(ledger);
     let calls = match opts.transcripts {
         None => None,
         Some(dir) => {
@@ -190,60 +186,27 @@ pub fn audit_with(
             Some((dir.to_owned(), fmt.name().to_owned(), calls))
         }
     };
-    let (scan, metadata, form) = engine::scan(&ledger, policy)?;
-    Ok(build_report(&ledger, policy, scan, &metadata, form, calls))
+    let (scan, read) = engine::scan(&ledger, policy)?;
+    Ok(build_report(&ledger, policy, scan, &read, calls))
 }
 
 fn build_report(
     ledger: &Path,
     policy: &Policy,
     mut scan: engine::Scan,
-    m: &HashMap<String, String>,
-    form: Form,
+    read: &engine::Read,
     calls: Option<(PathBuf, String, Vec<ToolCall>)>,
 ) -> Report {
-    let get = |k: &str| m.get(k).map(String::as_str);
-    let mut reasons: Vec<String> = get(meta::INCOMPLETE_REASONS)
-        .and_then(|j| serde_json::from_str(j).ok())
-        .unwrap_or_default();
-    if form == Form::Unfinished {
-        reasons.push("the ledger is unfinished (its monitor was killed)".into());
-    }
-    if get(meta::COMPLETE) != Some("true") && reasons.is_empty() {
-        reasons.push("the ledger does not say it is complete".into());
-    }
-    let lost: u64 = get(meta::EVENTS_LOST)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    if lost > 0 && !reasons.iter().any(|r| r.contains("lost")) {
-        reasons.push(format!("{lost} events were lost"));
-    }
-    if scan.io_uring_rows > 0 && !reasons.iter().any(|r| r.contains("io_uring")) {
-        reasons.push(format!(
-            "the run used io_uring ({} records): accesses through it are not fully recorded",
-            scan.io_uring_rows
-        ));
-    }
-    if scan.unseen_starts > 0 {
-        reasons.push(format!(
-            "{} process(es) were already running when the monitor attached: what they did before is not in the record",
-            scan.unseen_starts
-        ));
-    }
-    let sandbox: Option<serde_json::Value> =
-        get(meta::SANDBOX).and_then(|j| serde_json::from_str(j).ok());
-    let identity: Option<serde_json::Value> =
-        get(meta::IDENTITY).and_then(|j| serde_json::from_str(j).ok());
-    for (what, v) in [("sandbox", &sandbox), ("agent identity", &identity)] {
-        if let Some(v) = v
-            && v["verified"] != true
-        {
-            reasons.push(format!(
-                "the {what} was not verified: the command did not run as specified"
-            ));
-        }
-    }
-    reasons.dedup();
+    let m = &read.meta;
+    let reasons = assess(
+        m,
+        read.form,
+        read.damaged_tail.as_deref(),
+        Observed {
+            io_uring_rows: scan.io_uring_rows,
+            unseen_starts: scan.unseen_starts,
+        },
+    );
     let complete = reasons.is_empty();
 
     // Transcripts: rule hits, correlation, mentions.
@@ -366,16 +329,13 @@ fn build_report(
         Verdict::Clean
     };
     let run = RunInfo {
-        command: get(meta::COMMAND).and_then(|j| serde_json::from_str(j).ok()),
-        scope: get(meta::SCOPE_TARGET).map(str::to_owned),
-        started_ns: get(meta::STARTED_NS).and_then(|v| v.parse().ok()),
-        ended_ns: get(meta::ENDED_NS).and_then(|v| v.parse().ok()),
-        exit_status: get(meta::EXIT_STATUS).and_then(|v| v.parse().ok()),
-        sandbox_verified: sandbox.as_ref().map(|v| v["verified"] == true),
-        identity_uid: identity
-            .as_ref()
-            .and_then(|v| v["uid"].as_u64())
-            .map(|u| u as u32),
+        command: m.command.clone(),
+        scope: m.scope_target.clone(),
+        started_ns: m.started_ns,
+        ended_ns: m.ended_ns,
+        exit_status: m.exit_status,
+        sandbox_verified: m.sandbox.as_ref().map(|s| s.verified),
+        identity_uid: m.identity.as_ref().map(|i| i.uid),
     };
     Report {
         format: "aet.audit",
@@ -388,7 +348,7 @@ fn build_report(
         disqualified,
         isolation_clean,
         complete,
-        incomplete_reasons: reasons,
+        incomplete_reasons: reasons.texts(),
         run,
         counts: Counts {
             rows: scan.rows,

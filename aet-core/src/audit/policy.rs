@@ -237,6 +237,27 @@ fn globs(
 }
 
 impl Policy {
+    /// The protected files' identities now (those that exist), for a run to record at its start.
+    pub fn protected_identities(
+        &self,
+    ) -> std::collections::BTreeMap<String, crate::ledger::record::ProtectedFile> {
+        use std::os::unix::fs::MetadataExt as _;
+        self.protected
+            .iter()
+            .filter_map(|(name, path)| {
+                let m = fs::metadata(path).ok()?;
+                Some((
+                    name.clone(),
+                    crate::ledger::record::ProtectedFile {
+                        path: path.as_path().into(),
+                        dev: m.dev(),
+                        ino: m.ino(),
+                    },
+                ))
+            })
+            .collect()
+    }
+
     /// Reads and compiles a policy file.
     pub fn load(path: &Path) -> Result<Self, PolicyError> {
         let text = fs::read_to_string(path).map_err(|source| PolicyError::Read {

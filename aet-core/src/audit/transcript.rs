@@ -12,7 +12,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One tool call from a transcript.
 #[derive(Clone, Debug, Serialize)]
@@ -121,6 +121,109 @@ pub fn command_paths(cmd: &str) -> Vec<String> {
         .collect()
 }
 
+/// A JSON value taken when it is a string, and ignored otherwise (transcripts are another
+/// program's output: a field of an unexpected type is skipped, never fatal).
+#[derive(Debug, Default)]
+struct Text(Option<String>);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Any {
+            S(String),
+            #[allow(dead_code)]
+            Other(serde::de::IgnoredAny),
+        }
+        Ok(Text(match Any::deserialize(d)? {
+            Any::S(s) => Some(s),
+            Any::Other(_) => None,
+        }))
+    }
+}
+
+impl Text {
+    fn get(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+/// One line of a Claude Code transcript (the fields aet reads).
+#[derive(Debug, Default, Deserialize)]
+struct Line {
+    #[serde(default)]
+    timestamp: Text,
+    #[serde(default)]
+    message: Lenient<Message>,
+}
+
+/// A value of type `T`, or anything else (ignored).
+#[derive(Debug)]
+struct Lenient<T>(Option<T>);
+
+impl<T> Default for Lenient<T> {
+    fn default() -> Self {
+        Self(None)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Any<T> {
+            T(T),
+            #[allow(dead_code)]
+            Other(serde::de::IgnoredAny),
+        }
+        Ok(Self(match Any::<T>::deserialize(d)? {
+            Any::T(t) => Some(t),
+            Any::Other(_) => None,
+        }))
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Message {
+    /// A list of items (a plain string message has none aet reads).
+    #[serde(default)]
+    content: Lenient<Vec<Lenient<Item>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Item {
+    ToolUse {
+        #[serde(default)]
+        id: Text,
+        #[serde(default)]
+        name: Text,
+        #[serde(default)]
+        input: Lenient<ToolInput>,
+    },
+    ToolResult {
+        #[serde(default)]
+        tool_use_id: Text,
+    },
+    #[serde(other)]
+    Other,
+}
+
+/// The fields of a tool call's input that name commands and paths.
+#[derive(Debug, Default, Deserialize)]
+struct ToolInput {
+    #[serde(default)]
+    command: Text,
+    #[serde(default)]
+    file_path: Text,
+    #[serde(default)]
+    path: Text,
+    #[serde(default)]
+    notebook_path: Text,
+    #[serde(default)]
+    pattern: Text,
+}
+
 impl TranscriptFormat for ClaudeJsonl {
     fn name(&self) -> &'static str {
         "claude-jsonl"
@@ -134,48 +237,51 @@ impl TranscriptFormat for ClaudeJsonl {
             if line.is_empty() {
                 continue;
             }
-            let v: serde_json::Value = match serde_json::from_str(line) {
+            let v: Lenient<Line> = match serde_json::from_str(line) {
                 Ok(v) => v,
                 Err(e) => return Err(format!("line {}: not JSON: {e}", n + 1)),
             };
-            let ts = v["timestamp"].as_str().and_then(parse_rfc3339);
-            let content = v["message"]["content"].as_array();
-            for item in content.into_iter().flatten() {
-                match item["type"].as_str() {
-                    Some("tool_use") => {
-                        let tool = item["name"].as_str().unwrap_or("?").to_owned();
-                        let input = &item["input"];
-                        let command = input["command"].as_str().map(str::to_owned);
-                        let mut paths: Vec<String> =
-                            ["file_path", "path", "notebook_path", "pattern"]
-                                .iter()
-                                .filter_map(|k| input[*k].as_str())
-                                .filter(|p| p.contains('/') || p.contains('.'))
-                                .map(str::to_owned)
-                                .collect();
+            let Some(v) = v.0 else { continue };
+            let ts = v.timestamp.get().and_then(parse_rfc3339);
+            let items = v.message.0.and_then(|m| m.content.0).unwrap_or_default();
+            for item in items.into_iter().filter_map(|i| i.0) {
+                match item {
+                    Item::ToolUse { id, name, input } => {
+                        let input = input.0.unwrap_or_default();
+                        let command = input.command.0.clone();
+                        let mut paths: Vec<String> = [
+                            &input.file_path,
+                            &input.path,
+                            &input.notebook_path,
+                            &input.pattern,
+                        ]
+                        .into_iter()
+                        .filter_map(Text::get)
+                        .filter(|p| p.contains('/') || p.contains('.'))
+                        .map(str::to_owned)
+                        .collect();
                         if let Some(c) = &command {
                             paths.extend(command_paths(c));
                         }
-                        let id = item["id"].as_str().unwrap_or_default().to_owned();
+                        let id = id.0.unwrap_or_default();
                         by_id.insert(id.clone(), calls.len());
                         calls.push(ToolCall {
                             file: file.to_owned(),
                             line: n + 1,
                             id,
-                            tool,
+                            tool: name.0.unwrap_or_else(|| "?".into()),
                             command,
                             paths,
                             started_ns: ts,
                             ended_ns: None,
                         });
                     }
-                    Some("tool_result") => {
-                        if let Some(&k) = item["tool_use_id"].as_str().and_then(|id| by_id.get(id))
-                        {
+                    Item::ToolResult { tool_use_id } => {
+                        if let Some(&k) = tool_use_id.get().and_then(|id| by_id.get(id)) {
                             calls[k].ended_ns = ts;
                         }
                     }
-                    _ => {}
+                    Item::Other => {}
                 }
             }
         }
@@ -265,6 +371,25 @@ mod tests {
         );
         assert_eq!(calls[1].paths, ["/task/README.md"]);
         assert!(calls[1].started_ns.is_none());
+    }
+
+    #[test]
+    fn fields_of_unexpected_types_are_skipped_not_fatal() {
+        let t = r#"{"type":"user","message":{"content":"a plain text message"}}
+{"type":"user","message":"not an object"}
+[1, 2, 3]
+{"timestamp":17,"message":{"content":[{"type":"tool_use","id":5,"name":"Bash","input":{"command":["x"],"path":"/task/a.txt"}},{"type":"thinking"},42]}}
+"#;
+        let calls = ClaudeJsonl.tool_calls(Path::new("r.jsonl"), t).unwrap();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].tool, "Bash");
+        assert_eq!(calls[0].command, None);
+        assert_eq!(calls[0].paths, ["/task/a.txt"]);
+        assert_eq!(calls[0].started_ns, None);
+        let e = ClaudeJsonl
+            .tool_calls(Path::new("r.jsonl"), "{\"type\": \n")
+            .unwrap_err();
+        assert!(e.contains("line 1"), "{e}");
     }
 
     #[test]

@@ -45,6 +45,13 @@ pub enum ReadError {
     /// The file is Arrow but not a ledger this build can read.
     #[error("{path}: not an aet ledger this version can read: {reason}")]
     Schema { path: PathBuf, reason: String },
+    /// A metadata value is not what its key says.
+    #[error("{path}: {source}")]
+    Metadata {
+        path: PathBuf,
+        #[source]
+        source: super::record::MetaError,
+    },
 }
 
 thread_local! {
@@ -179,6 +186,14 @@ impl Ledger {
         &self.schema
     }
 
+    /// The file-level metadata, typed.
+    pub fn meta(&self) -> Result<super::record::LedgerMeta, ReadError> {
+        super::record::LedgerMeta::parse(&self.metadata()).map_err(|source| ReadError::Metadata {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
     /// The file-level metadata.
     pub fn metadata(&self) -> HashMap<String, String> {
         self.schema
@@ -186,11 +201,6 @@ impl Ledger {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
-    }
-
-    /// A metadata value.
-    pub fn meta(&self, key: &str) -> Option<&str> {
-        self.schema.metadata().get(key).map(String::as_str)
     }
 
     /// The next batch. For an unfinished ledger, a damaged batch ends the reading (and is noted

@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use super::{
     reader::{Form, Ledger, ReadError},
+    record::{Observed, ProcessRef, assess},
     rows::{LedgerRow, rows_of},
-    schema::meta,
 };
 use crate::{
     access::{Access, RowFields, classify},
@@ -91,7 +91,7 @@ pub struct Summary {
     pub events_lost_by_reason: BTreeMap<String, u64>,
     pub complete: bool,
     pub incomplete_reasons: Vec<String>,
-    pub killed: Vec<serde_json::Value>,
+    pub killed: Vec<ProcessRef>,
 }
 
 /// What identifies a file in the summary: its (device, inode) when the kernel said, else its
@@ -105,6 +105,10 @@ enum FileKey {
 #[derive(Default)]
 struct Tally {
     pids: HashSet<u32>,
+    /// Processes whose start (fork or exec) is recorded.
+    started: HashSet<u32>,
+    /// The first row's process.
+    root: Option<u32>,
     names: HashMap<FileKey, Vec<u8>>,
     read: BTreeMap<FileKey, (u64, u64)>,
     written: BTreeMap<FileKey, (u64, u64)>,
@@ -123,24 +127,20 @@ fn key_of(r: &LedgerRow, path: Option<&Vec<u8>>) -> Option<FileKey> {
 
 /// Summarises an open ledger (reads all its batches, one at a time).
 pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
-    let m = ledger.metadata();
-    let get = |k: &str| m.get(k).cloned();
-    let num = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
+    let m = ledger.meta()?;
     let mut s = Summary {
         ledger: ledger.path().display().to_string(),
         form: match ledger.form() {
             Form::Finished => "finished",
             Form::Unfinished => "unfinished",
         },
-        schema_version: get(meta::SCHEMA_VERSION).unwrap_or_default(),
-        command: get(meta::COMMAND)
-            .and_then(|c| serde_json::from_str(&c).ok())
-            .unwrap_or_default(),
-        scope: get(meta::SCOPE_TARGET).unwrap_or_default(),
-        started_ns: num(meta::STARTED_NS),
-        ended_ns: num(meta::ENDED_NS),
+        schema_version: m.schema_version.clone().unwrap_or_default(),
+        command: m.command.clone(),
+        scope: m.scope_target.clone().unwrap_or_default(),
+        started_ns: m.started_ns,
+        ended_ns: m.ended_ns,
         duration_s: None,
-        exit_status: num(meta::EXIT_STATUS).map(|v| v as i32),
+        exit_status: m.exit_status,
         events: 0,
         events_by_kind: BTreeMap::new(),
         processes: 0,
@@ -156,17 +156,11 @@ pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
         failed_opens_by_errno: BTreeMap::new(),
         partial_paths: 0,
         io_uring: 0,
-        events_lost: num(meta::EVENTS_LOST).map(|v| v as u64),
-        events_lost_by_reason: get(meta::EVENTS_LOST_BY_REASON)
-            .and_then(|c| serde_json::from_str(&c).ok())
-            .unwrap_or_default(),
+        events_lost: m.events_lost,
+        events_lost_by_reason: m.events_lost_by_reason.clone(),
         complete: false,
-        incomplete_reasons: get(meta::INCOMPLETE_REASONS)
-            .and_then(|c| serde_json::from_str(&c).ok())
-            .unwrap_or_default(),
-        killed: get(meta::KILLED)
-            .and_then(|c| serde_json::from_str(&c).ok())
-            .unwrap_or_default(),
+        incomplete_reasons: Vec::new(),
+        killed: m.killed.clone(),
     };
     if let (Some(a), Some(b)) = (s.started_ns, s.ended_ns) {
         s.duration_s = Some((b - a) as f64 / 1e9);
@@ -203,45 +197,35 @@ pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
     {
         s.duration_s = Some((b - a) as f64 / 1e9);
     }
-
-    // Completeness: only a finished ledger that says it is complete and lost nothing.
-    if ledger.form() == Form::Unfinished {
-        s.incomplete_reasons.push(
-            "the ledger is unfinished (its monitor stopped before writing the footer); \
-             rows up to its last complete batch were read, later events are missing"
-                .into(),
-        );
-    }
-    if let Some(e) = &ledger.damaged_tail {
-        s.incomplete_reasons
-            .push(format!("the ledger's last batch is damaged: {e}"));
-    }
-    if m.get(meta::RECOVERED).map(String::as_str) == Some("true")
-        && !s.incomplete_reasons.iter().any(|r| r.contains("recovered"))
-    {
-        s.incomplete_reasons
-            .push("the ledger was recovered from an unfinished file".into());
-    }
-    if s.io_uring > 0 && !s.incomplete_reasons.iter().any(|r| r.contains("io_uring")) {
-        s.incomplete_reasons.push(format!(
-            "the run used io_uring ({} rows): its reads and results are not recorded",
-            s.io_uring
-        ));
-    }
-    s.complete = ledger.form() == Form::Finished
-        && m.get(meta::COMPLETE).map(String::as_str) == Some("true")
-        && s.events_lost == Some(0)
-        && s.incomplete_reasons.is_empty();
-    if !s.complete && s.incomplete_reasons.is_empty() {
-        s.incomplete_reasons
-            .push("the ledger does not state that its record is complete".into());
-    }
+    let unseen_starts = t
+        .pids
+        .iter()
+        .filter(|p| !t.started.contains(p) && Some(**p) != t.root)
+        .count() as u64;
+    let reasons = assess(
+        &m,
+        ledger.form(),
+        ledger.damaged_tail.as_deref(),
+        Observed {
+            io_uring_rows: s.io_uring,
+            unseen_starts,
+        },
+    );
+    s.complete = reasons.is_empty();
+    s.incomplete_reasons = reasons.texts();
     Ok(s)
 }
 
 fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
     s.events += 1;
     t.pids.insert(r.pid);
+    t.root.get_or_insert(r.pid);
+    if r.kind == "exec" && r.ret.is_some_and(|v| v >= 0) {
+        t.started.insert(r.pid);
+    }
+    if let Some(child) = r.child_pid {
+        t.started.insert(child);
+    }
     *s.events_by_kind.entry(r.kind.clone()).or_default() += 1;
     t.first_ts.get_or_insert(r.ts_ns);
     t.last_ts = Some(r.ts_ns);

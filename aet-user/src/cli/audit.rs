@@ -1,4 +1,5 @@
 //! `aet audit`: a verdict for a run, from its ledger and a policy.
+use super::Exit;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -52,7 +53,7 @@ pub fn write_outputs(
     if !quiet && !to_stdout {
         super::print_out(&audit::render_text(r))?;
     }
-    Ok(r.exit_code)
+    Ok(Exit::from(r.verdict).code())
 }
 
 pub fn run(a: Args) -> anyhow::Result<u8> {

@@ -1,6 +1,7 @@
 //! `aet doctor`: what this kernel and machine support, what aet will use, and whether `aet run`
 //! can work. The decisive check loads and attaches the real programs (scoped to this process)
 //! and detaches them again.
+use super::Exit;
 use std::path::Path;
 
 use serde::Serialize;
@@ -186,7 +187,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         };
         super::print_out(&out)?;
     }
-    Ok(if ok { 0 } else { 1 })
+    Ok(if ok { Exit::Success } else { Exit::Negative }.code())
 }
 
 fn which_bwrap() -> Option<String> {

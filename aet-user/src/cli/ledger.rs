@@ -1,18 +1,10 @@
 //! `aet ledger summary` and `aet ledger recover`.
-use std::{
-    collections::HashMap,
-    fs::OpenOptions,
-    io::BufWriter,
-    path::{Path, PathBuf},
-};
-
-use anyhow::{Context as _, bail};
+use super::Exit;
+use std::path::PathBuf;
 
 use crate::ledger::{
-    ipc::IpcFileWriter,
     reader::{Form, Ledger},
-    schema::meta,
-    summary,
+    recover, summary,
 };
 
 #[derive(Debug, clap::Subcommand)]
@@ -41,15 +33,6 @@ pub enum Command {
     },
 }
 
-/// A ledger path from a file or run-directory argument.
-pub fn ledger_path(p: &Path) -> PathBuf {
-    if p.is_dir() {
-        p.join(crate::ledger::LEDGER_FILE)
-    } else {
-        p.to_owned()
-    }
-}
-
 pub fn run(c: Command) -> anyhow::Result<u8> {
     match c {
         Command::Summary {
@@ -58,7 +41,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             files,
             check,
         } => {
-            let path = ledger_path(&ledger);
+            let path = crate::ledger::ledger_path(&ledger);
             let mut l = Ledger::open(&path)?;
             if l.form() == Form::Unfinished {
                 eprintln!(
@@ -73,56 +56,24 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             } else {
                 super::print_out(&summary::render_text(&s, files))?;
             }
-            Ok(if check && !s.complete { 1 } else { 0 })
+            Ok(if check && !s.complete {
+                Exit::Negative
+            } else {
+                Exit::Success
+            }
+            .code())
         }
         Command::Recover { ledger, out } => {
-            let path = ledger_path(&ledger);
-            let mut l = Ledger::open(&path)?;
-            if l.form() == Form::Finished {
-                bail!(
-                    "{} is a finished ledger; there is nothing to recover",
-                    path.display()
-                );
-            }
-            let out = out.unwrap_or_else(|| path.with_extension("recovered.arrow"));
-            let file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&out)
-                .with_context(|| format!("cannot create {}", out.display()))?;
-            let mut head: HashMap<String, String> = l.metadata();
-            head.insert(meta::RECOVERED.into(), "true".into());
-            let schema = l.schema().as_ref().clone().with_metadata(head.clone());
-            let mut w = IpcFileWriter::try_new(BufWriter::new(file), &schema)?;
-            let mut rows = 0u64;
-            while let Some(b) = l.next_batch()? {
-                rows += b.num_rows() as u64;
-                let b =
-                    arrow_array::RecordBatch::try_new(schema.clone().into(), b.columns().to_vec())?;
-                w.write(&b)?;
-            }
-            let batches = w.batches();
-            let mut reasons = vec![format!(
-                "recovered from the unfinished ledger {}: events after its last complete batch \
-                 and the loss counters are unknown",
-                path.display()
-            )];
-            if let Some(e) = &l.damaged_tail {
-                reasons.push(format!("its last batch was damaged and dropped: {e}"));
-            }
-            head.insert(meta::FINISHED.into(), "true".into());
-            head.insert(meta::COMPLETE.into(), "false".into());
-            head.insert(meta::EVENTS_RECORDED.into(), rows.to_string());
-            head.insert(
-                meta::INCOMPLETE_REASONS.into(),
-                serde_json::to_string(&reasons)?,
-            );
-            w.finish(&schema.with_metadata(head))?;
+            let path = crate::ledger::ledger_path(&ledger);
+            let out = out.unwrap_or_else(|| recover::default_out(&path));
+            let r = recover::recover(&path, &out)?;
             eprintln!(
-                "aet: recovered {rows} events in {batches} batches into {} (marked incomplete)",
-                out.display()
+                "aet: recovered {} events in {} batches into {} (marked incomplete)",
+                r.rows,
+                r.batches,
+                r.out.display()
             );
-            Ok(0)
+            Ok(Exit::Success.code())
         }
     }
 }

@@ -20,10 +20,49 @@ use std::{io::Write as _, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 
-/// Exit code for a usage or input error (not `aet run`).
-pub const EXIT_USAGE: u8 = 4;
-/// Exit code of `aet run` when aet itself fails.
-pub const EXIT_AET_FAILED: u8 = 125;
+/// Every exit code aet chooses itself (`aet run` otherwise exits with its command's status).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Exit {
+    /// Success; `aet audit`: clean; `aet monitor`: a complete record.
+    Success = 0,
+    /// A negative answer: `aet doctor`, aet cannot run here; `aet ledger summary --check`, the
+    /// record is incomplete; `aet monitor`, the record is incomplete; `aet audit`, flagged.
+    Negative = 1,
+    /// `aet audit`: disqualified.
+    Disqualified = 2,
+    /// `aet audit`: inconclusive (the record is incomplete and no cheat was found).
+    Inconclusive = 3,
+    /// A usage or input error (a malformed policy, spec or ledger; bad arguments), except for
+    /// `aet run` and `aet sandbox run`.
+    Usage = 4,
+    /// `aet run`, `aet monitor`, `aet sandbox run`: aet itself failed (bad arguments, the monitor
+    /// could not attach, the sandbox is not as specified, the ledger could not be written).
+    AetFailed = 125,
+}
+
+impl Exit {
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> Self {
+        ExitCode::from(e.code())
+    }
+}
+
+impl From<crate::audit::Verdict> for Exit {
+    fn from(v: crate::audit::Verdict) -> Self {
+        match v {
+            crate::audit::Verdict::Clean => Self::Success,
+            crate::audit::Verdict::Flagged => Self::Negative,
+            crate::audit::Verdict::Disqualified => Self::Disqualified,
+            crate::audit::Verdict::Inconclusive => Self::Inconclusive,
+        }
+    }
+}
 
 /// aet: prove what an AI coding agent touched.
 #[derive(Debug, Parser)]
@@ -84,24 +123,24 @@ pub fn main() -> ExitCode {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
                     ExitCode::SUCCESS
                 }
-                _ if is_run => ExitCode::from(EXIT_AET_FAILED),
-                _ => ExitCode::from(EXIT_USAGE),
+                _ if is_run => Exit::AetFailed.into(),
+                _ => Exit::Usage.into(),
             };
         }
     };
     let (result, failure_code) = match cli.command {
-        Command::Run(a) => (run::run(a), EXIT_AET_FAILED),
-        Command::Monitor(a) => (monitor::run(a), EXIT_AET_FAILED),
-        Command::Ledger(c) => (ledger::run(c), EXIT_USAGE),
-        Command::Audit(a) => (audit::run(a), EXIT_USAGE),
-        Command::Doctor(a) => (doctor::run(a), EXIT_USAGE),
+        Command::Run(a) => (run::run(a), Exit::AetFailed.code()),
+        Command::Monitor(a) => (monitor::run(a), Exit::AetFailed.code()),
+        Command::Ledger(c) => (ledger::run(c), Exit::Usage.code()),
+        Command::Audit(a) => (audit::run(a), Exit::Usage.code()),
+        Command::Doctor(a) => (doctor::run(a), Exit::Usage.code()),
         Command::Guard { cgroup } => (crate::runner::guard_main(&cgroup).map(|()| 0), 1),
         Command::Sandbox(c) => (
             sandbox::run(c),
             if is_sandbox_run(&args) {
-                EXIT_AET_FAILED
+                Exit::AetFailed.code()
             } else {
-                EXIT_USAGE
+                Exit::Usage.code()
             },
         ),
         Command::Stage { dir, command } => {

@@ -1,9 +1,31 @@
 //! `aet monitor`.
+use super::Exit;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 
 use crate::runner::{self, ScopeKind, Target};
+
+/// `--scope`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScopeArg {
+    /// The target's cgroup v2 (for --pid: the cgroup the process is in).
+    Cgroup,
+    /// The target's real uid (for --pid: the process's uid).
+    Uid,
+    /// The target process and its descendants, tracked by fork.
+    Tree,
+}
+
+impl From<ScopeArg> for ScopeKind {
+    fn from(a: ScopeArg) -> Self {
+        match a {
+            ScopeArg::Cgroup => Self::Cgroup,
+            ScopeArg::Uid => Self::Uid,
+            ScopeArg::Tree => Self::Tree,
+        }
+    }
+}
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["cgroup", "uid", "pid"])))]
@@ -20,7 +42,7 @@ pub struct Args {
     /// How the kernel side selects events (default: cgroup for --cgroup, uid for --uid, tree for
     /// --pid). With --pid, `cgroup` and `uid` mean the process's cgroup or uid.
     #[arg(long, value_enum)]
-    pub scope: Option<ScopeKind>,
+    pub scope: Option<ScopeArg>,
     /// Run directory: the ledger is written to DIR/ledger.arrow.
     #[arg(long, short, value_name = "DIR")]
     pub out: PathBuf,
@@ -42,11 +64,16 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     let report = super::runtime()?
         .block_on(runner::monitor(runner::MonitorOptions {
             target,
-            scope: a.scope,
+            scope: a.scope.map(Into::into),
             out: a.out,
             ringbuf_bytes: a.ringbuf_bytes,
             quiet: a.quiet,
         }))
         .context("aet monitor failed")?;
-    Ok(if report.complete() { 0 } else { 1 })
+    Ok(if report.complete() {
+        Exit::Success
+    } else {
+        Exit::Negative
+    }
+    .code())
 }

@@ -3,6 +3,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 
+use super::Exit;
 use crate::runner;
 
 #[derive(Debug, clap::Args)]
@@ -72,28 +73,13 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         Some(p) => Some(crate::audit::policy::Policy::load(p)?),
         None => None,
     };
-    let mut head = std::collections::HashMap::new();
+    let mut head = crate::ledger::record::MetaMap::new();
     if let Some(p) = &policy
         && !p.protected.is_empty()
     {
-        let ids: serde_json::Map<String, serde_json::Value> = p
-            .protected
-            .iter()
-            .filter_map(|(name, path)| {
-                let m = std::fs::metadata(path).ok()?;
-                Some((
-                    name.clone(),
-                    serde_json::json!({
-                        "path": path,
-                        "dev": std::os::unix::fs::MetadataExt::dev(&m),
-                        "ino": std::os::unix::fs::MetadataExt::ino(&m),
-                    }),
-                ))
-            })
-            .collect();
-        head.insert(
-            crate::ledger::schema::meta::PROTECTED.to_owned(),
-            serde_json::Value::Object(ids).to_string(),
+        head.set_json(
+            crate::ledger::schema::meta::PROTECTED,
+            &p.protected_identities(),
         );
     }
     let config = match &a.config {
@@ -184,7 +170,10 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             Err(e) => eprintln!("aet: error: the audit failed: {e}"),
         }
     }
-    Ok(u8::try_from(outcome.exit_status.clamp(0, 255)).unwrap_or(255))
+    Ok(match outcome.end {
+        runner::CommandEnd::Exited(code) => u8::try_from(code.clamp(0, 255)).unwrap_or(255),
+        runner::CommandEnd::Refused => Exit::AetFailed.code(),
+    })
 }
 
 /// `runs/<UTC time>` for a run without `--out`.

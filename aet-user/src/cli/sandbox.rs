@@ -1,4 +1,5 @@
 //! `aet sandbox`: build, show, run and probe the bubblewrap view of a spec.
+use super::Exit;
 use std::{
     ffi::OsString,
     io::Write as _,
@@ -84,7 +85,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
         Command::Check { spec } => {
             SandboxSpec::load(&spec)?;
             super::print_out(&format!("{}: ok\n", spec.display()))?;
-            Ok(0)
+            Ok(Exit::Success.code())
         }
         Command::Argv {
             spec,
@@ -122,7 +123,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             } else {
                 super::print_out(&sandbox::format_args_lines(&args))?;
             }
-            Ok(0)
+            Ok(Exit::Success.code())
         }
         Command::Run {
             spec,
@@ -188,7 +189,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
                 }
                 super::print_out(&probe_table(&results))?;
             }
-            Ok(0)
+            Ok(Exit::Success.code())
         }
     }
 }
@@ -253,13 +254,13 @@ fn run_sandboxed(
     match report {
         Err(SandboxError::NoReport) => {
             eprintln!("aet: error: {}", SandboxError::NoReport);
-            Ok(super::EXIT_AET_FAILED)
+            Ok(Exit::AetFailed.code())
         }
         Err(e) => Err(e.into()),
         Ok(r) if !r.ok => {
             // The stage printed the failures too; say it once more, as aet.
             eprintln!("aet: error: {}", verify_failed(&r));
-            Ok(super::EXIT_AET_FAILED)
+            Ok(Exit::AetFailed.code())
         }
         Ok(r) => {
             if !quiet {

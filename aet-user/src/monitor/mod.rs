@@ -11,7 +11,7 @@ pub mod paths;
 pub mod source;
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -25,6 +25,7 @@ use aet_common::{EventKind, counter, flags};
 
 use crate::{
     ledger::{
+        record::{Incomplete, MetaMap, Reasons},
         schema::{capture, meta},
         writer::{LedgerWriter, Row, WriteError},
     },
@@ -481,8 +482,6 @@ pub struct MonitorReport {
     pub rows: u64,
     /// Events lost (kernel side plus undecodable records).
     pub lost: u64,
-    /// Lost events by reason.
-    pub lost_by_reason: Vec<(&'static str, u64)>,
     /// Kernel counters.
     pub counters: Counters,
     /// Records that could not be decoded.
@@ -490,7 +489,7 @@ pub struct MonitorReport {
     /// What the row maker noticed.
     pub stats: RowStats,
     /// Why the record is incomplete (empty when complete).
-    pub incomplete: Vec<String>,
+    pub incomplete: Reasons,
 }
 
 impl MonitorReport {
@@ -514,19 +513,19 @@ impl Monitor {
     pub fn start(
         opts: &LoadOptions,
         ledger: &Path,
-        mut head: HashMap<String, String>,
+        mut head: MetaMap,
     ) -> Result<Self, MonitorError> {
         let clock = WallClock::now();
         let mut loaded = Loaded::load(opts)?;
-        head.insert(meta::STARTED_NS.into(), now_ns().to_string());
-        head.insert(meta::SCOPE.into(), opts.scope.mode().into());
-        head.insert(meta::SCOPE_TARGET.into(), opts.scope.describe());
-        head.insert(
-            meta::KERNEL_RELEASE.into(),
-            crate::kernel::procfs::kernel_release(),
-        );
-        head.insert(meta::HOSTNAME.into(), crate::kernel::procfs::hostname());
-        let writer = LedgerWriter::create(ledger, head)?;
+        head.set(meta::STARTED_NS, now_ns())
+            .set(meta::SCOPE, opts.scope.mode())
+            .set(meta::SCOPE_TARGET, opts.scope.describe())
+            .set(
+                meta::KERNEL_RELEASE,
+                crate::kernel::procfs::kernel_release(),
+            )
+            .set(meta::HOSTNAME, crate::kernel::procfs::hostname());
+        let writer = LedgerWriter::create(ledger, head.into_inner())?;
         let ring = loaded
             .take_events()
             .ok_or(LoadError::MissingMap("EVENTS"))?;
@@ -575,12 +574,13 @@ impl Monitor {
     }
 
     /// Detaches the programs, reads every record left in the ring buffer, and finishes the
-    /// ledger with `extra` metadata and the loss accounting. `reasons` are extra causes of
-    /// incompleteness found by the caller.
+    /// ledger with `extra` metadata and the loss accounting. `reasons` are causes of
+    /// incompleteness found by the caller. The ledger is finished whatever else fails here,
+    /// unless the consumer itself died (then its flushed batches stay readable, unfinished).
     pub fn stop(
         mut self,
-        mut extra: HashMap<String, String>,
-        mut reasons: Vec<String>,
+        mut extra: MetaMap,
+        mut reasons: Reasons,
     ) -> Result<MonitorReport, MonitorError> {
         self.loaded.detach();
         // A program invocation that started before the detach may still be writing.
@@ -592,67 +592,55 @@ impl Monitor {
             .expect("consumer runs until stop")
             .join()
             .map_err(|_| MonitorError::ConsumerPanicked)??;
-        let counters = self.loaded.counters()?;
+        let counters = match self.loaded.counters() {
+            Ok(c) => c,
+            Err(e) => {
+                reasons.push(Incomplete::AetFailed {
+                    error: format!("the kernel's loss counters could not be read: {e}"),
+                });
+                Counters::default()
+            }
+        };
         let stats = consumed.stats;
         let submitted = counters.get(counter::IO_URING_SUBMITTED);
         if stats.io_uring > 0 || submitted > 0 {
-            reasons.push(format!(
-                "the run used io_uring ({} set-ups, entries or requests; {submitted} requests \
-                 submitted): aet records the paths of its opens and stats but not their results \
-                 or the data they moved",
-                stats.io_uring
-            ));
+            reasons.push(Incomplete::IoUring {
+                records: stats.io_uring,
+                submitted,
+            });
         }
-        extra.insert(meta::HOST_MNTNS.into(), consumed.host_mntns.to_string());
-        let lost_by_reason: Vec<(&'static str, u64)> = counter::LOSSES
+        let by_reason: BTreeMap<String, u64> = counter::LOSSES
             .iter()
-            .map(|&i| (counter::NAMES[i as usize], counters.get(i)))
-            .chain([("undecodable", consumed.decode_errors)])
+            .map(|&i| (counter::NAMES[i as usize].to_owned(), counters.get(i)))
+            .chain([("undecodable".to_owned(), consumed.decode_errors)])
             .collect();
         let lost = counters.lost() + consumed.decode_errors;
         if lost > 0 {
-            let detail: Vec<String> = lost_by_reason
-                .iter()
-                .filter(|(_, n)| *n > 0)
-                .map(|(r, n)| format!("{r}: {n}"))
-                .collect();
-            reasons.insert(0, format!("{lost} events lost ({})", detail.join(", ")));
+            reasons.push_front(Incomplete::EventsLost {
+                lost,
+                by_reason: by_reason.clone(),
+            });
         }
-        let by_reason: serde_json::Map<String, serde_json::Value> = lost_by_reason
-            .iter()
-            .map(|(r, n)| ((*r).to_owned(), (*n).into()))
-            .collect();
-        let all: serde_json::Map<String, serde_json::Value> = counter::NAMES
+        let all: BTreeMap<&str, u64> = counter::NAMES
             .iter()
             .enumerate()
-            .map(|(i, n)| ((*n).to_owned(), counters.get(i as u32).into()))
+            .map(|(i, n)| (*n, counters.get(i as u32)))
             .collect();
-        extra.insert(meta::ENDED_NS.into(), now_ns().to_string());
-        extra.insert(meta::EVENTS_LOST.into(), lost.to_string());
-        extra.insert(
-            meta::EVENTS_LOST_BY_REASON.into(),
-            serde_json::Value::Object(by_reason).to_string(),
-        );
-        extra.insert(
-            meta::EVENTS_LOST_PER_CPU.into(),
-            serde_json::to_string(&counters.lost_per_cpu()).unwrap_or_default(),
-        );
-        extra.insert(
-            meta::KERNEL_COUNTERS.into(),
-            serde_json::Value::Object(all).to_string(),
-        );
-        extra.insert(meta::COMPLETE.into(), reasons.is_empty().to_string());
-        extra.insert(
-            meta::INCOMPLETE_REASONS.into(),
-            serde_json::to_string(&reasons).unwrap_or_default(),
-        );
+        extra
+            .set(meta::HOST_MNTNS, consumed.host_mntns)
+            .set(meta::ENDED_NS, now_ns())
+            .set(meta::EVENTS_LOST, lost)
+            .set_json(meta::EVENTS_LOST_BY_REASON, &by_reason)
+            .set_json(meta::EVENTS_LOST_PER_CPU, &counters.lost_per_cpu())
+            .set_json(meta::KERNEL_COUNTERS, &all)
+            .set(meta::COMPLETE, reasons.is_empty())
+            .set_json(meta::INCOMPLETE_REASONS, &reasons);
         let rows = consumed.writer.rows();
-        let ledger = consumed.writer.finish(extra)?;
+        let ledger = consumed.writer.finish(extra.into_inner())?;
         Ok(MonitorReport {
             ledger,
             rows,
             lost,
-            lost_by_reason,
             counters,
             decode_errors: consumed.decode_errors,
             stats,

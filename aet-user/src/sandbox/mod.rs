@@ -206,15 +206,20 @@ impl Prepared {
 
     /// What the run record keeps of the sandbox: the spec, the exact arguments, the variable
     /// names (never values), and the stage's report.
-    pub fn record(&self, report: Option<&Report>) -> serde_json::Value {
-        serde_json::json!({
-            "spec": self.spec_path,
-            "bwrap_argv": self.built.argv().iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
-            "env": self.env.names(),
-            "env_removed": self.env.removed,
-            "verified": report.is_some_and(|r| r.ok),
-            "report": report,
-        })
+    pub fn record(&self, report: Option<&Report>) -> crate::ledger::record::SandboxRecord {
+        crate::ledger::record::SandboxRecord {
+            spec: self.spec_path.clone(),
+            bwrap_argv: self
+                .built
+                .argv()
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            env: self.env.names(),
+            env_removed: self.env.removed.clone(),
+            verified: report.is_some_and(|r| r.ok),
+            report: report.cloned(),
+        }
     }
 }
 

@@ -1,0 +1,544 @@
+//! The ledger's metadata as typed records: what a run writes into the head and the footer of its
+//! ledger, and what every reader (the summary, the audit) reads back. No reader indexes untyped
+//! JSON; a value that does not parse is an error naming its key.
+//!
+//! The reasons a record is incomplete are an enum ([`Incomplete`]), each with a sentence for
+//! people; readers decide by variant, never by matching text.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    path::PathBuf,
+};
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+use super::schema::meta;
+use crate::stage::{PPath, Report};
+
+/// A process, named: one killed at the end of a run, or one of the agent's uid found after it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProcessRef {
+    pub pid: u32,
+    pub comm: String,
+}
+
+/// A protected file's identity when the run started.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProtectedFile {
+    pub path: PPath,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// What handing a directory over to the agent identity did.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HandOver {
+    /// Entries given to the agent.
+    pub changed: u64,
+    /// Entries left alone, with why (hard-linked files, other file systems).
+    pub skipped: Vec<String>,
+}
+
+/// The grader root as checked.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GraderRoot {
+    pub path: PathBuf,
+    /// What aet changed to make it root's and 0700 (`fix_grader_root`), if anything.
+    pub fixed: Option<String>,
+}
+
+/// `aet.sandbox`: what the run record keeps of the sandbox: the spec, the exact arguments, the
+/// variable names (never values), and the stage's report.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SandboxRecord {
+    pub spec: PathBuf,
+    pub bwrap_argv: Vec<String>,
+    pub env: Vec<String>,
+    pub env_removed: Vec<String>,
+    /// The stage checked the view and found it as specified.
+    pub verified: bool,
+    pub report: Option<Report>,
+}
+
+/// `aet.identity`: what the run record keeps of the agent identity (variable names, never
+/// values).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IdentityRecord {
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+    pub workspace: PathBuf,
+    pub env: Vec<String>,
+    pub env_removed: Vec<String>,
+    pub workspace_handover: HandOver,
+    pub home_handover: HandOver,
+    pub rw_binds_handover: Vec<(PathBuf, HandOver)>,
+    pub grader_root: Option<GraderRoot>,
+    /// The privileges the command ran with, as read back by the stage.
+    pub privileges: Option<String>,
+    /// The drop was read back and matched.
+    pub verified: bool,
+    pub killed_after_teardown: Vec<ProcessRef>,
+    pub reap_error: Option<String>,
+    pub leftover_files: Vec<PathBuf>,
+    pub leftover_files_total: u64,
+}
+
+/// What was not verified.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Unverified {
+    Sandbox,
+    Identity,
+}
+
+/// Why a record is incomplete. Serialised as `{"code": ..., ...fields, "text": ...}`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "code", rename_all = "snake_case")]
+pub enum Incomplete {
+    /// Events the kernel side could not deliver, or records userspace could not decode.
+    EventsLost {
+        lost: u64,
+        by_reason: BTreeMap<String, u64>,
+    },
+    /// The run used io_uring: its requests' results and data are not recorded.
+    IoUring { records: u64, submitted: u64 },
+    /// The userspace consumer stopped before the run ended.
+    ConsumerStopped,
+    /// Processes of the run survived the kill at its end.
+    KillFailed { error: String },
+    /// The agent identity's teardown could not kill every process of its uid.
+    ReapFailed { error: String },
+    /// aet itself failed during the run; the record ends there.
+    AetFailed { error: String },
+    /// The ledger has no footer: its monitor stopped before finishing it.
+    Unfinished,
+    /// The last batch of an unfinished ledger is damaged.
+    DamagedTail { error: String },
+    /// The ledger was rebuilt from an unfinished one by `aet ledger recover`.
+    Recovered { from: PPath },
+    /// The ledger does not say that its record is complete.
+    NotStatedComplete,
+    /// Processes were already running when the monitor attached.
+    AlreadyRunning { processes: u64 },
+    /// The sandbox or the agent identity was not verified.
+    NotVerified { what: Unverified },
+    /// A reason this build does not know (from a newer aet).
+    #[serde(other)]
+    Unknown,
+}
+
+impl Incomplete {
+    /// The reason in a sentence.
+    pub fn text(&self) -> String {
+        match self {
+            Self::EventsLost { lost, by_reason } => {
+                let detail: Vec<String> = by_reason
+                    .iter()
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(r, n)| format!("{r}: {n}"))
+                    .collect();
+                format!("{lost} events lost ({})", detail.join(", "))
+            }
+            Self::IoUring { records, submitted } => format!(
+                "the run used io_uring ({records} set-ups, entries or requests; {submitted} \
+                 requests submitted): aet records the paths of its opens and stats but not their \
+                 results or the data they moved"
+            ),
+            Self::ConsumerStopped => "the event consumer stopped early".into(),
+            Self::KillFailed { error } => {
+                format!("processes of the run survived the kill: {error}")
+            }
+            Self::ReapFailed { error } => {
+                format!("the agent identity's teardown failed: {error}")
+            }
+            Self::AetFailed { error } => {
+                format!("aet failed during the run and stopped it: {error}; the record ends there")
+            }
+            Self::Unfinished => "the ledger is unfinished (its monitor stopped before writing \
+                                 the footer); rows up to its last complete batch were read, later \
+                                 events are missing"
+                .into(),
+            Self::DamagedTail { error } => format!("the ledger's last batch is damaged: {error}"),
+            Self::Recovered { from } => format!(
+                "recovered from the unfinished ledger {}: events after its last complete batch \
+                 and the loss counters are unknown",
+                from.as_path().display()
+            ),
+            Self::NotStatedComplete => {
+                "the ledger does not state that its record is complete".into()
+            }
+            Self::AlreadyRunning { processes } => format!(
+                "{processes} process(es) were already running when the monitor attached: what \
+                 they did before is not in the record"
+            ),
+            Self::NotVerified { what } => format!(
+                "the {} was not verified: the command did not run as specified",
+                match what {
+                    Unverified::Sandbox => "sandbox",
+                    Unverified::Identity => "agent identity",
+                }
+            ),
+            Self::Unknown => "a reason this version of aet does not know".into(),
+        }
+    }
+
+    /// Is this reason of the same kind as `other` (same variant)?
+    pub fn same_kind(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+impl fmt::Display for Incomplete {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text())
+    }
+}
+
+/// How a reason is stored: its fields and its sentence.
+#[derive(Serialize)]
+struct ReasonOut<'a> {
+    #[serde(flatten)]
+    reason: &'a Incomplete,
+    text: String,
+}
+
+#[derive(Deserialize)]
+struct ReasonIn {
+    #[serde(flatten)]
+    reason: Incomplete,
+}
+
+/// The reasons a record is incomplete, in the order found; one per kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reasons(Vec<Incomplete>);
+
+impl Reasons {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a reason, unless one of its kind is there already.
+    pub fn push(&mut self, r: Incomplete) {
+        if !self.has(&r) {
+            self.0.push(r);
+        }
+    }
+
+    /// Adds a reason in front (the most important one).
+    pub fn push_front(&mut self, r: Incomplete) {
+        if !self.has(&r) {
+            self.0.insert(0, r);
+        }
+    }
+
+    /// Is a reason of this kind there?
+    pub fn has(&self, r: &Incomplete) -> bool {
+        self.0.iter().any(|x| x.same_kind(r))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Incomplete> {
+        self.0.iter()
+    }
+
+    /// The sentences.
+    pub fn texts(&self) -> Vec<String> {
+        self.0.iter().map(Incomplete::text).collect()
+    }
+}
+
+impl Serialize for Reasons {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|reason| ReasonOut {
+            reason,
+            text: reason.text(),
+        }))
+    }
+}
+
+impl<'de> Deserialize<'de> for Reasons {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v: Vec<ReasonIn> = Vec::deserialize(d)?;
+        Ok(Self(v.into_iter().map(|r| r.reason).collect()))
+    }
+}
+
+impl FromIterator<Incomplete> for Reasons {
+    fn from_iter<I: IntoIterator<Item = Incomplete>>(it: I) -> Self {
+        let mut r = Self::new();
+        for x in it {
+            r.push(x);
+        }
+        r
+    }
+}
+
+/// A metadata value that is not what its key says.
+#[derive(Debug, thiserror::Error)]
+#[error("metadata {key}: {message}")]
+pub struct MetaError {
+    pub key: &'static str,
+    pub message: String,
+}
+
+/// A ledger's metadata, typed. Keys a ledger does not have are `None` (or empty).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LedgerMeta {
+    pub schema_version: Option<String>,
+    pub aet_version: Option<String>,
+    pub command: Vec<String>,
+    pub started_ns: Option<i64>,
+    pub ended_ns: Option<i64>,
+    pub kernel_release: Option<String>,
+    pub hostname: Option<String>,
+    pub scope: Option<String>,
+    pub scope_target: Option<String>,
+    pub host_mntns: Option<u32>,
+    pub events_recorded: Option<u64>,
+    pub events_lost: Option<u64>,
+    pub events_lost_by_reason: BTreeMap<String, u64>,
+    pub events_lost_per_cpu: Vec<u64>,
+    pub kernel_counters: BTreeMap<String, u64>,
+    /// `aet.complete` is `true`.
+    pub complete: bool,
+    pub incomplete: Reasons,
+    /// `aet.finished` is `true`.
+    pub finished: bool,
+    pub exit_status: Option<i32>,
+    pub killed: Vec<ProcessRef>,
+    pub sandbox: Option<SandboxRecord>,
+    pub identity: Option<IdentityRecord>,
+    pub protected: BTreeMap<String, ProtectedFile>,
+    /// `aet.recovered` is `true`.
+    pub recovered: bool,
+}
+
+fn text(m: &HashMap<String, String>, key: &str) -> Option<String> {
+    m.get(key).cloned()
+}
+
+fn number<T: std::str::FromStr>(
+    m: &HashMap<String, String>,
+    key: &'static str,
+) -> Result<Option<T>, MetaError>
+where
+    T::Err: fmt::Display,
+{
+    m.get(key)
+        .map(|v| {
+            v.parse::<T>().map_err(|e| MetaError {
+                key,
+                message: format!("{v:?}: {e}"),
+            })
+        })
+        .transpose()
+}
+
+fn json<T: DeserializeOwned>(
+    m: &HashMap<String, String>,
+    key: &'static str,
+) -> Result<Option<T>, MetaError> {
+    m.get(key)
+        .map(|v| {
+            serde_json::from_str(v).map_err(|e| MetaError {
+                key,
+                message: e.to_string(),
+            })
+        })
+        .transpose()
+}
+
+fn flag(m: &HashMap<String, String>, key: &str) -> bool {
+    m.get(key).map(String::as_str) == Some("true")
+}
+
+impl LedgerMeta {
+    /// Reads the typed metadata from a ledger's key-value metadata.
+    pub fn parse(m: &HashMap<String, String>) -> Result<Self, MetaError> {
+        Ok(Self {
+            schema_version: text(m, meta::SCHEMA_VERSION),
+            aet_version: text(m, meta::AET_VERSION),
+            command: json(m, meta::COMMAND)?.unwrap_or_default(),
+            started_ns: number(m, meta::STARTED_NS)?,
+            ended_ns: number(m, meta::ENDED_NS)?,
+            kernel_release: text(m, meta::KERNEL_RELEASE),
+            hostname: text(m, meta::HOSTNAME),
+            scope: text(m, meta::SCOPE),
+            scope_target: text(m, meta::SCOPE_TARGET),
+            host_mntns: number(m, meta::HOST_MNTNS)?,
+            events_recorded: number(m, meta::EVENTS_RECORDED)?,
+            events_lost: number(m, meta::EVENTS_LOST)?,
+            events_lost_by_reason: json(m, meta::EVENTS_LOST_BY_REASON)?.unwrap_or_default(),
+            events_lost_per_cpu: json(m, meta::EVENTS_LOST_PER_CPU)?.unwrap_or_default(),
+            kernel_counters: json(m, meta::KERNEL_COUNTERS)?.unwrap_or_default(),
+            complete: flag(m, meta::COMPLETE),
+            incomplete: json(m, meta::INCOMPLETE_REASONS)?.unwrap_or_default(),
+            finished: flag(m, meta::FINISHED),
+            exit_status: number(m, meta::EXIT_STATUS)?,
+            killed: json(m, meta::KILLED)?.unwrap_or_default(),
+            sandbox: json(m, meta::SANDBOX)?,
+            identity: json(m, meta::IDENTITY)?,
+            protected: json(m, meta::PROTECTED)?.unwrap_or_default(),
+            recovered: flag(m, meta::RECOVERED),
+        })
+    }
+}
+
+/// Key-value metadata being written, with typed setters.
+#[derive(Clone, Debug, Default)]
+pub struct MetaMap(pub HashMap<String, String>);
+
+impl MetaMap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets a plain value (a number, a name).
+    pub fn set(&mut self, key: &str, v: impl fmt::Display) -> &mut Self {
+        self.0.insert(key.to_owned(), v.to_string());
+        self
+    }
+
+    /// Sets a JSON value.
+    pub fn set_json<T: Serialize + ?Sized>(&mut self, key: &str, v: &T) -> &mut Self {
+        let text = serde_json::to_string(v).expect("metadata records serialise");
+        self.0.insert(key.to_owned(), text);
+        self
+    }
+
+    /// Adds everything of `other` (its values win).
+    pub fn extend(&mut self, other: MetaMap) -> &mut Self {
+        self.0.extend(other.0);
+        self
+    }
+
+    pub fn into_inner(self) -> HashMap<String, String> {
+        self.0
+    }
+}
+
+/// What reading a ledger's rows found that bears on its completeness.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Observed {
+    /// Rows of kind `io_uring`.
+    pub io_uring_rows: u64,
+    /// Processes with rows but no recorded start (no fork or exec seen), the first one aside.
+    pub unseen_starts: u64,
+}
+
+/// Why a ledger's record is incomplete, as a reader sees it: what the ledger says, plus what
+/// reading it found. The summary and the audit both decide with this, so they agree. Empty when
+/// the record is complete.
+pub fn assess(
+    m: &LedgerMeta,
+    form: super::reader::Form,
+    damaged_tail: Option<&str>,
+    seen: Observed,
+) -> Reasons {
+    let mut r = m.incomplete.clone();
+    if form == super::reader::Form::Unfinished {
+        r.push(Incomplete::Unfinished);
+    }
+    if let Some(e) = damaged_tail {
+        r.push(Incomplete::DamagedTail {
+            error: e.to_owned(),
+        });
+    }
+    let lost = m.events_lost.unwrap_or(0);
+    if lost > 0 {
+        r.push(Incomplete::EventsLost {
+            lost,
+            by_reason: m.events_lost_by_reason.clone(),
+        });
+    }
+    if seen.io_uring_rows > 0 {
+        r.push(Incomplete::IoUring {
+            records: seen.io_uring_rows,
+            submitted: m
+                .kernel_counters
+                .get("io_uring_submitted")
+                .copied()
+                .unwrap_or(0),
+        });
+    }
+    if seen.unseen_starts > 0 {
+        r.push(Incomplete::AlreadyRunning {
+            processes: seen.unseen_starts,
+        });
+    }
+    if m.sandbox.as_ref().is_some_and(|s| !s.verified) {
+        r.push(Incomplete::NotVerified {
+            what: Unverified::Sandbox,
+        });
+    }
+    if m.identity.as_ref().is_some_and(|i| !i.verified) {
+        r.push(Incomplete::NotVerified {
+            what: Unverified::Identity,
+        });
+    }
+    // A finished ledger must say it is complete, and lose nothing, to be complete.
+    if r.is_empty() && !(m.complete && m.events_lost == Some(0)) {
+        r.push(Incomplete::NotStatedComplete);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_round_trip_with_their_text() {
+        let mut r = Reasons::new();
+        r.push(Incomplete::IoUring {
+            records: 3,
+            submitted: 1,
+        });
+        r.push_front(Incomplete::EventsLost {
+            lost: 7,
+            by_reason: [("ringbuf_full".to_owned(), 7)].into(),
+        });
+        r.push(Incomplete::IoUring {
+            records: 9,
+            submitted: 9,
+        });
+        r.push(Incomplete::NotVerified {
+            what: Unverified::Sandbox,
+        });
+        let mut m = MetaMap::new();
+        m.set_json(meta::INCOMPLETE_REASONS, &r);
+        let text = &m.0[meta::INCOMPLETE_REASONS];
+        assert!(text.contains(r#""code":"events_lost""#), "{text}");
+        assert!(
+            text.contains(r#""text":"7 events lost (ringbuf_full: 7)""#),
+            "{text}"
+        );
+        let back = LedgerMeta::parse(&m.0).unwrap();
+        assert_eq!(back.incomplete, r);
+        assert_eq!(back.incomplete.iter().count(), 3, "one io_uring reason");
+        // A reason from a newer aet is kept as unknown, not an error.
+        let mut m = HashMap::new();
+        m.insert(
+            meta::INCOMPLETE_REASONS.to_owned(),
+            r#"[{"code":"from_the_future","text":"x"}]"#.to_owned(),
+        );
+        let back = LedgerMeta::parse(&m).unwrap();
+        assert_eq!(back.incomplete.iter().next(), Some(&Incomplete::Unknown));
+    }
+
+    #[test]
+    fn a_bad_value_names_its_key() {
+        let mut m = HashMap::new();
+        m.insert(meta::SANDBOX.to_owned(), "{not json".to_owned());
+        let e = LedgerMeta::parse(&m).unwrap_err();
+        assert_eq!(e.key, meta::SANDBOX);
+        let mut m = HashMap::new();
+        m.insert(meta::EVENTS_LOST.to_owned(), "many".to_owned());
+        assert_eq!(LedgerMeta::parse(&m).unwrap_err().key, meta::EVENTS_LOST);
+    }
+}
