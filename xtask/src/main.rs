@@ -233,6 +233,22 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
         "-D",
         "warnings",
     ]))?;
+    sh(Command::new("cargo")
+        .env("PATH", setup::path_with_cargo_bin())
+        .args([
+            "+nightly",
+            "clippy",
+            "--package",
+            "aet-ebpf",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
     println!("== pure logic on stable Rust alone (no nightly, no bpf-linker on PATH)");
     sh(stable_only_cargo()?.args(["test", "--package", "aet-core", "--lib", "--tests"]))?;
     println!("== unit tests");

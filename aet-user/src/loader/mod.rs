@@ -5,7 +5,7 @@
 //! then attaches every program. Any program that fails to load or attach fails the whole load:
 //! aet never runs with a partial monitor.
 
-use aet_common::{Config, counter, kfunc, scope};
+use aet_common::{Config, counter, scope};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
@@ -59,218 +59,8 @@ pub const PROGRAMS: &[(&str, Attach)] = &[
     ),
 ];
 
-/// The syscalls recorded through `raw_syscalls:sys_exit`, by number, for this architecture:
-/// `(native number, aet syscall)` and `(compat number, aet syscall)`. Syscall numbers are the
-/// architecture's ABI (fixed forever, from `asm/unistd_64.h` and `asm/unistd_32.h`), not kernel
-/// struct layouts.
-#[cfg(target_arch = "x86_64")]
-mod abi {
-    use aet_common::Syscall::{self, *};
-
-    pub const NATIVE: &[(i64, Syscall)] = &[
-        (2, Open),
-        (85, Creat),
-        (257, Openat),
-        (437, Openat2),
-        (59, Execve),
-        (322, Execveat),
-        (4, Stat),
-        (6, Lstat),
-        (262, Newfstatat),
-        (332, Statx),
-        (21, Access),
-        (269, Faccessat),
-        (439, Faccessat2),
-        (89, Readlink),
-        (267, Readlinkat),
-        (82, Rename),
-        (264, Renameat),
-        (316, Renameat2),
-        (87, Unlink),
-        (263, Unlinkat),
-        (86, Link),
-        (265, Linkat),
-        (88, Symlink),
-        (266, Symlinkat),
-        (83, Mkdir),
-        (258, Mkdirat),
-        (84, Rmdir),
-        (76, Truncate),
-        (77, Ftruncate),
-        (90, Chmod),
-        (91, Fchmod),
-        (268, Fchmodat),
-        (452, Fchmodat2),
-        (92, Chown),
-        (93, Fchown),
-        (94, Lchown),
-        (260, Fchownat),
-        (133, Mknod),
-        (259, Mknodat),
-        (80, Chdir),
-        (81, Fchdir),
-        (304, OpenByHandleAt),
-        (303, NameToHandleAt),
-        (319, MemfdCreate),
-        (9, Mmap),
-        (425, IoUringSetup),
-        (426, IoUringEnter),
-        (427, IoUringRegister),
-        (161, Chroot),
-        (155, PivotRoot),
-        (165, Mount),
-        (166, Umount2),
-        (280, Utimensat),
-        (0, Read),
-        (1, Write),
-        (17, Pread64),
-        (18, Pwrite64),
-        (19, Readv),
-        (20, Writev),
-        (295, Preadv),
-        (296, Pwritev),
-        (327, Preadv2),
-        (328, Pwritev2),
-        (40, Sendfile),
-        (326, CopyFileRange),
-        (3, Close),
-        (217, Getdents64),
-        (32, Dup),
-        (33, Dup2),
-        (292, Dup3),
-        (436, CloseRange),
-        (72, Fcntl),
-        (78, Getdents),
-        (188, Setxattr),
-        (189, Lsetxattr),
-        (190, Fsetxattr),
-        (191, Getxattr),
-        (192, Lgetxattr),
-        (193, Fgetxattr),
-        (194, Listxattr),
-        (195, Llistxattr),
-        (196, Flistxattr),
-        (197, Removexattr),
-        (198, Lremovexattr),
-        (199, Fremovexattr),
-        (463, Setxattrat),
-        (464, Getxattrat),
-        (465, Listxattrat),
-        (466, Removexattrat),
-    ];
-    /// i386 numbers. The 16- and 32-bit-uid variants of chown map to the same syscall; the
-    /// 64-bit-offset and old-layout stat variants too (their buffers are not read for identity).
-    pub const COMPAT: &[(i64, Syscall)] = &[
-        (5, Open),
-        (8, Creat),
-        (295, Openat),
-        (437, Openat2),
-        (11, Execve),
-        (358, Execveat),
-        (106, Stat),
-        (18, Stat),
-        (195, Stat),
-        (107, Lstat),
-        (84, Lstat),
-        (196, Lstat),
-        (300, Newfstatat),
-        (383, Statx),
-        (33, Access),
-        (307, Faccessat),
-        (439, Faccessat2),
-        (85, Readlink),
-        (305, Readlinkat),
-        (38, Rename),
-        (302, Renameat),
-        (353, Renameat2),
-        (10, Unlink),
-        (301, Unlinkat),
-        (9, Link),
-        (303, Linkat),
-        (83, Symlink),
-        (304, Symlinkat),
-        (39, Mkdir),
-        (296, Mkdirat),
-        (40, Rmdir),
-        (92, Truncate),
-        (193, Truncate),
-        (93, Ftruncate),
-        (194, Ftruncate),
-        (15, Chmod),
-        (94, Fchmod),
-        (306, Fchmodat),
-        (452, Fchmodat2),
-        (182, Chown),
-        (212, Chown),
-        (95, Fchown),
-        (207, Fchown),
-        (16, Lchown),
-        (198, Lchown),
-        (298, Fchownat),
-        (14, Mknod),
-        (297, Mknodat),
-        (12, Chdir),
-        (133, Fchdir),
-        (342, OpenByHandleAt),
-        (341, NameToHandleAt),
-        (356, MemfdCreate),
-        (192, Mmap),
-        (425, IoUringSetup),
-        (426, IoUringEnter),
-        (427, IoUringRegister),
-        (61, Chroot),
-        (217, PivotRoot),
-        (21, Mount),
-        (52, Umount2),
-        (22, Umount2),
-        (320, Utimensat),
-        (3, Read),
-        (4, Write),
-        (180, Pread64),
-        (181, Pwrite64),
-        (145, Readv),
-        (146, Writev),
-        (333, Preadv),
-        (334, Pwritev),
-        (378, Preadv2),
-        (379, Pwritev2),
-        (187, Sendfile),
-        (239, Sendfile),
-        (377, CopyFileRange),
-        (6, Close),
-        (220, Getdents64),
-        (141, Getdents),
-        (89, Getdents),
-        (41, Dup),
-        (63, Dup2),
-        (330, Dup3),
-        (436, CloseRange),
-        (55, Fcntl),
-        (221, Fcntl),
-        (226, Setxattr),
-        (227, Lsetxattr),
-        (228, Fsetxattr),
-        (229, Getxattr),
-        (230, Lgetxattr),
-        (231, Fgetxattr),
-        (232, Listxattr),
-        (233, Llistxattr),
-        (234, Flistxattr),
-        (235, Removexattr),
-        (236, Lremovexattr),
-        (237, Fremovexattr),
-        (463, Setxattrat),
-        (464, Getxattrat),
-        (465, Listxattrat),
-        (466, Removexattrat),
-    ];
-    /// `pt_regs` members holding the syscall number and arguments 0..5 (native, then compat).
-    pub const REGS_NR: &str = "orig_ax";
-    pub const REGS_ARGS: [&str; 6] = ["di", "si", "dx", "r10", "r8", "r9"];
-    pub const REGS_ARGS_COMPAT: [&str; 6] = ["bx", "cx", "dx", "si", "di", "bp"];
-    /// `TS_COMPAT` in `thread_info.status` (arch/x86/include/asm/thread_info.h).
-    pub const TS_COMPAT: u32 = 0x0002;
-}
+mod abi;
+mod kfunc;
 
 /// Which tasks the monitor follows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -301,59 +91,6 @@ impl Scope {
             Self::Pid(pid) => format!("pid {pid}"),
         }
     }
-}
-
-/// Links the programs' kfunc calls to the running kernel (aya relocates no kfunc call): every
-/// call of the [`kfunc::RDONLY_CAST`] marker becomes a kfunc call of `bpf_rdonly_cast`, and every
-/// load of a marker type id (`kfunc::TYPES`) into a register becomes the kernel's id of that
-/// struct. Returns the patched object.
-fn link_kfuncs(elf: &[u8], btf: &KernelBtf) -> Result<Vec<u8>, LoadError> {
-    use object::{Object as _, ObjectSection as _, SectionKind};
-    const CALL: u8 = 0x85; // BPF_JMP | BPF_CALL
-    const MOV64_IMM: u8 = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
-    const MOV32_IMM: u8 = 0xb4; // BPF_ALU | BPF_MOV | BPF_K
-    const PSEUDO_KFUNC_CALL: u8 = 2;
-    let cast = btf.func_id("bpf_rdonly_cast")?;
-    let types = kfunc::TYPES
-        .iter()
-        .map(|&(marker, name)| Ok((marker, btf.struct_id(name)?)))
-        .collect::<Result<Vec<_>, LoadError>>()?;
-    let file = object::File::parse(elf).map_err(|e| LoadError::Kfunc(e.to_string()))?;
-    let mut out = elf.to_vec();
-    let mut calls = 0;
-    for section in file.sections() {
-        if section.kind() != SectionKind::Text {
-            continue;
-        }
-        let Some((start, size)) = section.file_range() else {
-            continue;
-        };
-        let code = out
-            .get_mut(start as usize..(start + size) as usize)
-            .ok_or_else(|| {
-                LoadError::Kfunc(format!("section {start}+{size} is outside the object"))
-            })?;
-        for insn in code.chunks_exact_mut(8) {
-            let imm = i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]);
-            let new = match insn[0] {
-                CALL if insn[1] == 0 && imm == kfunc::RDONLY_CAST => {
-                    insn[1] = PSEUDO_KFUNC_CALL << 4;
-                    calls += 1;
-                    cast
-                }
-                MOV64_IMM | MOV32_IMM => match types.iter().find(|&&(m, _)| m == imm) {
-                    Some(&(_, id)) => id,
-                    None => continue,
-                },
-                _ => continue,
-            };
-            insn[4..8].copy_from_slice(&new.to_le_bytes());
-        }
-    }
-    if calls == 0 {
-        return Err(LoadError::Kfunc("the object calls no kfunc marker".into()));
-    }
-    Ok(out)
 }
 
 /// Errors loading or attaching the monitor.
@@ -512,7 +249,7 @@ impl Loaded {
                 config.target_pid = *pid;
             }
         }
-        let object = link_kfuncs(EBPF_OBJECT, &btf)?;
+        let object = kfunc::link_kfuncs(EBPF_OBJECT, &btf)?;
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
@@ -689,58 +426,4 @@ fn take_map<T>(
 ) -> Result<T, LoadError> {
     let map = ebpf.take_map(name).ok_or(LoadError::MissingMap(name))?;
     convert(map).map_err(|source| LoadError::Map { name, source })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every kfunc marker in the embedded object is rewritten, into the kernel's own ids, and
-    /// nothing else changes.
-    #[test]
-    fn kfunc_markers_are_linked_to_the_running_kernel() {
-        if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-            eprintln!("skipping: this kernel publishes no BTF");
-            return;
-        }
-        let btf = KernelBtf::load().unwrap();
-        let linked = link_kfuncs(EBPF_OBJECT, &btf).unwrap();
-        assert_eq!(linked.len(), EBPF_OBJECT.len());
-        let cast = btf.func_id("bpf_rdonly_cast").unwrap();
-        let ids: Vec<u32> = kfunc::TYPES
-            .iter()
-            .map(|(_, name)| btf.struct_id(name).unwrap())
-            .collect();
-        let (mut calls, mut types, mut changed) = (0, 0, 0);
-        for (old, new) in EBPF_OBJECT.chunks_exact(8).zip(linked.chunks_exact(8)) {
-            if old == new {
-                continue;
-            }
-            changed += 1;
-            let imm = |i: &[u8]| i32::from_le_bytes([i[4], i[5], i[6], i[7]]);
-            match old[0] {
-                0x85 => {
-                    assert_eq!(imm(old), kfunc::RDONLY_CAST);
-                    assert_eq!((new[0], new[1]), (0x85, 0x20), "a kfunc call");
-                    assert_eq!(imm(new) as u32, cast);
-                    calls += 1;
-                }
-                0xb7 | 0xb4 => {
-                    assert!(kfunc::TYPES.iter().any(|&(m, _)| m == imm(old)));
-                    assert!(ids.contains(&(imm(new) as u32)));
-                    assert_eq!(old[..4], new[..4], "only the immediate changes");
-                    types += 1;
-                }
-                other => panic!("instruction {other:#x} changed"),
-            }
-        }
-        assert!(
-            calls > 0 && types >= calls,
-            "{calls} calls, {types} type ids"
-        );
-        assert_eq!(changed, calls + types);
-        // No marker is left behind in the program text.
-        let again = link_kfuncs(&linked, &btf);
-        assert!(matches!(again, Err(LoadError::Kfunc(_))), "{again:?}");
-    }
 }

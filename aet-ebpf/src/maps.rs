@@ -1,0 +1,74 @@
+//! The maps the programs share, the configuration userspace sets before load, and the loss
+//! counters. Every map is sized or filled by userspace (`loader.rs`).
+
+use core::ptr::read_volatile;
+
+use aet_common::{Config, FileIo, Inflight, Offsets, counter};
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+};
+
+use crate::record::Scratch;
+
+/// Set by userspace before load (`EbpfLoader::override_global`).
+#[unsafe(no_mangle)]
+// SAFETY: Config is plain data; all-zero is its "unset" value (every program is a no-op).
+pub(crate) static CONFIG: Config = unsafe { core::mem::zeroed() };
+
+/// Records for userspace. Its size is set by userspace at load time.
+#[map]
+pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// Thread ids that descend from an in-scope task (fed by `sched_process_fork`, emptied by
+/// `sched_process_exit`), and for `--pid` the target's threads and descendants found at attach.
+#[map]
+pub(crate) static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(1 << 16, 0);
+
+/// Exec entries, for `sched_process_exec` to know which syscall (and dirfd, flags) led to it.
+#[map]
+pub(crate) static INFLIGHT: HashMap<u32, Inflight> = HashMap::with_max_entries(1 << 14, 0);
+
+/// Byte accounting per open fd, keyed by `tgid << 32 | fd`. Entries are created at an fd's first
+/// read, write, mapping or listing, not at its open: most opened files move no byte through
+/// their fd.
+#[map]
+pub(crate) static FILEIO: HashMap<u64, FileIo> = HashMap::with_max_entries(1 << 16, 0);
+
+/// Which fds of a process have a `FILEIO` entry: bit `fd` for fds below 63, bit 63 for any
+/// above. Lets an exec or exit emit its process's entries without scanning the whole map.
+#[map]
+pub(crate) static FDMASK: HashMap<u32, u64> = HashMap::with_max_entries(1 << 14, 0);
+
+/// Dispatch table: syscall number -> `syscall_entry(native, compat)`. Filled by userspace.
+#[map]
+pub(crate) static SYSCALLS: Array<u16> = Array::with_max_entries(aet_common::SYSCALL_TABLE_SIZE, 0);
+
+/// One slot per CPU (indexed by CPU id; userspace sizes it to the number of possible CPUs). A
+/// plain array rather than a per-CPU one: per-CPU values are limited to 32 KiB.
+#[map]
+pub(crate) static SCRATCH: Array<Scratch> = Array::with_max_entries(1, 0);
+
+/// Per-CPU counters, indexed by `aet_common::counter`.
+#[map]
+pub(crate) static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+#[inline(always)]
+pub(crate) fn cfg<T: Copy>(field: &T) -> T {
+    // SAFETY: CONFIG is a plain global; the volatile read keeps the compiler from folding the
+    // zero initialiser that userspace replaces at load time.
+    unsafe { read_volatile(field) }
+}
+
+#[inline(always)]
+pub(crate) fn offsets() -> &'static Offsets {
+    &CONFIG.offsets
+}
+
+#[inline(always)]
+pub(crate) fn count(idx: u32) {
+    if let Some(p) = COUNTERS.get_ptr_mut(idx) {
+        // SAFETY: per-CPU slot; programs do not migrate while they run.
+        unsafe { *p += 1 };
+    }
+}

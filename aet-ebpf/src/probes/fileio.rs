@@ -1,0 +1,294 @@
+//! Byte accounting per open fd: reads and writes add to the fd's entry in the kernel, and one
+//! `io` record per open file goes out at `close`, `close_range`, exec or exit. A per-process fd
+//! bitmap lets closes and dups of unaccounted fds leave after one lookup.
+
+use core::ffi::c_void;
+
+use aet_common::{
+    EventKind, FileIo, Shape, Syscall, counter, fileio, flags, io,
+    uapi::{F_DUPFD, F_DUPFD_CLOEXEC},
+};
+use aya_ebpf::helpers::generated;
+
+use super::syscall::Args;
+use crate::{
+    maps::{FDMASK, FILEIO, count},
+    record::{fill_header, header, scratch, send},
+    task::{Task, fd_file, identity},
+    walk::record_file,
+};
+
+#[inline(always)]
+pub(crate) fn fileio_key(tgid: u32, fd: i32) -> u64 {
+    (tgid as u64) << 32 | fd as u32 as u64
+}
+
+/// The bit of `fd` in `FDMASK`.
+#[inline(always)]
+pub(crate) fn fd_bit(fd: i32) -> u64 {
+    if (0..63).contains(&fd) {
+        1u64 << fd
+    } else {
+        1u64 << 63
+    }
+}
+
+/// Notes that `fd` of `tgid` has (`set`) or no longer has an accounting entry.
+#[inline(always)]
+pub(crate) fn fdmask_update(tgid: u32, fd: i32, set: bool) {
+    let bit = fd_bit(fd);
+    match FDMASK.get_ptr_mut(tgid) {
+        // SAFETY: a map value of this process (its threads may race; a lost bit only costs a
+        // late emission at the end of the run, never a lost count).
+        Some(p) => unsafe {
+            if set {
+                *p |= bit;
+            } else if bit != 1u64 << 63 {
+                *p &= !bit;
+            }
+        },
+        None if set && FDMASK.insert(tgid, bit, 0).is_err() => count(counter::FILEIO_FULL),
+        None => {}
+    }
+}
+
+/// The fd's accounting entry, created on first use for an fd opened before aet saw it (inherited,
+/// duplicated before monitoring, or opened through io_uring).
+#[inline(always)]
+pub(crate) fn fileio_entry(task: &Task, fd: i32) -> Option<*mut FileIo> {
+    let key = fileio_key(task.tgid, fd);
+    if let Some(p) = FILEIO.get_ptr_mut(key) {
+        return Some(p);
+    }
+    let (dev, ino, mnt_id, class) = identity(fd_file(task, fd as i64))?;
+    let v = FileIo {
+        dev,
+        ino,
+        mnt_id,
+        class,
+        ..FileIo::default()
+    };
+    if FILEIO.insert(key, v, 0).is_err() {
+        count(counter::FILEIO_FULL);
+        return None;
+    }
+    fdmask_update(task.tgid, fd, true);
+    FILEIO.get_ptr_mut(key)
+}
+
+#[inline(always)]
+pub(crate) fn fileio_add(task: &Task, fd: i32, bytes: i64, write: bool) {
+    if bytes <= 0 {
+        return;
+    }
+    let Some(p) = fileio_entry(task, fd) else {
+        return;
+    };
+    // SAFETY: a map value, updated atomically (threads share fds).
+    unsafe {
+        if (*p).class != fileio::REGULAR {
+            return;
+        }
+        let field: *mut u64 = if write {
+            &mut (*p).bytes_written
+        } else {
+            &mut (*p).bytes_read
+        };
+        atomic_add(field, bytes as u64);
+    }
+}
+
+/// `*p += v`, atomically (the BPF `lock` add; core's atomics lack fetch_add on this target).
+#[inline(always)]
+pub(crate) unsafe fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: p is a valid, 8-aligned map value field.
+    unsafe {
+        core::arch::asm!("lock *(u64 *)({p} + 0) += {v}", p = in(reg) p, v = in(reg) v);
+    }
+}
+
+/// Emits an io record for a regular file's accounting entry.
+#[inline(always)]
+pub(crate) fn emit_io(task: &mut Task, fd: i32, e: &FileIo, at_exit: bool) {
+    // Files opened and closed without a byte moved are in their open rows already.
+    if e.class != fileio::REGULAR || e.bytes_read == 0 && e.bytes_written == 0 {
+        return;
+    }
+    let Some(s) = scratch() else { return };
+    fill_header(header(s), task, EventKind::Io, Syscall::None as u16, 0);
+    let h = header(s);
+    h.fd = fd;
+    h.aux = e.bytes_read;
+    h.aux2 = e.bytes_written;
+    h.dev = e.dev;
+    h.ino = e.ino;
+    h.mnt_id = e.mnt_id;
+    h.flags |= flags::IDENTITY;
+    if at_exit {
+        h.flags |= flags::IO_AT_EXIT;
+    }
+    send(s);
+}
+
+/// Emits and forgets the accounting of `fd`.
+#[inline(always)]
+pub(crate) fn fileio_close(task: &mut Task, fd: i32, at_exit: bool) {
+    let key = fileio_key(task.tgid, fd);
+    // SAFETY: copied out before the entry is removed.
+    if let Some(e) = unsafe { FILEIO.get(key) }.copied() {
+        let _ = FILEIO.remove(key);
+        fdmask_update(task.tgid, fd, false);
+        emit_io(task, fd, &e, at_exit);
+    }
+}
+
+/// The `for_each` callback that emits and forgets a process's entries (at exit, exec or
+/// close_range).
+#[repr(C)]
+pub(crate) struct Flush {
+    pub(crate) tgid: u32,
+    pub(crate) first: u32,
+    pub(crate) last: u32,
+    pub(crate) at_exit: u32,
+}
+
+extern "C" fn flush_step(
+    _map: *mut c_void,
+    key: *mut u64,
+    value: *mut FileIo,
+    ctx: *mut c_void,
+) -> i64 {
+    // SAFETY: for_each hands valid key, value and context pointers.
+    let (k, f) = unsafe { (*key, &*(ctx as *const Flush)) };
+    let fd = k as u32;
+    if (k >> 32) as u32 != f.tgid || fd < f.first || fd > f.last {
+        return 0;
+    }
+    // SAFETY: as above.
+    let e = unsafe { *value };
+    let _ = FILEIO.remove(k);
+    let mut task = Task::current();
+    emit_io(&mut task, fd as i32, &e, f.at_exit != 0);
+    0
+}
+
+/// Emits and forgets the entries of fds `first..=last` of `tgid`: through the fd mask, and a
+/// scan of the map only when the process had an entry for an fd above 62.
+#[inline(always)]
+pub(crate) fn fileio_flush(tgid: u32, first: u32, last: u32, at_exit: bool) {
+    // SAFETY: copied out.
+    let Some(mask) = (unsafe { FDMASK.get(tgid) }).copied() else {
+        return;
+    };
+    let mut f = Flush {
+        tgid,
+        first,
+        last,
+        at_exit: at_exit as u32,
+    };
+    if mask & (1u64 << 63) != 0 {
+        // SAFETY: map, callback and context are valid for the call.
+        unsafe {
+            generated::bpf_for_each_map_elem(
+                &FILEIO as *const _ as *mut c_void,
+                flush_step as *mut c_void,
+                &mut f as *mut Flush as *mut c_void,
+                0,
+            )
+        };
+    } else if mask != 0 {
+        // SAFETY: callback and context are valid for the call.
+        unsafe {
+            generated::bpf_loop(
+                63,
+                flush_fd as *mut c_void,
+                &mut f as *mut Flush as *mut c_void,
+                0,
+            )
+        };
+    }
+    if first == 0 && last == u32::MAX {
+        let _ = FDMASK.remove(tgid);
+    }
+}
+
+extern "C" fn flush_fd(i: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back the caller's context.
+    let f = unsafe { &*(ctx as *const Flush) };
+    if i < f.first || i > f.last {
+        return 0;
+    }
+    // SAFETY: copied out.
+    let Some(mask) = (unsafe { FDMASK.get(f.tgid) }).copied() else {
+        return 1;
+    };
+    if mask & (1u64 << (i & 63)) == 0 {
+        return 0;
+    }
+    let mut task = Task::current();
+    fileio_close(&mut task, i as i32, f.at_exit != 0);
+    0
+}
+
+/// Accounting syscalls: reads and writes add bytes, closes emit them.
+#[inline(always)]
+pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16, ret: i64) {
+    let fd = args.get(shape.fd) as i32;
+    match shape.io {
+        io::READ => fileio_add(task, fd, ret, false),
+        io::WRITE => fileio_add(task, fd, ret, true),
+        io::SENDFILE => {
+            fileio_add(task, args.get(1) as i32, ret, false);
+            fileio_add(task, args.get(0) as i32, ret, true);
+        }
+        io::COPY => {
+            fileio_add(task, args.get(0) as i32, ret, false);
+            fileio_add(task, args.get(2) as i32, ret, true);
+        }
+        io::CLOSE if ret == 0 => fileio_close(task, fd, false),
+        io::CLOSE_RANGE if ret == 0 => {
+            fileio_flush(task.tgid, args.get(0) as u32, args.get(1) as u32, false);
+        }
+        io::DUP | io::FCNTL if ret >= 0 => {
+            if shape.io == io::FCNTL {
+                let cmd = args.get(1);
+                if cmd != F_DUPFD && cmd != F_DUPFD_CLOEXEC {
+                    return;
+                }
+            }
+            let newfd = ret as i32;
+            // dup2/dup3 onto an open fd close it first.
+            fileio_close(task, newfd, false);
+            let Some(p) = fileio_entry(task, fd) else {
+                return;
+            };
+            // SAFETY: a map value, copied.
+            let mut v = unsafe { *p };
+            v.bytes_read = 0;
+            v.bytes_written = 0;
+            v.marks = 0;
+            if FILEIO.insert(fileio_key(task.tgid, newfd), v, 0).is_err() {
+                count(counter::FILEIO_FULL);
+            } else {
+                fdmask_update(task.tgid, newfd, true);
+            }
+        }
+        io::LIST if ret >= 0 => {
+            let Some(p) = fileio_entry(task, fd) else {
+                return;
+            };
+            // SAFETY: a map value.
+            let e = unsafe { &mut *p };
+            if e.class != fileio::DIRECTORY || e.marks & fileio::LISTED != 0 {
+                return;
+            }
+            e.marks |= fileio::LISTED;
+            let Some(s) = scratch() else { return };
+            fill_header(header(s), task, EventKind::List, syscall, ret);
+            header(s).fd = fd;
+            record_file(s, task, fd_file(task, fd as i64));
+            send(s);
+        }
+        _ => {}
+    }
+}

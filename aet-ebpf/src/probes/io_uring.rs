@@ -1,0 +1,51 @@
+//! io_uring: a request submitted through it (its open and statx paths, the kernel's copy). Its
+//! results and any data it moves are not recorded, so userspace marks such a run incomplete.
+
+use aet_common::{EventKind, Syscall, counter, section};
+use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
+
+use crate::{
+    kernel::kread,
+    maps::{cfg, count, offsets},
+    record::{KERNEL, capture_str, fill_header, header, scratch, send},
+    task::Task,
+};
+
+const IORING_OP_OPENAT: u8 = 18;
+const IORING_OP_STATX: u8 = 21;
+const IORING_OP_OPENAT2: u8 = 28;
+
+/// A request submitted to io_uring. Its open and statx paths are recorded (the kernel's copy);
+/// their results and any reads are not, so userspace marks a run that used io_uring incomplete.
+#[raw_tracepoint(tracepoint = "io_uring_submit_req")]
+pub(crate) fn io_uring_submit_req(ctx: RawTracePointContext) -> i32 {
+    let mut task = Task::current();
+    if !task.in_scope() {
+        return 0;
+    }
+    count(counter::IO_URING_SUBMITTED);
+    let req: u64 = ctx.arg(0);
+    let o = offsets();
+    let opcode: u8 = kread(req, cfg(&o.req_opcode));
+    let Some(s) = scratch() else { return 0 };
+    fill_header(
+        header(s),
+        &mut task,
+        EventKind::IoUring,
+        Syscall::None as u16,
+        0,
+    );
+    header(s).aux = opcode as u64;
+    let cmd = req + cfg(&o.req_cmd) as u64;
+    let filename: u64 = match opcode {
+        IORING_OP_OPENAT | IORING_OP_OPENAT2 => kread(cmd, cfg(&o.io_open_filename)),
+        IORING_OP_STATX => kread(cmd, cfg(&o.io_statx_filename)),
+        _ => 0,
+    };
+    if filename != 0 {
+        let name: u64 = kread(filename, cfg(&o.filename_name));
+        capture_str::<KERNEL>(s, section::PATH, name);
+    }
+    send(s);
+    0
+}

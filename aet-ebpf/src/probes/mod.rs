@@ -1,0 +1,7 @@
+//! The programs, one module per probe group.
+
+pub(crate) mod exec;
+pub(crate) mod fileio;
+pub(crate) mod io_uring;
+pub(crate) mod sched;
+pub(crate) mod syscall;

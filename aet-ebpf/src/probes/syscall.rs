@@ -1,0 +1,297 @@
+//! Syscall exits: one raw tracepoint for every syscall, dispatched by number through the table
+//! userspace fills. The arguments are read from the task's saved registers at exit: the syscall
+//! has not changed them, and any user string it read is faulted in by now.
+
+use aet_common::{
+    EventKind, SHAPES, SYSCALL_COUNT, Shape, Syscall, fileio, flags, io, obj, section, shape,
+    uapi::{AT_FDCWD, CREAT_FLAGS, MAP_ANONYMOUS},
+};
+use aya_ebpf::{
+    helpers::{bpf_probe_read_user, generated},
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+
+use super::{
+    exec::exit_exec,
+    fileio::{exit_io, fileio_key},
+};
+use crate::{
+    kernel::KPtr,
+    maps::{FDMASK, FILEIO, SYSCALLS, cfg, offsets},
+    record::{
+        USER, capture_str, fill_header, header, scratch, section_first_byte, send, stat_names,
+    },
+    task::{Task, identity, inode_identity, set_identity},
+    walk::{NO_FD, WalkState, dirfd_file, walk_into},
+};
+
+/// `struct open_how` (uapi, stable).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct OpenHow {
+    pub(crate) flags: u64,
+    pub(crate) mode: u64,
+    pub(crate) resolve: u64,
+}
+
+/// The six argument registers of a syscall, read once at its exit (constant-offset loads: the
+/// verifier refuses a variable offset on a BTF pointer, and the argument index comes from a
+/// table).
+pub(crate) struct Args {
+    /// Arguments 0..5.
+    pub(crate) regs: [u64; 6],
+    pub(crate) compat: bool,
+}
+
+impl Args {
+    #[inline(always)]
+    pub(crate) fn read(regs: KPtr, compat: bool) -> Self {
+        let o = offsets();
+        macro_rules! load {
+            ($($i:literal)*) => {
+                [$(if compat {
+                    regs.read::<u64>(cfg(&o.regs_args_compat[$i])) & 0xffff_ffff
+                } else {
+                    regs.read::<u64>(cfg(&o.regs_args[$i]))
+                },)*]
+            };
+        }
+        Self {
+            regs: load!(0 1 2 3 4 5),
+            compat,
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn get(&self, n: i8) -> u64 {
+        // The index comes from a table; the verifier needs it bounded in the register used,
+        // and black_box keeps the compiler from moving the check to another one. (Two zero
+        // words after the arguments, for a masked index, cost a call to a byte-wise memset.)
+        let i = core::hint::black_box(n as u64);
+        if i >= 6 {
+            return 0;
+        }
+        // SAFETY: i < 6, checked above.
+        unsafe { *self.regs.get_unchecked(i as usize) }
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sys_exit")]
+// Inlined into the program aya's macro wraps it in (a call and a return less on every syscall).
+#[inline(always)]
+pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
+    let ret: i64 = ctx.arg(1);
+    let o = offsets();
+    // The registers through the task's BTF pointer (the tracepoint's own `regs` argument is a
+    // plain address, which would take a fault-tolerant copy: the dearest helper, on every
+    // syscall of the machine).
+    let mut task = Task::current();
+    // SAFETY: helper taking the BTF task pointer it was given by the kernel.
+    let regs = KPtr(unsafe { generated::bpf_task_pt_regs(task.ptr.0 as *mut _) } as *const u8);
+    if regs.is_null() {
+        return 0;
+    }
+    let nr: i64 = regs.read(cfg(&o.regs_nr));
+    if nr < 0 || nr >= aet_common::SYSCALL_TABLE_SIZE as i64 {
+        return 0;
+    }
+    let Some(&entry) = SYSCALLS.get(nr as u32) else {
+        return 0;
+    };
+    if entry == 0 {
+        return 0;
+    }
+    let compat = task.compat();
+    let syscall = if compat { entry >> 8 } else { entry & 0xff };
+    if syscall == 0 || syscall as usize >= SYSCALL_COUNT {
+        return 0;
+    }
+    let shape = SHAPES[syscall as usize];
+    if matches!(shape.io, io::CLOSE | io::CLOSE_RANGE | io::DUP | io::FCNTL)
+        // SAFETY: read only.
+        && unsafe { FDMASK.get(task.tgid) }.is_none_or(|m| *m == 0)
+    {
+        // Closing or duplicating fds of a process with no accounted fd: nothing to do (the
+        // cheapest exit for the most frequent syscall of all).
+        return 0;
+    }
+    if !task.in_scope() {
+        return 0;
+    }
+    let args = Args::read(regs, compat);
+    if shape.io != io::NONE {
+        exit_io(&args, &mut task, &shape, syscall, ret);
+    } else if shape.kind == EventKind::Exec as u8 {
+        exit_exec(&args, task, syscall, ret);
+    } else if shape.kind != 0 {
+        exit_event(&args, task, &shape, syscall, ret);
+    }
+    0
+}
+
+/// Records a syscall that touches the file system (everything but execs and accounting).
+#[inline(always)]
+pub(crate) fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64) {
+    let Some(s) = scratch() else { return };
+    let Some(kind) = EventKind::from_u16(shape.kind as u16) else {
+        return;
+    };
+    // What is not recorded leaves before the record is built: anonymous mappings and repeated
+    // mappings of one open file (each exec makes a dozen). (An fstat in disguise is left out
+    // further down, once it is known to be one.)
+    let mflags = args.get(3);
+    if syscall == Syscall::Mmap as u16 {
+        let fd = args.get(shape.fd) as i32;
+        if mflags & MAP_ANONYMOUS as u64 != 0 || fd < 0 || ret < 0 {
+            return;
+        }
+        if let Some(e) = FILEIO.get_ptr_mut(fileio_key(task.tgid, fd)) {
+            // SAFETY: a map value; plain field access.
+            let e = unsafe { &mut *e };
+            if e.marks & fileio::MAPPED != 0 {
+                return;
+            }
+            e.marks |= fileio::MAPPED;
+        }
+    }
+    fill_header(header(s), &mut task, kind, syscall, ret);
+    let h = header(s);
+    if args.compat {
+        h.flags |= flags::COMPAT;
+    }
+    if shape.dirfd >= 0 {
+        h.dirfd = args.get(shape.dirfd) as i32;
+    }
+    if shape.dirfd2 >= 0 {
+        h.dirfd2 = args.get(shape.dirfd2) as i32;
+    }
+    if shape.fd >= 0 {
+        h.fd = args.get(shape.fd) as i32;
+    }
+    if shape.flags >= 0 {
+        h.open_flags = args.get(shape.flags) as u32;
+    }
+    if shape.mode >= 0 {
+        h.mode = args.get(shape.mode) as u32;
+    }
+    if syscall == Syscall::Creat as u16 {
+        h.open_flags = CREAT_FLAGS;
+    } else if syscall == Syscall::Openat2 as u16 {
+        // SAFETY: fault-tolerant read; the kernel copied this struct in already.
+        let how: OpenHow =
+            unsafe { bpf_probe_read_user(args.get(2) as *const OpenHow) }.unwrap_or_default();
+        h.open_flags = how.flags as u32;
+        h.mode = how.mode as u32;
+        h.aux = how.resolve;
+    } else if syscall == Syscall::Mmap as u16 {
+        h.aux = args.get(1);
+        h.aux2 = args.get(2) | mflags << 32;
+    } else if syscall == Syscall::IoUringEnter as u16 || syscall == Syscall::IoUringRegister as u16
+    {
+        h.fd = args.get(0) as i32;
+    }
+    if shape.path >= 0 {
+        capture_str::<USER>(s, section::PATH, args.get(shape.path));
+    }
+    if shape.path2 >= 0 {
+        capture_str::<USER>(s, section::PATH2, args.get(shape.path2));
+    }
+    // Section WALK: the object, when the kernel hands one over, else the base directory of a
+    // relative path; WALK2: the base of a relative second path. The verifier checks a walk once
+    // for every place it is started from, and walks are most of its work: so the start of each
+    // section's walk is chosen first, then each section has one fd look-up and one walk.
+    let ok = ret >= 0;
+    let mut fd: i64 = NO_FD;
+    let mut object = false;
+    match shape.obj {
+        obj::RET_FD if ok => {
+            fd = ret;
+            object = true;
+        }
+        obj::ARG_FD => {
+            fd = header(s).fd as i64;
+            object = true;
+        }
+        obj::PWD if ok => {
+            let fs = task.fs();
+            if !fs.is_null() {
+                let o = offsets();
+                let pwd = cfg(&o.fs_pwd);
+                let mnt = fs.ptr(pwd + cfg(&o.path_mnt));
+                let inode = fs.ptr(pwd + cfg(&o.path_dentry)).ptr(cfg(&o.dentry_inode));
+                if !inode.is_null() {
+                    set_identity(header(s), inode_identity(inode, mnt));
+                }
+                header(s).flags |= flags::WALK_IS_OBJECT;
+                fd = AT_FDCWD as i64;
+                object = true;
+            }
+        }
+        obj::STAT if ok => {
+            // struct stat (x86_64): st_dev at 0, st_ino at 8. The compat layout differs.
+            if !args.compat {
+                let buf = args.get(shape.buf);
+                // SAFETY: one fault-tolerant read of the buffer the kernel just filled.
+                let [dev, ino]: [u64; 2] =
+                    unsafe { bpf_probe_read_user(buf as *const [u64; 2]) }.unwrap_or([0, 0]);
+                let h = header(s);
+                h.dev = dev;
+                h.ino = ino;
+                h.flags |= flags::IDENTITY | flags::DEV_STAT;
+            }
+        }
+        obj::STATX if ok => {
+            // struct statx (uapi): stx_ino at 32, stx_dev_major/minor at 136/140,
+            // stx_mnt_id at 144.
+            let buf = args.get(shape.buf);
+            // SAFETY: fault-tolerant reads of the buffer the kernel just filled.
+            let ino: u64 = unsafe { bpf_probe_read_user((buf + 32) as *const u64) }.unwrap_or(0);
+            let [dev, mnt]: [u64; 2] =
+                unsafe { bpf_probe_read_user((buf + 136) as *const [u64; 2]) }.unwrap_or([0, 0]);
+            let h = header(s);
+            h.ino = ino;
+            h.dev = dev;
+            h.mnt_id = mnt as u32;
+            h.flags |= flags::IDENTITY | flags::DEV_STATX;
+        }
+        _ => {}
+    }
+    if !object && shape.path >= 0 {
+        let dirfd = header(s).dirfd;
+        let first = section_first_byte(s, section::PATH);
+        if shape.bits & shape::PATH_VERBATIM == 0 && first != b'/' {
+            fd = dirfd as i64;
+            // An empty path names the dirfd itself.
+            object = first == 0 && dirfd != AT_FDCWD;
+        }
+    }
+    let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
+    if fd != NO_FD {
+        let file = dirfd_file(&task, fd);
+        if object && let Some(id) = identity(file) {
+            let h = header(s);
+            if h.flags & (flags::DEV_STAT | flags::DEV_STATX) == 0 {
+                set_identity(h, id);
+                h.flags |= flags::WALK_IS_OBJECT;
+            } else if stat_names(h, id) {
+                // A stat of "" with AT_EMPTY_PATH that reported the fd's own file: an fstat
+                // (glibc's fstat is this call), whose open was recorded already.
+                return;
+            }
+            // Else the path reads "" now, but the call reported another file: a thread
+            // rewrote the path after the kernel read it. The row keeps what the call reported
+            // (the buffer's identity) and no object.
+        }
+        walk_into(s, &task, section::WALK, st.as_mut_ptr(), fd, file);
+    }
+    if shape.path2 >= 0
+        && shape.bits & shape::PATH2_VERBATIM == 0
+        && section_first_byte(s, section::PATH2) != b'/'
+    {
+        let dirfd2 = header(s).dirfd2 as i64;
+        let file = dirfd_file(&task, dirfd2);
+        walk_into(s, &task, section::WALK2, st.as_mut_ptr(), dirfd2, file);
+    }
+    send(s);
+}

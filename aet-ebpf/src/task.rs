@@ -1,0 +1,233 @@
+//! The current task as the hot path sees it (ids, cgroup, credentials, mount namespace), whether
+//! it is in the run's scope, its files by fd, and a file's identity.
+
+use aet_common::{
+    EventHeader, fileio, flags, kfunc, scope,
+    uapi::{S_IFDIR, S_IFMT, S_IFREG},
+};
+
+use crate::{
+    kernel::{KPtr, kread, mount_id, rdonly_cast},
+    maps::{CONFIG, TRACKED, cfg, offsets},
+};
+
+/// Is the task part of the monitored run?
+#[inline(always)]
+pub(crate) fn in_scope(task: &mut Task) -> bool {
+    let hit = match cfg(&CONFIG.scope_mode) {
+        scope::CGROUP => task.cgroup() == cfg(&CONFIG.target_cgroup),
+        scope::UID => task.uid_gid().0 == cfg(&CONFIG.target_uid),
+        scope::PID => task.tgid == cfg(&CONFIG.target_pid),
+        _ => return false,
+    };
+    // SAFETY: the value is only tested for presence.
+    hit || unsafe { TRACKED.get(task.tid) }.is_some()
+}
+
+/// The current task, as the hot path sees it: a BTF pointer, and the ids read through it once.
+#[derive(Clone, Copy)]
+pub(crate) struct Task {
+    pub(crate) ptr: KPtr,
+    pub(crate) tid: u32,
+    pub(crate) tgid: u32,
+    /// The cgroup v2 id once read (0 before).
+    pub(crate) cgroup: u64,
+    /// `uid | gid << 32` once read (`u64::MAX` before).
+    pub(crate) ugid: u64,
+}
+
+impl Task {
+    #[inline(always)]
+    pub(crate) fn current() -> Self {
+        let ptr = KPtr::current_task();
+        let o = offsets();
+        Self {
+            ptr,
+            tid: ptr.read::<i32>(cfg(&o.task_pid)) as u32,
+            tgid: ptr.read::<i32>(cfg(&o.task_tgid)) as u32,
+            cgroup: 0,
+            ugid: u64::MAX,
+        }
+    }
+
+    /// The task's cgroup v2 id (`task->cgroups->dfl_cgrp->kn->id`, what
+    /// `bpf_get_current_cgroup_id()` returns), read once.
+    #[inline(always)]
+    pub(crate) fn cgroup(&mut self) -> u64 {
+        if self.cgroup == 0 {
+            let o = offsets();
+            let kn = self
+                .ptr
+                .ptr(cfg(&o.task_cgroups))
+                .ptr(cfg(&o.css_set_dfl_cgrp))
+                .ptr(cfg(&o.cgroup_kn));
+            self.cgroup = if kn.is_null() {
+                0
+            } else {
+                kn.read::<u64>(cfg(&o.kernfs_node_id))
+            };
+        }
+        self.cgroup
+    }
+
+    /// The task's real uid and gid (`task->cred->{uid,gid}`), read once.
+    #[inline(always)]
+    pub(crate) fn uid_gid(&mut self) -> (u32, u32) {
+        if self.ugid == u64::MAX {
+            let o = offsets();
+            let cred = self.ptr.ptr(cfg(&o.task_cred));
+            self.ugid = if cred.is_null() {
+                0
+            } else {
+                cred.read::<u32>(cfg(&o.cred_uid)) as u64
+                    | (cred.read::<u32>(cfg(&o.cred_gid)) as u64) << 32
+            };
+        }
+        (self.ugid as u32, (self.ugid >> 32) as u32)
+    }
+
+    /// Is the task in a compat (32-bit) syscall?
+    #[inline(always)]
+    pub(crate) fn compat(self) -> bool {
+        let mask = cfg(&CONFIG.compat_mask);
+        mask != 0 && self.ptr.read::<u32>(cfg(&offsets().task_ti_status)) & mask != 0
+    }
+
+    /// The task's mount namespace id.
+    #[inline(always)]
+    pub(crate) fn mntns(self) -> u32 {
+        let o = offsets();
+        let ns = self
+            .ptr
+            .ptr(cfg(&o.task_nsproxy))
+            .ptr(cfg(&o.nsproxy_mnt_ns));
+        if ns.is_null() {
+            0
+        } else {
+            ns.read::<u32>(cfg(&o.mnt_ns_inum))
+        }
+    }
+
+    /// `task->fs` (NULL for some kernel threads).
+    #[inline(always)]
+    pub(crate) fn fs(self) -> KPtr {
+        self.ptr.ptr(cfg(&offsets().task_fs))
+    }
+
+    #[inline(always)]
+    pub(crate) fn in_scope(&mut self) -> bool {
+        in_scope(self)
+    }
+}
+
+/// The `struct file` behind an fd, as a BTF pointer.
+#[derive(Clone, Copy)]
+pub(crate) enum FileRef {
+    None,
+    Btf(KPtr),
+}
+
+/// The `struct file` behind fd `fd` of the current task. A file in the embedded fd array is
+/// reached with BTF loads at constant offsets (the verifier refuses a variable offset on a BTF
+/// pointer, hence the unrolled match); any other fd with one helper read of its slot in the fd
+/// table, made a BTF pointer by [`rdonly_cast`].
+#[inline(always)]
+pub(crate) fn fd_file(task: &Task, fd: i64) -> FileRef {
+    let o = offsets();
+    let files = task.ptr.ptr(cfg(&o.task_files));
+    if files.is_null() || fd < 0 {
+        return FileRef::None;
+    }
+    let fdt = files.ptr(cfg(&o.files_fdt));
+    if fdt.is_null() {
+        return FileRef::None;
+    }
+    let max: u32 = fdt.read(cfg(&o.fdt_max_fds));
+    if fd >= max as i64 {
+        return FileRef::None;
+    }
+    let array: u64 = fdt.read(cfg(&o.fdt_fd));
+    let base = cfg(&o.files_fd_array);
+    if array == files.addr() + base as u64 && (fd as u32) < cfg(&o.fd_array_len) {
+        macro_rules! arms {
+            ($($k:literal)*) => {
+                match fd {
+                    $($k => files.ptr(base + 8 * $k),)*
+                    _ => KPtr(core::ptr::null()),
+                }
+            };
+        }
+        let f = arms!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29
+            30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58
+            59 60 61 62 63);
+        return if f.is_null() {
+            FileRef::None
+        } else {
+            FileRef::Btf(f)
+        };
+    }
+    let f: u64 = kread(array, (8 * fd) as u32);
+    let f = rdonly_cast::<{ kfunc::TYPE_FILE }>(f);
+    if f.is_null() {
+        FileRef::None
+    } else {
+        FileRef::Btf(f)
+    }
+}
+
+/// The class of an inode mode for byte accounting.
+#[inline(always)]
+pub(crate) fn mode_class(mode: u16) -> u32 {
+    match mode & S_IFMT {
+        S_IFREG => fileio::REGULAR,
+        S_IFDIR => fileio::DIRECTORY,
+        _ => fileio::IGNORED,
+    }
+}
+
+/// A file's identity and class: `(dev, ino, mnt_id, class)`.
+pub(crate) type Identity = (u64, u64, u32, u32);
+
+#[inline(never)]
+pub(crate) fn identity_btf(f: KPtr) -> Identity {
+    let o = offsets();
+    let inode = f.ptr(cfg(&o.file_inode));
+    if inode.is_null() {
+        return (0, 0, 0, fileio::IGNORED);
+    }
+    inode_identity(inode, f.ptr(cfg(&o.file_path) + cfg(&o.path_mnt)))
+}
+
+/// The identity of an inode (not null) seen through the vfsmount `mnt`.
+#[inline(always)]
+pub(crate) fn inode_identity(inode: KPtr, mnt: KPtr) -> Identity {
+    let o = offsets();
+    let sb = inode.ptr(cfg(&o.inode_sb));
+    let dev = if sb.is_null() {
+        0
+    } else {
+        sb.read::<u32>(cfg(&o.sb_dev)) as u64
+    };
+    (
+        dev,
+        inode.read::<u64>(cfg(&o.inode_ino)),
+        mount_id(mnt.addr()),
+        mode_class(inode.read::<u16>(cfg(&o.inode_mode))),
+    )
+}
+
+#[inline(always)]
+pub(crate) fn identity(file: FileRef) -> Option<Identity> {
+    match file {
+        FileRef::None => None,
+        FileRef::Btf(f) => Some(identity_btf(f)),
+    }
+}
+
+#[inline(always)]
+pub(crate) fn set_identity(h: &mut EventHeader, id: Identity) {
+    h.dev = id.0;
+    h.ino = id.1;
+    h.mnt_id = id.2;
+    h.flags |= flags::IDENTITY;
+}
