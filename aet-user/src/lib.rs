@@ -5,7 +5,7 @@
 pub mod cli;
 
 /// The pure logic, from `aet-core`.
-pub use aet_core::{access, audit, ledger, stage, util};
+pub use aet_core::{access, audit, docgen, ledger, stage, util};
 
 pub mod identity;
 pub mod kernel;
@@ -45,7 +45,7 @@ mod tests {
         ("loader", &["kernel"]),
         ("kernel", &[]),
     ];
-    const CORE: &[&str] = &["ledger", "audit", "access", "stage", "util"];
+    const CORE: &[&str] = &["ledger", "audit", "access", "docgen", "stage", "util"];
 
     /// The `crate::X` modules a source text names, grouped `use crate::{X, Y::…}` included.
     fn uses(text: &str) -> BTreeSet<String> {

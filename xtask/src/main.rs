@@ -39,6 +39,9 @@ enum Task {
     },
     /// Measure aet's overhead against untraced runs (open storm, exec storm).
     Bench(bench::Args),
+    /// Regenerate the generated parts of the docs (CLI reference, ledger tables) and the golden
+    /// fixtures from the code.
+    Docs,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -47,6 +50,20 @@ fn main() -> anyhow::Result<()> {
         Task::Build => build().map(|p| println!("{}", p.display())),
         Task::Demo => demo(),
         Task::Test { filter } => test(filter),
+        Task::Docs => {
+            sh(cargo()
+                .args([
+                    "test",
+                    "--package",
+                    "aet-core",
+                    "--package",
+                    "aet-user",
+                    "--lib",
+                ])
+                .env("AET_BLESS", "1"))?;
+            println!("docs and fixtures regenerated; review them with `git diff`");
+            Ok(())
+        }
         Task::Bench(args) => {
             setup::setup()?;
             let aet = build()?;
@@ -139,11 +156,14 @@ fn demo() -> anyhow::Result<()> {
     let example = root().join("examples/demo");
     let out = root().join("target/aet-demo");
     let _ = std::fs::remove_dir_all(&out);
-    println!("\n$ aet run --out target/aet-demo -- ./examples/demo/agent.sh");
+    println!(
+        "\n$ aet run --out target/aet-demo --policy policies/demo.toml -- ./examples/demo/agent.sh"
+    );
     let status = user_command(&aet)
         .current_dir(root())
         .args(["run", "--out"])
         .arg(&out)
+        .args(["--policy", "policies/demo.toml"])
         .arg("--")
         .arg(example.join("agent.sh"))
         .status()?;
@@ -156,7 +176,7 @@ fn demo() -> anyhow::Result<()> {
         .arg(&out)
         .output()?;
     for line in String::from_utf8_lossy(&files.stdout).lines() {
-        if line.contains("examples/demo") {
+        if line.starts_with(' ') && line.contains("examples/demo") {
             println!("{line}");
         }
     }
@@ -199,7 +219,8 @@ fn demo_isolated(aet: &Path) -> anyhow::Result<()> {
     print!("{}", std::fs::read_to_string(&spec)?);
     println!(
         "\n$ aet run --out target/aet-demo-isolated --sandbox target/aet-demo-sandbox.toml \\\n    \
-         --identity --grader-root target/aet-demo-grader -- ./examples/demo/agent.sh"
+         --identity --grader-root target/aet-demo-grader --policy policies/demo.toml \\\n    \
+         -- ./examples/demo/agent.sh"
     );
     let status = user_command(aet)
         .current_dir(&root)
@@ -210,6 +231,7 @@ fn demo_isolated(aet: &Path) -> anyhow::Result<()> {
         .arg("--identity")
         .arg("--grader-root")
         .arg(&grader)
+        .args(["--policy", "policies/demo.toml"])
         .arg("--")
         .arg(example.join("agent.sh"))
         .status()?;

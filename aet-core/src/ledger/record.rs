@@ -184,6 +184,66 @@ impl Incomplete {
         }
     }
 
+    /// The reason's code, as stored (`code` of its JSON).
+    pub const fn code(&self) -> &'static str {
+        match self {
+            Self::EventsLost { .. } => "events_lost",
+            Self::IoUring { .. } => "io_uring",
+            Self::ConsumerStopped => "consumer_stopped",
+            Self::KillFailed { .. } => "kill_failed",
+            Self::ReapFailed { .. } => "reap_failed",
+            Self::AetFailed { .. } => "aet_failed",
+            Self::Unfinished => "unfinished",
+            Self::DamagedTail { .. } => "damaged_tail",
+            Self::Recovered { .. } => "recovered",
+            Self::NotStatedComplete => "not_stated_complete",
+            Self::AlreadyRunning { .. } => "already_running",
+            Self::NotVerified { .. } => "not_verified",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// One reason of each kind (both kinds of `not_verified`), with made-up values: for the docs.
+    pub fn examples() -> Vec<Self> {
+        vec![
+            Self::EventsLost {
+                lost: 1200,
+                by_reason: [("ringbuf_full".to_owned(), 1200)].into(),
+            },
+            Self::IoUring {
+                records: 3,
+                submitted: 1,
+            },
+            Self::ConsumerStopped,
+            Self::KillFailed {
+                error:
+                    "cgroup /sys/fs/cgroup/unified/aet/run-1 still has processes [42] after kill"
+                        .into(),
+            },
+            Self::ReapFailed {
+                error: "process 42 of uid 2000 survived SIGKILL".into(),
+            },
+            Self::AetFailed {
+                error: "waiting for the command failed: ...".into(),
+            },
+            Self::Unfinished,
+            Self::DamagedTail {
+                error: "corrupt Arrow data".into(),
+            },
+            Self::Recovered {
+                from: PathBuf::from("runs/x/ledger.arrow").into(),
+            },
+            Self::NotStatedComplete,
+            Self::AlreadyRunning { processes: 2 },
+            Self::NotVerified {
+                what: Unverified::Sandbox,
+            },
+            Self::NotVerified {
+                what: Unverified::Identity,
+            },
+        ]
+    }
+
     /// Is this reason of the same kind as `other` (same variant)?
     pub fn same_kind(&self, other: &Self) -> bool {
         std::mem::discriminant(self) == std::mem::discriminant(other)
@@ -422,6 +482,16 @@ impl MetaMap {
     }
 }
 
+/// The table of incompleteness reasons in `docs/ledger.md`.
+pub fn incomplete_markdown() -> String {
+    use std::fmt::Write as _;
+    let mut o = String::from("| `code` | example `text` |\n| --- | --- |\n");
+    for r in Incomplete::examples() {
+        let _ = writeln!(o, "| `{}` | {} |", r.code(), r.text());
+    }
+    o
+}
+
 /// What reading a ledger's rows found that bears on its completeness.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Observed {
@@ -529,6 +599,33 @@ mod tests {
         );
         let back = LedgerMeta::parse(&m).unwrap();
         assert_eq!(back.incomplete.iter().next(), Some(&Incomplete::Unknown));
+    }
+
+    #[test]
+    fn codes_are_the_stored_tags_and_every_kind_has_an_example() {
+        let examples = Incomplete::examples();
+        let mut codes = std::collections::BTreeSet::new();
+        for r in &examples {
+            let v = serde_json::to_value(r).unwrap();
+            assert_eq!(v["code"], r.code(), "{r:?}");
+            codes.insert(r.code());
+        }
+        // Every variant but Unknown (which only reading makes) has an example.
+        let all = [
+            "events_lost",
+            "io_uring",
+            "consumer_stopped",
+            "kill_failed",
+            "reap_failed",
+            "aet_failed",
+            "unfinished",
+            "damaged_tail",
+            "recovered",
+            "not_stated_complete",
+            "already_running",
+            "not_verified",
+        ];
+        assert_eq!(codes, all.into_iter().collect());
     }
 
     #[test]

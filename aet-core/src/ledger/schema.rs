@@ -530,3 +530,22 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod docs {
+    use crate::docgen;
+
+    /// `docs/ledger.md` shows the tables the code makes.
+    #[test]
+    fn the_ledger_docs_match_the_code() {
+        let f = docgen::docs_dir().join("ledger.md");
+        docgen::check(&f, "columns", &super::columns_markdown());
+        docgen::check(&f, "capture", &super::capture_markdown());
+        docgen::check(&f, "metadata", &super::metadata_markdown());
+        docgen::check(
+            &f,
+            "incomplete",
+            &crate::ledger::record::incomplete_markdown(),
+        );
+    }
+}

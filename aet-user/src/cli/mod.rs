@@ -1,13 +1,7 @@
 //! The command line: argument parsing and dispatch. Each subcommand lives in its own file.
 //!
-//! Exit codes (also in the README):
-//! - `aet run`: the command's own exit status (128+N if a signal N ended it); 125 when aet itself
-//!   fails (bad arguments, the monitor cannot attach, the ledger cannot be written), in which case
-//!   the command is not run or its record is not trusted; 126/127 when the command cannot be
-//!   executed / is not found.
-//! - `aet monitor`: 0 when the record is complete, 1 when it is incomplete, 125 when aet fails.
-//! - every other subcommand: 0 success, 1 a negative answer (`doctor`: aet cannot run here;
-//!   `ledger summary --check`: the record is incomplete), 4 a usage or input error.
+//! Exit codes are [`Exit`] (the table of `docs/cli.md` is made from [`Exit::ALL`]); `aet run`
+//! otherwise exits with its command's status.
 
 pub(crate) mod audit;
 mod doctor;
@@ -39,11 +33,65 @@ pub enum Exit {
     /// `aet run`, `aet monitor`, `aet sandbox run`: aet itself failed (bad arguments, the monitor
     /// could not attach, the sandbox is not as specified, the ledger could not be written).
     AetFailed = 125,
+    /// Not a code of aet's own: the command's status, passed through (the docs' last row).
+    Exited = 255,
 }
 
 impl Exit {
     pub const fn code(self) -> u8 {
         self as u8
+    }
+
+    /// Every code, with when aet exits with it (the table of `docs/cli.md`).
+    pub const ALL: [(Exit, &'static str); 7] = [
+        (
+            Exit::Success,
+            "success; `aet audit`: the run is clean; `aet monitor`: the record is complete",
+        ),
+        (
+            Exit::Negative,
+            "a negative answer: `aet audit`, flagged (contaminants, out-of-scope accesses or \
+             warnings); `aet monitor` and `aet ledger summary --check`, the record is incomplete; \
+             `aet doctor`, aet cannot run here",
+        ),
+        (
+            Exit::Disqualified,
+            "`aet audit`: disqualified (a cheat hit)",
+        ),
+        (
+            Exit::Inconclusive,
+            "`aet audit`: inconclusive (the record is incomplete and no cheat was found)",
+        ),
+        (
+            Exit::Usage,
+            "a usage or input error (a malformed policy: file, line and key named; a bad spec: \
+             every problem listed; an unreadable or corrupt ledger; bad arguments), except for \
+             the commands that exit 125",
+        ),
+        (
+            Exit::AetFailed,
+            "`aet run`, `aet sandbox run`, `aet monitor`: aet itself failed (bad arguments, the \
+             monitor could not attach, the sandbox or identity is not as specified and the \
+             command did not run, the ledger could not be written, aet failed during the run)",
+        ),
+        (
+            Exit::Exited,
+            "`aet run` and `aet sandbox run` otherwise exit with the command's own status \
+             (128+N when signal N ended it; 126 not executable, 127 not found)",
+        ),
+    ];
+
+    /// The exit-code table of `docs/cli.md`.
+    pub fn markdown() -> String {
+        let mut o = String::from("| code | when |\n| --- | --- |\n");
+        for (e, when) in Self::ALL {
+            let code = match e {
+                Exit::Exited => "the command's".to_owned(),
+                e => e.code().to_string(),
+            };
+            o.push_str(&format!("| {code} | {when} |\n"));
+        }
+        o
     }
 }
 
@@ -216,4 +264,25 @@ fn error_text(e: &anyhow::Error) -> String {
         }
     }
     text
+}
+
+#[cfg(test)]
+mod docs {
+    use crate::docgen;
+
+    /// `docs/cli.md` is the reference clap makes, and its exit-code table is [`super::Exit`]'s.
+    #[test]
+    fn the_cli_docs_match_the_code() {
+        let f = docgen::docs_dir().join("cli.md");
+        docgen::check(&f, "exit-codes", &super::Exit::markdown());
+        let reference = clap_markdown::help_markdown_custom::<super::Cli>(
+            &clap_markdown::MarkdownOptions::new()
+                .show_footer(false)
+                .show_table_of_contents(true)
+                .title("Commands".to_owned()),
+        );
+        // One heading level down: the page's own title is the top one.
+        let reference = reference.replace("\n# ", "\n## ").replacen("# ", "## ", 1);
+        docgen::check(&f, "reference", &reference);
+    }
 }

@@ -82,6 +82,9 @@ pub struct RowStats {
     pub host_unmapped: u64,
 }
 
+/// An inode as one mount namespace sees it: `(mntns, dev, ino)`.
+type InodeKey = (u32, u64, u64);
+
 /// Turns records into rows: numbers them, converts time, keeps the process tree so that each
 /// row's `ppid` is the process that created the actor (as recorded) and its `comm` the actor's
 /// name as of its last exec, turns the kernel's walks into paths, and maps sandbox paths to the
@@ -91,8 +94,10 @@ pub struct RowMaker {
     seq: u64,
     procs: HashMap<u32, ProcInfo>,
     mapper: crate::kernel::mountinfo::HostMapper,
-    /// A path under which the kernel saw each inode, for io rows.
-    inode_paths: HashMap<(u64, u64), Vec<u8>>,
+    /// The path (and host path) under which the kernel last saw each inode, by mount namespace:
+    /// an io row is named as its own process's view shows the file (a file bwrap saw under
+    /// `/newroot/...` while it built a sandbox is `/...` to the agent inside).
+    inode_paths: HashMap<InodeKey, (Vec<u8>, Option<Vec<u8>>)>,
     stats: RowStats,
 }
 
@@ -269,9 +274,10 @@ impl RowMaker {
                 row.bytes_read = Some(h.aux);
                 row.bytes_written = Some(h.aux2);
                 if let (Some(dev), Some(ino)) = (row.dev, row.ino)
-                    && let Some(p) = self.inode_paths.get(&(dev, ino))
+                    && let Some((p, host)) = self.inode_paths.get(&(h.mntns, dev, ino))
                 {
                     row.resolved_path = Some(p.clone().into());
+                    row.host_path = host.clone().map(Into::into);
                     row.resolved_from = Some(ResolvedFrom::Inode.name());
                 }
                 return row;
@@ -365,46 +371,54 @@ impl RowMaker {
         if row.resolved_partial == Some(true) {
             self.stats.partial_paths += 1;
         }
-        if let Some(r) = &row.resolved_path {
-            if is_object
-                && identity
-                && let (Some(dev), Some(ino)) = (row.dev, row.ino)
-            {
-                self.inode_paths
-                    .entry((dev, ino))
-                    .or_insert_with(|| r.to_vec());
+        if let Some(r) = &row.resolved_path
+            && h.mntns != self.mapper.own_ns()
+            && h.mntns != 0
+        {
+            let mnt = if is_object { row.mnt_id } else { None };
+            // An object seen through a mount of the process's namespace: the kernel walked
+            // its file system path too (walk2 + the walk below the crossing).
+            let split = h.walk_split as usize;
+            let from_kernel = (is_object
+                && h.walk_split != aet_common::NO_SPLIT
+                && h.walk2_flags & aet_common::walk::REACHED_ROOT != 0
+                && split <= ev.walk.len())
+            .then(|| {
+                let mut fsp = paths::walk_to_path(ev.walk2);
+                let below = paths::walk_to_path(&ev.walk[..split]);
+                if below != b"/" {
+                    if fsp == b"/" {
+                        fsp.clear();
+                    }
+                    fsp.extend_from_slice(&below);
+                }
+                fsp
+            });
+            let mapped = match (from_kernel, row.dev) {
+                (Some(fsp), Some(dev)) => self.mapper.host_of(dev, &fsp),
+                _ => self.mapper.map(h.mntns, h.pid, r, mnt),
+            };
+            match mapped {
+                Some(host) if host[..] != r[..] => row.host_path = Some(host.into()),
+                Some(_) => {}
+                None => {
+                    row.capture |= capture::HOST_UNMAPPED;
+                    self.stats.host_unmapped += 1;
+                }
             }
-            if h.mntns != self.mapper.own_ns() && h.mntns != 0 {
-                let mnt = if is_object { row.mnt_id } else { None };
-                // An object seen through a mount of the process's namespace: the kernel walked
-                // its file system path too (walk2 + the walk below the crossing).
-                let split = h.walk_split as usize;
-                let from_kernel = (is_object
-                    && h.walk_split != aet_common::NO_SPLIT
-                    && h.walk2_flags & aet_common::walk::REACHED_ROOT != 0
-                    && split <= ev.walk.len())
-                .then(|| {
-                    let mut fsp = paths::walk_to_path(ev.walk2);
-                    let below = paths::walk_to_path(&ev.walk[..split]);
-                    if below != b"/" {
-                        if fsp == b"/" {
-                            fsp.clear();
-                        }
-                        fsp.extend_from_slice(&below);
-                    }
-                    fsp
-                });
-                let mapped = match (from_kernel, row.dev) {
-                    (Some(fsp), Some(dev)) => self.mapper.host_of(dev, &fsp),
-                    _ => self.mapper.map(h.mntns, h.pid, r, mnt),
-                };
-                match mapped {
-                    Some(host) if host[..] != r[..] => row.host_path = Some(host.into()),
-                    Some(_) => {}
-                    None => {
-                        row.capture |= capture::HOST_UNMAPPED;
-                        self.stats.host_unmapped += 1;
-                    }
+        }
+        if h.flags & (flags::WALK_IS_OBJECT | flags::IDENTITY)
+            == flags::WALK_IS_OBJECT | flags::IDENTITY
+            && row.resolved_partial == Some(false)
+            && let (Some(r), Some(dev), Some(ino)) = (&row.resolved_path, row.dev, row.ino)
+        {
+            let host = row.host_path.as_deref();
+            match self.inode_paths.get_mut(&(h.mntns, dev, ino)) {
+                Some((p, hp)) if p[..] == r[..] && hp.as_deref() == host => {}
+                Some(e) => *e = (r.to_vec(), host.map(<[u8]>::to_vec)),
+                None => {
+                    self.inode_paths
+                        .insert((h.mntns, dev, ino), (r.to_vec(), host.map(<[u8]>::to_vec)));
                 }
             }
         }
@@ -770,6 +784,59 @@ mod tests {
             Some(&b"/task/answers/key.txt"[..])
         );
         assert_eq!(row.resolved_from, Some("inode"));
+    }
+
+    /// An io row is named as its own process's mount namespace shows the file: bwrap seeing it
+    /// under `/newroot/...` while it builds the view does not name the agent's read.
+    #[test]
+    fn io_rows_take_the_name_their_namespace_saw() {
+        let mut m = RowMaker::new(WallClock::with_offset(0));
+        let open_in = |ns: u32, walk: &'static [u8]| {
+            record_with(
+                EventKind::Open,
+                Syscall::Openat,
+                &[b"x", b"", b"", walk, b""],
+                move |h| {
+                    h.mntns = ns;
+                    h.flags = flags::WALK_IS_OBJECT | flags::IDENTITY;
+                    h.walk_flags = aet_common::walk::PRESENT | aet_common::walk::REACHED_ROOT;
+                    h.dev = 7;
+                    h.ino = 9;
+                    h.ret = 3;
+                },
+            )
+        };
+        let setup = open_in(111, b"locale.alias/etc/newroot/");
+        m.row(&decode::decode(&setup).unwrap());
+        let agent = open_in(222, b"locale.alias/etc/");
+        m.row(&decode::decode(&agent).unwrap());
+        let io = |ns: u32| {
+            record_with(EventKind::Io, Syscall::None, &[b""; 5], move |h| {
+                h.mntns = ns;
+                h.flags = flags::IDENTITY;
+                h.dev = 7;
+                h.ino = 9;
+                h.aux = 10;
+            })
+        };
+        let agent_io = io(222);
+        let ev = decode::decode(&agent_io).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(
+            row.resolved_path.as_deref(),
+            Some(&b"/etc/locale.alias"[..])
+        );
+        let setup_io = io(111);
+        let ev = decode::decode(&setup_io).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(
+            row.resolved_path.as_deref(),
+            Some(&b"/newroot/etc/locale.alias"[..])
+        );
+        // A namespace that never named the inode gets no name rather than another view's.
+        let other_io = io(333);
+        let ev = decode::decode(&other_io).unwrap();
+        assert_eq!(m.row(&ev).resolved_path, None);
     }
 
     #[test]

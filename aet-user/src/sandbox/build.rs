@@ -668,4 +668,55 @@ mod tests {
         let ws_answers = d.path().join("ws/answers");
         pos(&b.args, &["--tmpfs", ws_answers.to_str().unwrap()]);
     }
+
+    /// The seed's example (`examples/sandbox/seed.toml`), its paths made under a scratch root
+    /// and the base layer left out so that nothing depends on the host, builds exactly the
+    /// command line of `tests/fixtures/seed.bwrap-argv.txt` (`$ROOT` for the scratch root).
+    /// `AET_BLESS=1` rewrites the fixture.
+    #[test]
+    fn seed_example_builds_the_golden_argv() {
+        // Under /tmp whatever TMPDIR says: its parents are in the command line.
+        let d = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        let root = d.path().canonicalize().unwrap();
+        for p in [
+            "run/ws",
+            "repo/inputs",
+            "repo/tools",
+            "root/.claude",
+            "opt/toolchain",
+            "repo/inputs/answers",
+        ] {
+            fs::create_dir_all(root.join(p)).unwrap();
+        }
+        fs::write(root.join("repo/inputs/golden.yaml"), "expected: 42\n").unwrap();
+        let seed = fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sandbox/seed.toml"),
+        )
+        .unwrap();
+        // Every absolute path of the seed, under the scratch root; no host resolver, no base.
+        let text = seed
+            .replace("\"/", &format!("\"{}/", root.display()))
+            .replace("dns         = true", "base = \"none\"");
+        let spec = SandboxSpec::parse(&text).unwrap();
+        let b = build(
+            &spec,
+            &BuildOptions {
+                command: vec!["claude".into(), "-p".into(), "do the task".into()],
+                ..opts()
+            },
+        )
+        .unwrap();
+        let got =
+            crate::sandbox::format_args_lines(&b.argv()).replace(root.to_str().unwrap(), "$ROOT");
+        let golden =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/seed.bwrap-argv.txt");
+        if std::env::var_os(crate::docgen::BLESS_ENV).is_some() {
+            fs::write(&golden, &got).unwrap();
+        }
+        let want = fs::read_to_string(&golden).unwrap_or_default();
+        assert_eq!(
+            got, want,
+            "the seed's bwrap command line changed; if that is intended, run `cargo xtask docs`"
+        );
+    }
 }

@@ -12,7 +12,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-/// The layer that makes programs start at all; see the README ("Sandbox").
+/// The layer that makes programs start at all; see docs/sandbox.md.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Base {
