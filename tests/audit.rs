@@ -275,7 +275,7 @@ fn a_ledger_with_lost_events_is_inconclusive_even_if_nothing_matched() {
     let f = Fixture::new();
     let out = f.p("run-lossy");
     let r = aet()
-        .args(["run", "-q", "--ringbuf-mb", "1", "--out"])
+        .args(["run", "-q", "--standalone", "--ringbuf-mb", "1", "--out"])
         .arg(&out)
         .arg("--")
         .arg(helper("openstorm"))

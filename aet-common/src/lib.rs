@@ -634,6 +634,9 @@ pub struct EventHeader {
     pub walk_split: u16,
     /// The actor's `comm` (task name), NUL-padded (fork, exec and exit records only).
     pub comm: [u8; 16],
+    /// The run the record belongs to: its slot in the run maps ([`runs`]).
+    pub run: u32,
+    pub _pad: u32,
 }
 
 /// [`EventHeader::walk_split`] when there is no file-system walk.
@@ -641,9 +644,10 @@ pub const NO_SPLIT: u16 = u16::MAX;
 
 /// Size in bytes of [`EventHeader`].
 pub const HEADER_SIZE: usize = size_of::<EventHeader>();
-const _: () = assert!(HEADER_SIZE == 144);
+const _: () = assert!(HEADER_SIZE == 152);
 
-/// Indexes of the per-CPU counters array `COUNTERS`. Never reused.
+/// Indexes of the per-CPU, per-run counters array `COUNTERS` (the counter `c` of the run in slot
+/// `s` is entry `s * COUNT + c`). Never reused.
 pub mod counter {
     /// A record could not be put in the ring buffer (it was full): the event is lost.
     pub const RINGBUF_FULL: u32 = 0;
@@ -664,10 +668,19 @@ pub mod counter {
     pub const WALK_PARTIAL: u32 = 7;
     /// io_uring requests submitted by the run (their reads and results are not recorded).
     pub const IO_URING_SUBMITTED: u32 = 8;
+    /// A record was dropped because its run's unread records already filled the run's share of
+    /// the ring buffer (its quota): the event is lost, and no other run pays for it.
+    pub const QUOTA_FULL: u32 = 9;
     /// Number of counters.
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = 10;
     /// Counters that mean an event or part of one never reached userspace.
-    pub const LOSSES: [u32; 4] = [RINGBUF_FULL, INFLIGHT_FULL, TRACKED_FULL, FILEIO_FULL];
+    pub const LOSSES: [u32; 5] = [
+        RINGBUF_FULL,
+        INFLIGHT_FULL,
+        TRACKED_FULL,
+        FILEIO_FULL,
+        QUOTA_FULL,
+    ];
     /// Names, by index, as they appear in the ledger metadata.
     pub const NAMES: [&str; COUNT as usize] = [
         "ringbuf_full",
@@ -679,19 +692,54 @@ pub mod counter {
         "fileio_full",
         "walk_partial",
         "io_uring_submitted",
+        "quota_full",
     ];
 }
 
-/// How the programs decide whether the current task belongs to the monitored run. In every mode
-/// a task that descends (by fork/clone) from an in-scope task is in scope too.
-pub mod scope {
-    /// Tasks in the cgroup v2 whose id is [`crate::Config::target_cgroup`].
-    pub const CGROUP: u32 = 1;
-    /// Tasks whose real uid is [`crate::Config::target_uid`].
-    pub const UID: u32 = 2;
-    /// The process [`crate::Config::target_pid`] (all its threads).
-    pub const PID: u32 = 3;
+/// The runs the programs serve at once. A run has a slot; its scope is in the scope maps
+/// (cgroups, uids, tracked tasks, each mapping to the slot), its share of the ring buffer and what
+/// userspace has read of it in `RUN_LIMITS`, what the programs put in the ring in `RUN_PRODUCED`,
+/// and its counters in `COUNTERS`. A task in no run's scope costs the scope look-ups and produces
+/// nothing, whatever the number of runs.
+pub mod runs {
+    /// Slots (concurrent runs on a host).
+    pub const MAX_RUNS: u32 = 64;
+    /// Cgroup levels a run's cgroup may sit at (0..MAX_CGROUP_LEVEL): a task is in a run when its
+    /// cgroup's ancestor at a registered level is the run's cgroup, so a run's cgroup covers its
+    /// descendant cgroups (a container started with `--cgroup-parent`).
+    pub const MAX_CGROUP_LEVEL: u32 = 8;
+    /// Entries of the cgroup and uid scope maps.
+    pub const MAX_SCOPES: u32 = 256;
+    /// What a record takes in the ring buffer: its length and the ring's 8-byte header, rounded
+    /// up to 8 bytes. The programs and userspace count a run's share with this.
+    pub const fn ring_cost(len: u64) -> u64 {
+        (len + 8 + 7) & !7
+    }
 }
+
+/// A run's share of the ring buffer (`RUN_LIMITS`, written by userspace only).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunLimit {
+    /// Bytes of the run's records userspace has read (see [`runs::ring_cost`]).
+    pub consumed: u64,
+    /// Most bytes of the run's records that may wait unread in the ring; 0: the slot is free.
+    pub quota: u64,
+}
+
+/// Which scope maps have entries (`SCOPE_INDEX`, written by userspace): the programs look only
+/// in those.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScopeIndex {
+    /// Bit `l`: a run's cgroup sits at cgroup level `l`.
+    pub cgroup_levels: u32,
+    /// Runs scoped by uid.
+    pub uids: u32,
+}
+
+const _: () = assert!(size_of::<RunLimit>() == 16);
+const _: () = assert!(size_of::<ScopeIndex>() == 8);
 
 /// Byte offsets of kernel struct members, read from the running kernel's BTF by userspace and
 /// handed to the programs at load time. Nothing here is hard-coded.
@@ -794,13 +842,8 @@ pub const fn syscall_entry(native: Syscall, compat: Syscall) -> u16 {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Config {
-    /// One of [`scope`]'s modes; 0 (unset) makes every program a no-op.
-    pub scope_mode: u32,
-    pub target_uid: u32,
-    pub target_pid: u32,
     /// 1 when `sched_process_exit` passes `group_dead` as its second argument.
     pub exit_has_group_dead: u32,
-    pub target_cgroup: u64,
     /// Bit of `thread_info.status` set during a compat syscall (`TS_COMPAT`); 0 when the
     /// architecture has no compat ABI.
     pub compat_mask: u32,
@@ -811,7 +854,7 @@ pub struct Config {
 }
 
 const _: () = assert!(size_of::<Offsets>() == 268);
-const _: () = assert!(size_of::<Config>() == 304);
+const _: () = assert!(size_of::<Config>() == 284);
 
 /// An exec's entry, kept until `sched_process_exec` or the exec's failure (keyed by thread id).
 #[repr(C)]
@@ -871,4 +914,6 @@ mod pod {
     unsafe impl aya::Pod for super::Inflight {}
     unsafe impl aya::Pod for super::EventHeader {}
     unsafe impl aya::Pod for super::FileIo {}
+    unsafe impl aya::Pod for super::RunLimit {}
+    unsafe impl aya::Pod for super::ScopeIndex {}
 }

@@ -3,7 +3,10 @@
 
 use core::ptr::read_volatile;
 
-use aet_common::{Config, FileIo, Inflight, Offsets, counter};
+use aet_common::{
+    Config, FileIo, Inflight, Offsets, RunLimit, ScopeIndex, counter,
+    runs::{MAX_RUNS, MAX_SCOPES},
+};
 use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -16,14 +19,39 @@ use crate::record::Scratch;
 // SAFETY: Config is plain data; all-zero is its "unset" value (every program is a no-op).
 pub(crate) static CONFIG: Config = unsafe { core::mem::zeroed() };
 
-/// Records for userspace. Its size is set by userspace at load time.
+/// Records for userspace, of every run (each record names its run's slot). Its size is set by
+/// userspace at load time; each run may fill at most its share of it (`RUN_LIMITS`).
 #[map]
 pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
-/// Thread ids that descend from an in-scope task (fed by `sched_process_fork`, emptied by
-/// `sched_process_exit`), and for `--pid` the target's threads and descendants found at attach.
+/// Thread id -> run slot, for the threads that descend from an in-scope task (fed by
+/// `sched_process_fork`, emptied by `sched_process_exit`), and for a process-tree scope its
+/// threads and descendants found at attach (by userspace): a task that leaves its run's cgroup
+/// stays in its run.
 #[map]
-pub(crate) static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(1 << 16, 0);
+pub(crate) static TRACKED: HashMap<u32, u32> = HashMap::with_max_entries(1 << 16, 0);
+
+/// Cgroup v2 id -> run slot: the runs scoped by cgroup (with their descendant cgroups).
+#[map]
+pub(crate) static SCOPE_CGROUPS: HashMap<u64, u32> = HashMap::with_max_entries(MAX_SCOPES, 0);
+
+/// Real uid -> run slot: the runs scoped by uid.
+#[map]
+pub(crate) static SCOPE_UIDS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_SCOPES, 0);
+
+/// Which scope maps hold entries (entry 0), so that a task outside every run costs only the
+/// look-ups that can hit.
+#[map]
+pub(crate) static SCOPE_INDEX: Array<ScopeIndex> = Array::with_max_entries(1, 0);
+
+/// By run slot: its share of the ring buffer and what userspace has read of it (written by
+/// userspace only).
+#[map]
+pub(crate) static RUN_LIMITS: Array<RunLimit> = Array::with_max_entries(MAX_RUNS, 0);
+
+/// By run slot: what the programs have put in the ring for it, in ring bytes (atomic adds).
+#[map]
+pub(crate) static RUN_PRODUCED: Array<u64> = Array::with_max_entries(MAX_RUNS, 0);
 
 /// Exec entries, for `sched_process_exec` to know which syscall (and dirfd, flags) led to it.
 #[map]
@@ -49,9 +77,10 @@ pub(crate) static SYSCALLS: Array<u16> = Array::with_max_entries(aet_common::SYS
 #[map]
 pub(crate) static SCRATCH: Array<Scratch> = Array::with_max_entries(1, 0);
 
-/// Per-CPU counters, indexed by `aet_common::counter`.
+/// Per-CPU counters by run, indexed by `slot * counter::COUNT + counter`.
 #[map]
-pub(crate) static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+pub(crate) static COUNTERS: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(MAX_RUNS * counter::COUNT, 0);
 
 #[inline(always)]
 pub(crate) fn cfg<T: Copy>(field: &T) -> T {
@@ -65,9 +94,10 @@ pub(crate) fn offsets() -> &'static Offsets {
     &CONFIG.offsets
 }
 
+/// Counts one `idx` (an `aet_common::counter`) for the run in slot `run`.
 #[inline(always)]
-pub(crate) fn count(idx: u32) {
-    if let Some(p) = COUNTERS.get_ptr_mut(idx) {
+pub(crate) fn count(run: u32, idx: u32) {
+    if let Some(p) = COUNTERS.get_ptr_mut(run.wrapping_mul(counter::COUNT).wrapping_add(idx)) {
         // SAFETY: per-CPU slot; programs do not migrate while they run.
         unsafe { *p += 1 };
     }

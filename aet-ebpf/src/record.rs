@@ -5,13 +5,14 @@
 use core::ffi::c_void;
 
 use aet_common::{
-    DATA_CAP, DATA_LIMIT, EventHeader, EventKind, HEADER_SIZE, PATH_CAP, counter, flags, section,
-    uapi::AT_FDCWD,
+    DATA_CAP, DATA_LIMIT, EventHeader, EventKind, HEADER_SIZE, PATH_CAP, counter, flags, runs,
+    section, uapi::AT_FDCWD,
 };
 use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated};
 
 use crate::{
-    maps::{EVENTS, SCRATCH, cfg, count, offsets},
+    kernel::atomic_add,
+    maps::{EVENTS, RUN_LIMITS, RUN_PRODUCED, SCRATCH, cfg, count, offsets},
     task::{Identity, Task},
 };
 
@@ -75,6 +76,8 @@ pub(crate) fn fill_header(
     h.dirfd2 = AT_FDCWD;
     h.fd = -1;
     h.mntns = task.mntns();
+    h.run = task.run;
+    zero(&mut h._pad);
     zero(&mut h.aux);
     zero(&mut h.aux2);
     zero(&mut h.dev);
@@ -136,13 +139,29 @@ pub(crate) fn section_start(h: &EventHeader) -> usize {
 /// Sends the record in `s` (header plus its sections).
 #[inline(always)]
 pub(crate) fn send(s: &mut Scratch) {
+    let run = header(s).run;
     let len = section_start(header(s));
     if len > SCRATCH_SIZE {
         return;
     }
+    let (Some(limit), Some(produced)) = (RUN_LIMITS.get(run), RUN_PRODUCED.get_ptr_mut(run)) else {
+        return;
+    };
+    // The run's share of the ring: a busy run loses its own records, never another run's.
+    let cost = runs::ring_cost(len as u64);
+    // SAFETY: a map value; read for the check (a race between CPUs overshoots by a record).
+    let unread = unsafe { *produced }.wrapping_sub(limit.consumed);
+    if unread.wrapping_add(cost) > limit.quota {
+        count(run, counter::QUOTA_FULL);
+        return;
+    }
     match EVENTS.output::<[u8]>(&s.buf[..len], BPF_RB_NO_WAKEUP) {
-        Ok(()) => count(counter::SENT),
-        Err(_) => count(counter::RINGBUF_FULL),
+        Ok(()) => {
+            // SAFETY: an 8-aligned map value, added to atomically (CPUs share a run).
+            unsafe { atomic_add(produced, cost) };
+            count(run, counter::SENT);
+        }
+        Err(_) => count(run, counter::RINGBUF_FULL),
     }
 }
 
@@ -182,7 +201,7 @@ pub(crate) fn capture_str<const FROM_USER: bool>(s: &mut Scratch, sec: usize, sr
     if n <= 0 || src == 0 {
         if sec == section::PATH {
             h.flags |= flags::PATH_UNREADABLE;
-            count(counter::PATH_UNREADABLE);
+            count(h.run, counter::PATH_UNREADABLE);
         }
         return false;
     }

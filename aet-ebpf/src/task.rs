@@ -2,26 +2,50 @@
 //! it is in the run's scope, its files by fd, and a file's identity.
 
 use aet_common::{
-    EventHeader, fileio, flags, kfunc, scope,
+    EventHeader, fileio, flags, kfunc,
     uapi::{S_IFDIR, S_IFMT, S_IFREG},
 };
 
+use aya_ebpf::helpers::generated;
+
 use crate::{
     kernel::{KPtr, kread, mount_id, rdonly_cast},
-    maps::{CONFIG, TRACKED, cfg, offsets},
+    maps::{CONFIG, SCOPE_CGROUPS, SCOPE_INDEX, SCOPE_UIDS, TRACKED, cfg, offsets},
 };
 
-/// Is the task part of the monitored run?
+/// The run the task belongs to (its slot), if any: its cgroup's ancestor at a level where runs'
+/// cgroups sit is a run's cgroup (so a run covers its descendant cgroups), or its uid is a run's,
+/// or it descends from a task of a run (tracked).
 #[inline(always)]
-pub(crate) fn in_scope(task: &mut Task) -> bool {
-    let hit = match cfg(&CONFIG.scope_mode) {
-        scope::CGROUP => task.cgroup() == cfg(&CONFIG.target_cgroup),
-        scope::UID => task.uid_gid().0 == cfg(&CONFIG.target_uid),
-        scope::PID => task.tgid == cfg(&CONFIG.target_pid),
-        _ => return false,
-    };
-    // SAFETY: the value is only tested for presence.
-    hit || unsafe { TRACKED.get(task.tid) }.is_some()
+pub(crate) fn run_of(task: &mut Task) -> Option<u32> {
+    let index = SCOPE_INDEX.get(0)?;
+    let levels = index.cgroup_levels;
+    if levels != 0 {
+        // The verifier allows no load from `cgroup.ancestors` (a flexible array of pointers):
+        // the helper reads it. One call per level where runs' cgroups sit (usually one).
+        macro_rules! at_level {
+            ($($l:literal)*) => {$(
+                if levels & (1 << $l) != 0 {
+                    // SAFETY: helper without preconditions; 0 when the task is not that deep.
+                    let id = unsafe { generated::bpf_get_current_ancestor_cgroup_id($l) };
+                    // SAFETY: copied out.
+                    if id != 0 && let Some(&slot) = unsafe { SCOPE_CGROUPS.get(&id) } {
+                        return Some(slot);
+                    }
+                }
+            )*};
+        }
+        at_level!(0 1 2 3 4 5 6 7);
+    }
+    if index.uids != 0 {
+        let uid = task.uid_gid().0;
+        // SAFETY: copied out.
+        if let Some(&slot) = unsafe { SCOPE_UIDS.get(&uid) } {
+            return Some(slot);
+        }
+    }
+    // SAFETY: copied out.
+    unsafe { TRACKED.get(&task.tid) }.copied()
 }
 
 /// The current task, as the hot path sees it: a BTF pointer, and the ids read through it once.
@@ -34,6 +58,8 @@ pub(crate) struct Task {
     pub(crate) cgroup: u64,
     /// `uid | gid << 32` once read (`u64::MAX` before).
     pub(crate) ugid: u64,
+    /// The task's run (its slot), once [`Task::in_scope`] said it has one.
+    pub(crate) run: u32,
 }
 
 impl Task {
@@ -47,6 +73,7 @@ impl Task {
             tgid: ptr.read::<i32>(cfg(&o.task_tgid)) as u32,
             cgroup: 0,
             ugid: u64::MAX,
+            run: 0,
         }
     }
 
@@ -114,9 +141,16 @@ impl Task {
         self.ptr.ptr(cfg(&offsets().task_fs))
     }
 
+    /// Is the task in a run? Sets [`Task::run`] when it is.
     #[inline(always)]
     pub(crate) fn in_scope(&mut self) -> bool {
-        in_scope(self)
+        match run_of(self) {
+            Some(slot) => {
+                self.run = slot;
+                true
+            }
+            None => false,
+        }
     }
 }
 

@@ -284,7 +284,7 @@ pub(crate) fn run_walk(s: &mut Scratch, task: &Task, sec: usize, st: &mut WalkSt
         }
     }
     if c.flags & (walk::TRUNCATED | walk::FAILED) as u32 != 0 {
-        count(counter::WALK_PARTIAL);
+        count(header(s).run, counter::WALK_PARTIAL);
     }
     let len = if c.off as usize > WALK_CAP {
         WALK_CAP as u32

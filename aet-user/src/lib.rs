@@ -7,6 +7,8 @@ pub mod cli;
 /// The pure logic, from `aet-core`.
 pub use aet_core::{access, audit, docgen, ledger, stage, util};
 
+pub mod daemon;
+pub mod guard;
 pub mod identity;
 pub mod kernel;
 pub mod launch;
@@ -14,6 +16,7 @@ pub mod loader;
 pub mod monitor;
 pub mod runner;
 pub mod sandbox;
+pub mod session;
 
 #[cfg(test)]
 mod tests {
@@ -29,15 +32,20 @@ mod tests {
         (
             "cli",
             &[
-                "runner", "launch", "monitor", "loader", "sandbox", "identity", "kernel",
+                "runner", "session", "daemon", "guard", "launch", "monitor", "loader", "sandbox",
+                "identity", "kernel",
             ],
         ),
         (
             "runner",
             &[
-                "launch", "monitor", "loader", "sandbox", "identity", "kernel",
+                "session", "daemon", "guard", "launch", "monitor", "loader", "sandbox", "identity",
+                "kernel",
             ],
         ),
+        ("session", &["daemon", "monitor", "loader"]),
+        ("daemon", &["monitor", "loader", "kernel", "guard"]),
+        ("guard", &["kernel"]),
         ("launch", &["sandbox", "identity", "kernel"]),
         ("monitor", &["loader", "kernel"]),
         ("identity", &["sandbox", "kernel"]),

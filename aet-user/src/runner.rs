@@ -30,8 +30,9 @@ use crate::{
         record::{Incomplete, MetaMap, ProcessRef, Reasons},
         schema::meta,
     },
-    loader::{LoadOptions, Scope},
-    monitor::{Monitor, MonitorError, MonitorReport},
+    loader::Scope,
+    monitor::{MonitorError, MonitorReport},
+    session::{Mode, Session, SessionError},
 };
 
 /// Errors of `run` and `monitor`.
@@ -53,6 +54,15 @@ pub enum RunError {
     /// The monitor failed.
     #[error(transparent)]
     Monitor(#[from] MonitorError),
+    /// The monitor (standalone or the daemon) failed.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The daemon went away while the run was going on.
+    #[error(
+        "the aet daemon went away during the run: the run was killed; its ledger {0} is \
+         unfinished (readable, and incomplete)"
+    )]
+    DaemonGone(PathBuf),
     /// Waiting for the command failed.
     #[error("waiting for the command failed: {0}")]
     Wait(#[source] io::Error),
@@ -68,84 +78,9 @@ pub enum RunError {
     /// The command is empty.
     #[error("no command given")]
     NoCommand,
-}
-
-/// A watchdog process for a run's cgroup. `aet run` starts it before the command and holds the
-/// write end of its stdin; if `aet run` dies (even by SIGKILL) the pipe closes and the guard kills
-/// everything left in the cgroup and removes it, so the command never goes on unmonitored. After
-/// a normal teardown the cgroup is already gone and the guard just exits.
-pub struct Guard {
-    stdin: Option<std::process::ChildStdin>,
-    child: std::process::Child,
-}
-
-impl Guard {
-    /// Starts `aet __guard CGROUP` (this same binary).
-    pub fn start(cgroup: &Path) -> io::Result<Self> {
-        let mut child = std::process::Command::new("/proc/self/exe")
-            .arg("__guard")
-            .arg(cgroup)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn()?;
-        let stdin = child.stdin.take();
-        Ok(Self { stdin, child })
-    }
-
-    /// Tells the guard the run ended cleanly and waits for it.
-    pub fn release(mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
-/// The guard process: waits for its stdin to close, then kills and removes the cgroup if it is
-/// still there.
-pub fn guard_main(cgroup: &Path) -> anyhow::Result<()> {
-    use nix::sys::signal::{SigHandler, Signal, signal};
-    for s in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-    ] {
-        // SAFETY: setting a signal to be ignored has no handler to be unsafe in.
-        unsafe { signal(s, SigHandler::SigIgn) }?;
-    }
-    let mut buf = [0u8; 64];
-    loop {
-        match nix::unistd::read(std::io::stdin(), &mut buf) {
-            Ok(0) => break,
-            Ok(_) => continue,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => break,
-        }
-    }
-    if !cgroup.exists() {
-        return Ok(());
-    }
-    if cgroup::populated(cgroup)? {
-        let pids = cgroup::procs(cgroup)?;
-        std::fs::write(cgroup.join("cgroup.kill"), b"1")?;
-        eprintln!(
-            "aet: guard: aet run ended without finishing its run; killed {} process(es) left in {}",
-            pids.len(),
-            cgroup.display()
-        );
-        for _ in 0..500 {
-            if !cgroup::populated(cgroup)? {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    for _ in 0..100 {
-        if std::fs::remove_dir(cgroup).is_ok() || !cgroup.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Ok(())
+    /// The target's processes could not be tracked.
+    #[error("cannot track the target's processes: {0}")]
+    Track(#[source] io::Error),
 }
 
 /// Options of `aet run`.
@@ -160,7 +95,13 @@ pub struct RunOptions {
     pub launch: crate::launch::Launch,
     /// Metadata written with the ledger's head (e.g. protected files' identities at start).
     pub head: MetaMap,
+    /// Where the monitor comes from (the daemon, or programs loaded for this run).
+    pub mode: Mode,
 }
+
+/// The variable that gives the command its run's cgroup, relative to the cgroup v2 root (the
+/// form `docker run --cgroup-parent` and `podman run --cgroup-parent` take).
+pub const CGROUP_ENV: &str = "AET_CGROUP";
 
 /// How the command ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -304,9 +245,8 @@ fn child_fd_hygiene(strays: &[(libc::c_uint, libc::c_uint)]) {
 
 /// Processes of the tracked set (thread ids mapped to their processes) that still exist and are
 /// not in `cg`.
-fn tracked_outside(monitor: &mut Monitor, cg: Option<&Path>) -> Vec<u32> {
+fn tracked_outside(monitor: &mut Session, cg: Option<&Path>) -> Vec<u32> {
     let mut pids: Vec<u32> = monitor
-        .loaded()
         .tracked()
         .into_iter()
         .filter_map(|tid| {
@@ -338,29 +278,32 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
     let run_started = std::time::SystemTime::now() - Duration::from_secs(1);
     let name = format!("run-{}-{}", std::process::id(), crate::util::now_ns());
     let cg = RunCgroup::create(&name)?;
-    let guard = Guard::start(cg.path()).map_err(RunError::Guard)?;
+    let guard = crate::guard::Guard::start(cg.path()).map_err(RunError::Guard)?;
+    let (relative, level) = cgroup::relative(cg.path())?;
     let scope = Scope::Cgroup {
         path: cg.path().to_owned(),
         id: cg.id(),
+        level,
     };
     let mut head = opts.head.clone();
     head.set_json(meta::COMMAND, &command_text(&opts.command));
-    let mut monitor = Monitor::start(
-        &LoadOptions {
-            scope: scope.clone(),
-            ringbuf_bytes: opts.ringbuf_bytes,
-        },
-        &ledger,
-        head,
-    )?;
+    let mut monitor = Session::start(&opts.mode, &scope, &ledger, head, true, opts.ringbuf_bytes)?;
     note(
         opts.quiet,
-        format_args!("monitoring in {} -> {}", scope.describe(), ledger.display()),
+        format_args!(
+            "monitoring in {} -> {}{}",
+            scope.describe(),
+            ledger.display(),
+            match monitor.daemon_pid() {
+                Some(pid) => format!(" (aet daemon {pid})"),
+                None => String::new(),
+            }
+        ),
     );
 
     let mut reasons = Reasons::new();
     let mut extra = MetaMap::new();
-    let driven = drive(&opts, &cg, &mut monitor).await;
+    let driven = drive(&opts, &cg, &relative, &mut monitor).await;
     let (status, killed) = match driven {
         Ok(d) => {
             if let Some(e) = d.kill_error {
@@ -372,13 +315,20 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
             // aet failed while the command ran: nothing of the run may go on unmonitored.
             eprintln!("aet: error: {e}; stopping the run");
             let _ = cg.kill_all();
+            if monitor.failed() && monitor.mode() == "daemon" {
+                // The daemon is gone, and the ledger with it: nothing more can be written.
+                drop(monitor);
+                drop(cg);
+                guard.release();
+                return Err(RunError::DaemonGone(ledger));
+            }
             reasons.push(Incomplete::AetFailed {
                 error: e.to_string(),
             });
             (Err(e), Vec::new())
         }
     };
-    if monitor.consumer_failed() {
+    if monitor.failed() {
         reasons.push(Incomplete::ConsumerStopped);
     }
     let mut end = status
@@ -493,7 +443,8 @@ struct Driven {
 async fn drive(
     opts: &RunOptions,
     cg: &RunCgroup,
-    monitor: &mut Monitor,
+    relative: &Path,
+    monitor: &mut Session,
 ) -> Result<Driven, RunError> {
     let program = &opts.command[0];
     let signals = |kind| {
@@ -512,7 +463,10 @@ async fn drive(
     })?;
     let procs = cg.procs_file()?;
     let procs_fd = procs.as_raw_fd();
-    let (std_cmd, keep_fd) = opts.launch.command();
+    let (mut std_cmd, keep_fd) = opts.launch.command();
+    // The run's cgroup, as `--cgroup-parent` takes it: a container started with it is recorded
+    // from its first exec.
+    std_cmd.env(CGROUP_ENV, relative);
     let strays = inherited_fd_ranges();
     let mut cmd = tokio::process::Command::from(std_cmd);
     // SAFETY: the closure only calls async-signal-safe syscalls (write, fcntl, and those of
@@ -551,8 +505,21 @@ async fn drive(
                 }
             };
             let mut interrupts = 0;
+            let lost = monitor.lost();
+            tokio::pin!(lost);
             let status = loop {
                 tokio::select! {
+                    () = &mut lost => {
+                        let _ = cg.kill_all();
+                        return Err(RunError::Session(SessionError::Daemon(
+                            crate::daemon::DaemonError::Gone {
+                                socket: match &opts.mode {
+                                    Mode::Auto(s) | Mode::Daemon(s) => s.clone(),
+                                    Mode::Standalone => PathBuf::new(),
+                                },
+                            },
+                        )));
+                    }
                     st = child.wait() => {
                         fault("wait").map_err(RunError::Wait)?;
                         break st.map_err(RunError::Wait)?
@@ -696,6 +663,8 @@ pub struct MonitorOptions {
     pub out: PathBuf,
     pub ringbuf_bytes: u32,
     pub quiet: bool,
+    /// Where the monitor comes from.
+    pub mode: Mode,
 }
 
 fn resolve_scope(target: &Target, kind: Option<ScopeKind>) -> Result<Scope, RunError> {
@@ -707,7 +676,8 @@ fn resolve_scope(target: &Target, kind: Option<ScopeKind>) -> Result<Scope, RunE
         };
         let id = cgroup::cgroup_id(&path)
             .map_err(|_| RunError::NoTarget(format!("cgroup {}", path.display())))?;
-        Ok(Scope::Cgroup { path, id })
+        let (_, level) = cgroup::relative(&path)?;
+        Ok(Scope::Cgroup { path, id, level })
     };
     match (target, kind) {
         (Target::Cgroup(p), None | Some(ScopeKind::Cgroup)) => cgroup_scope(p.clone()),
@@ -731,20 +701,20 @@ fn resolve_scope(target: &Target, kind: Option<ScopeKind>) -> Result<Scope, RunE
 }
 
 /// Is the monitored work gone?
-fn target_gone(scope: &Scope, seen: &mut bool, monitor: &mut Monitor) -> bool {
+fn target_gone(scope: &Scope, seen: &mut bool, monitor: &mut Session) -> bool {
     let present = match scope {
         Scope::Cgroup { path, .. } => cgroup::populated(path).unwrap_or(false),
         Scope::Uid(uid) => !procfs::processes_of_uid(*uid).is_empty(),
         Scope::Pid(pid) => procfs::exists(*pid),
     };
     // Drop tracked tasks that are gone without an exit seen (exited before the attach).
-    let tracked = monitor.loaded().tracked();
+    let tracked = monitor.tracked();
     let mut live = 0;
     for tid in tracked {
         if procfs::exists(tid) {
             live += 1;
         } else {
-            monitor.loaded().untrack(tid);
+            monitor.untrack(tid);
         }
     }
     if present || live > 0 {
@@ -763,14 +733,7 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
     head.set_json(meta::COMMAND, &Vec::<String>::new());
     let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
-    let mut monitor = Monitor::start(
-        &LoadOptions {
-            scope: scope.clone(),
-            ringbuf_bytes: opts.ringbuf_bytes,
-        },
-        &ledger,
-        head,
-    )?;
+    let mut monitor = Session::start(&opts.mode, &scope, &ledger, head, false, opts.ringbuf_bytes)?;
     let mut reasons = Reasons::new();
     let tracked = match scope {
         Scope::Pid(pid) => track_tree(&mut monitor, pid),
@@ -800,8 +763,8 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
                     if target_gone(&scope, &mut seen, &mut monitor) {
                         break;
                     }
-                    if monitor.consumer_failed() {
-                        reason = "the event consumer stopped";
+                    if monitor.failed() {
+                        reason = "the monitor stopped recording";
                         break;
                     }
                 }
@@ -809,7 +772,7 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
         }
         note(opts.quiet, format_args!("stopping: {reason}"));
     }
-    if monitor.consumer_failed() {
+    if monitor.failed() {
         reasons.push(Incomplete::ConsumerStopped);
     }
     let report = monitor.stop(MetaMap::new(), reasons)?;
@@ -820,15 +783,14 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
 
 /// Processes the target started before the attach: tracks them and their threads. Twice, for
 /// anything forked while the first pass ran.
-fn track_tree(monitor: &mut Monitor, pid: u32) -> Result<(), RunError> {
-    fault("track")
-        .map_err(|e| RunError::Monitor(MonitorError::Load(crate::loader::LoadError::Cpus(e))))?;
+fn track_tree(monitor: &mut Session, pid: u32) -> Result<(), RunError> {
+    fault("track").map_err(RunError::Track)?;
     for _ in 0..2 {
-        for p in procfs::descendants(pid) {
-            for tid in procfs::threads(p) {
-                monitor.loaded().track(tid).map_err(MonitorError::from)?;
-            }
-        }
+        let tids: Vec<u32> = procfs::descendants(pid)
+            .into_iter()
+            .flat_map(procfs::threads)
+            .collect();
+        monitor.track(&tids)?;
     }
     Ok(())
 }

@@ -26,6 +26,13 @@ pub fn aet_bin() -> PathBuf {
     p
 }
 
+/// Whether the suite runs against a resident `aet daemon` (`AET_TEST_MODE=daemon`, set by
+/// `cargo xtask test` with `AET_SOCKET` naming the daemon's socket), rather than with programs
+/// loaded by each run.
+pub fn daemon_mode() -> bool {
+    std::env::var("AET_TEST_MODE").is_ok_and(|m| m == "daemon")
+}
+
 /// A command running `aet`.
 pub fn aet() -> Command {
     Command::new(aet_bin())

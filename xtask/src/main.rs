@@ -284,14 +284,56 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
         "--exclude",
         "aet-ebpf",
     ]))?;
-    println!("== end-to-end tests (root, eBPF, bwrap)");
     let aet = build()?;
-    let mut cmd = cargo();
-    cmd.args(["test", "--release", "--package", "aet-tests", "--"])
-        .args(["--test-threads=1", "--nocapture"])
-        .env("AET_BIN", &aet);
-    if let Some(f) = filter {
-        cmd.arg(f);
+    let e2e = |mode: &str, socket: &Path, tests: &[&str]| -> anyhow::Result<()> {
+        let mut cmd = cargo();
+        cmd.args(["test", "--release", "--package", "aet-tests"]);
+        for t in tests {
+            cmd.args(["--test", t]);
+        }
+        cmd.args(["--", "--test-threads=1", "--nocapture"])
+            .env("AET_BIN", &aet)
+            .env("AET_TEST_MODE", mode)
+            .env("AET_SOCKET", socket);
+        if let Some(f) = &filter {
+            cmd.arg(f);
+        }
+        sh(&mut cmd)
+    };
+    println!("== end-to-end tests (root, eBPF, bwrap), each run loading its programs");
+    // A socket no daemon serves: every run is standalone, whatever runs on this machine.
+    e2e(
+        "standalone",
+        Path::new("/run/aet/no-daemon-for-tests.sock"),
+        &[],
+    )?;
+    println!("== the monitor's end-to-end tests again, every run served by one aet daemon");
+    let socket = PathBuf::from(format!("/run/aet/test-{}.sock", std::process::id()));
+    let mut daemon = user_command(&aet)
+        .args(["daemon", "-q", "--socket"])
+        .arg(&socket)
+        .spawn()
+        .context("starting aet daemon")?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !socket.exists() && std::time::Instant::now() < deadline {
+        if let Some(st) = daemon.try_wait()? {
+            bail!("aet daemon exited before serving: {st}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    sh(&mut cmd)
+    let result = e2e("daemon", &socket, &["monitor", "paths", "audit"]);
+    let _ = nix_kill(daemon.id(), "TERM");
+    let stopped = daemon.wait()?;
+    result?;
+    if !stopped.success() {
+        bail!("aet daemon ended with {stopped}");
+    }
+    Ok(())
+}
+
+/// Sends a signal by name (with `kill`, which xtask need not link a crate for).
+fn nix_kill(pid: u32, sig: &str) -> anyhow::Result<()> {
+    sh(Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string()))
 }

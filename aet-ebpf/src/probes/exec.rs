@@ -55,7 +55,7 @@ pub(crate) fn stash_exec(syscall: Syscall, dirfd: i32, path: u64, argv: u64, fla
         mode: 0,
     };
     if INFLIGHT.insert(task.tid, v, 0).is_err() {
-        count(counter::INFLIGHT_FULL);
+        count(task.run, counter::INFLIGHT_FULL);
     }
 }
 
@@ -202,11 +202,15 @@ pub(crate) fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
     let bprm: u64 = ctx.arg(2);
     let mut previous = task;
     previous.tid = old_pid;
-    if !task.in_scope() && !previous.in_scope() {
-        return 0;
+    if !task.in_scope() {
+        // A thread other than the leader exec'd: the process is known by its old thread id.
+        if !previous.in_scope() {
+            return 0;
+        }
+        task.run = previous.run;
     }
     // The exec closed the process's close-on-exec fds without close(): emit their accounting.
-    fileio_flush(task.tgid, 0, u32::MAX, true);
+    fileio_flush(&task, 0, u32::MAX, true);
     // SAFETY: copied out before the entry is removed.
     let inflight = unsafe { INFLIGHT.get(old_pid) }.copied();
     let Some(s) = scratch() else { return 0 };
@@ -216,7 +220,7 @@ pub(crate) fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
             (inf.syscall, inf.dirfd, inf.flags as u32, false)
         }
         None => {
-            count(counter::UNPAIRED);
+            count(task.run, counter::UNPAIRED);
             (Syscall::Execve as u16, AT_FDCWD, 0, true)
         }
     };

@@ -12,6 +12,7 @@ use aya_ebpf::helpers::generated;
 
 use super::syscall::Args;
 use crate::{
+    kernel::atomic_add,
     maps::{FDMASK, FILEIO, count},
     record::{fill_header, header, scratch, send},
     task::{Task, fd_file, identity},
@@ -35,7 +36,8 @@ pub(crate) fn fd_bit(fd: i32) -> u64 {
 
 /// Notes that `fd` of `tgid` has (`set`) or no longer has an accounting entry.
 #[inline(always)]
-pub(crate) fn fdmask_update(tgid: u32, fd: i32, set: bool) {
+pub(crate) fn fdmask_update(task: &Task, fd: i32, set: bool) {
+    let tgid = task.tgid;
     let bit = fd_bit(fd);
     match FDMASK.get_ptr_mut(tgid) {
         // SAFETY: a map value of this process (its threads may race; a lost bit only costs a
@@ -47,7 +49,9 @@ pub(crate) fn fdmask_update(tgid: u32, fd: i32, set: bool) {
                 *p &= !bit;
             }
         },
-        None if set && FDMASK.insert(tgid, bit, 0).is_err() => count(counter::FILEIO_FULL),
+        None if set && FDMASK.insert(tgid, bit, 0).is_err() => {
+            count(task.run, counter::FILEIO_FULL)
+        }
         None => {}
     }
 }
@@ -69,10 +73,10 @@ pub(crate) fn fileio_entry(task: &Task, fd: i32) -> Option<*mut FileIo> {
         ..FileIo::default()
     };
     if FILEIO.insert(key, v, 0).is_err() {
-        count(counter::FILEIO_FULL);
+        count(task.run, counter::FILEIO_FULL);
         return None;
     }
-    fdmask_update(task.tgid, fd, true);
+    fdmask_update(task, fd, true);
     FILEIO.get_ptr_mut(key)
 }
 
@@ -95,15 +99,6 @@ pub(crate) fn fileio_add(task: &Task, fd: i32, bytes: i64, write: bool) {
             &mut (*p).bytes_read
         };
         atomic_add(field, bytes as u64);
-    }
-}
-
-/// `*p += v`, atomically (the BPF `lock` add; core's atomics lack fetch_add on this target).
-#[inline(always)]
-pub(crate) unsafe fn atomic_add(p: *mut u64, v: u64) {
-    // SAFETY: p is a valid, 8-aligned map value field.
-    unsafe {
-        core::arch::asm!("lock *(u64 *)({p} + 0) += {v}", p = in(reg) p, v = in(reg) v);
     }
 }
 
@@ -137,7 +132,7 @@ pub(crate) fn fileio_close(task: &mut Task, fd: i32, at_exit: bool) {
     // SAFETY: copied out before the entry is removed.
     if let Some(e) = unsafe { FILEIO.get(key) }.copied() {
         let _ = FILEIO.remove(key);
-        fdmask_update(task.tgid, fd, false);
+        fdmask_update(task, fd, false);
         emit_io(task, fd, &e, at_exit);
     }
 }
@@ -147,6 +142,8 @@ pub(crate) fn fileio_close(task: &mut Task, fd: i32, at_exit: bool) {
 #[repr(C)]
 pub(crate) struct Flush {
     pub(crate) tgid: u32,
+    /// The process's run.
+    pub(crate) run: u32,
     pub(crate) first: u32,
     pub(crate) last: u32,
     pub(crate) at_exit: u32,
@@ -168,6 +165,7 @@ extern "C" fn flush_step(
     let e = unsafe { *value };
     let _ = FILEIO.remove(k);
     let mut task = Task::current();
+    task.run = f.run;
     emit_io(&mut task, fd as i32, &e, f.at_exit != 0);
     0
 }
@@ -175,13 +173,15 @@ extern "C" fn flush_step(
 /// Emits and forgets the entries of fds `first..=last` of `tgid`: through the fd mask, and a
 /// scan of the map only when the process had an entry for an fd above 62.
 #[inline(always)]
-pub(crate) fn fileio_flush(tgid: u32, first: u32, last: u32, at_exit: bool) {
+pub(crate) fn fileio_flush(task: &Task, first: u32, last: u32, at_exit: bool) {
+    let tgid = task.tgid;
     // SAFETY: copied out.
     let Some(mask) = (unsafe { FDMASK.get(tgid) }).copied() else {
         return;
     };
     let mut f = Flush {
         tgid,
+        run: task.run,
         first,
         last,
         at_exit: at_exit as u32,
@@ -226,6 +226,7 @@ extern "C" fn flush_fd(i: u32, ctx: *mut c_void) -> i64 {
         return 0;
     }
     let mut task = Task::current();
+    task.run = f.run;
     fileio_close(&mut task, i as i32, f.at_exit != 0);
     0
 }
@@ -247,7 +248,7 @@ pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16,
         }
         io::CLOSE if ret == 0 => fileio_close(task, fd, false),
         io::CLOSE_RANGE if ret == 0 => {
-            fileio_flush(task.tgid, args.get(0) as u32, args.get(1) as u32, false);
+            fileio_flush(task, args.get(0) as u32, args.get(1) as u32, false);
         }
         io::DUP | io::FCNTL if ret >= 0 => {
             if shape.io == io::FCNTL {
@@ -268,9 +269,9 @@ pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16,
             v.bytes_written = 0;
             v.marks = 0;
             if FILEIO.insert(fileio_key(task.tgid, newfd), v, 0).is_err() {
-                count(counter::FILEIO_FULL);
+                count(task.run, counter::FILEIO_FULL);
             } else {
-                fdmask_update(task.tgid, newfd, true);
+                fdmask_update(task, newfd, true);
             }
         }
         io::LIST if ret >= 0 => {

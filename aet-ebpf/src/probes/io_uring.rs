@@ -23,7 +23,7 @@ pub(crate) fn io_uring_submit_req(ctx: RawTracePointContext) -> i32 {
     if !task.in_scope() {
         return 0;
     }
-    count(counter::IO_URING_SUBMITTED);
+    count(task.run, counter::IO_URING_SUBMITTED);
     let req: u64 = ctx.arg(0);
     let o = offsets();
     let opcode: u8 = kread(req, cfg(&o.req_opcode));

@@ -26,8 +26,8 @@ pub(crate) fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
     }
     let child_tid = child.read::<i32>(cfg(&offsets().task_pid)) as u32;
     let child_tgid = child.read::<i32>(cfg(&offsets().task_tgid)) as u32;
-    if TRACKED.insert(child_tid, 1, 0).is_err() {
-        count(counter::TRACKED_FULL);
+    if TRACKED.insert(child_tid, task.run, 0).is_err() {
+        count(task.run, counter::TRACKED_FULL);
     }
     if child_tid != child_tgid {
         return 0;
@@ -64,7 +64,7 @@ pub(crate) fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
     if !group_dead {
         return 0;
     }
-    fileio_flush(tgid, 0, u32::MAX, true);
+    fileio_flush(&task, 0, u32::MAX, true);
     let Some(s) = scratch() else { return 0 };
     let code: i32 = task.ptr.read(cfg(&offsets().task_exit_code));
     fill_proc_header(

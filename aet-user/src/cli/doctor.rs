@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::{
     kernel::{btf, cgroup, procfs, tracefs},
-    loader::{self, Attach, LoadOptions, Loaded, Scope},
+    loader::{self, Attach, LoadOptions, Programs},
 };
 
 #[derive(Debug, clap::Args)]
@@ -146,8 +146,28 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         }
         Err(e) => checks.push(check("cgroup v2", false, e.to_string())),
     }
-    match Loaded::load(&LoadOptions {
-        scope: Scope::Pid(std::process::id()),
+    let socket = crate::daemon::default_socket();
+    match crate::daemon::status(&socket) {
+        Ok(Some(crate::daemon::protocol::Response::Status { pid, runs, max_runs, .. })) => {
+            checks.push(note(
+                "monitor",
+                format!(
+                    "aet run and aet monitor will use the aet daemon at {} (pid {pid}, serving {} of {max_runs} runs)",
+                    socket.display(),
+                    runs.len()
+                ),
+            ))
+        }
+        Ok(_) => checks.push(note(
+            "monitor",
+            format!(
+                "no aet daemon answers at {}: aet run and aet monitor load the programs themselves (standalone)",
+                socket.display()
+            ),
+        )),
+        Err(e) => checks.push(check("monitor", false, e.to_string())),
+    }
+    match Programs::load(&LoadOptions {
         ringbuf_bytes: 1 << 20,
     }) {
         Ok(mut l) => {

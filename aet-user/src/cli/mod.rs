@@ -4,6 +4,7 @@
 //! otherwise exits with its command's status.
 
 pub(crate) mod audit;
+mod daemon;
 mod doctor;
 mod ledger;
 mod monitor;
@@ -137,9 +138,15 @@ pub enum Command {
     Sandbox(sandbox::Command),
     /// Report what this machine supports and whether `aet run` can work here.
     Doctor(doctor::Args),
-    /// Internal: kills a run's cgroup if `aet run` dies before finishing (see `runner::Guard`).
+    /// Serve every `aet run` and `aet monitor` of this host from one set of programs (a resident
+    /// monitor), until SIGINT or SIGTERM; `aet daemon status` lists the runs it serves.
+    Daemon(daemon::Args),
+    /// Internal: kills a run's cgroup if `aet run` dies before finishing (see `guard::Guard`).
     #[command(name = "__guard", hide = true)]
     Guard { cgroup: std::path::PathBuf },
+    /// Internal: kills the runs of an `aet daemon` that died (see `daemon::guard_main`).
+    #[command(name = "__guard-daemon", hide = true)]
+    GuardDaemon { state: std::path::PathBuf },
     /// Internal: aet's stage inside the sandbox (see `sandbox::stage`).
     #[command(name = "__stage", hide = true, trailing_var_arg = true)]
     Stage {
@@ -182,7 +189,9 @@ pub fn main() -> ExitCode {
         Command::Ledger(c) => (ledger::run(c), Exit::Usage.code()),
         Command::Audit(a) => (audit::run(a), Exit::Usage.code()),
         Command::Doctor(a) => (doctor::run(a), Exit::Usage.code()),
-        Command::Guard { cgroup } => (crate::runner::guard_main(&cgroup).map(|()| 0), 1),
+        Command::Daemon(a) => (daemon::run(a), Exit::AetFailed.code()),
+        Command::Guard { cgroup } => (crate::guard::guard_main(&cgroup).map(|()| 0), 1),
+        Command::GuardDaemon { state } => (crate::daemon::guard_main(&state).map(|()| 0), 1),
         Command::Sandbox(c) => (
             sandbox::run(c),
             if is_sandbox_run(&args) {
@@ -234,6 +243,38 @@ pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(())
+}
+
+/// Where the monitor of `aet run` and `aet monitor` comes from.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MonitorArgs {
+    /// The aet daemon's socket (default: $AET_SOCKET, else /run/aet/aet.sock). When a daemon
+    /// answers there, the run is recorded by it; otherwise aet loads the programs itself.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<std::path::PathBuf>,
+    /// Fail (exit 125) rather than load the programs when no daemon answers.
+    #[arg(long, conflicts_with = "standalone")]
+    pub daemon: bool,
+    /// Load the programs for this run, even if a daemon answers.
+    #[arg(long)]
+    pub standalone: bool,
+}
+
+impl MonitorArgs {
+    pub fn mode(&self) -> crate::session::Mode {
+        use crate::session::Mode;
+        let socket = self
+            .socket
+            .clone()
+            .unwrap_or_else(crate::daemon::default_socket);
+        if self.standalone {
+            Mode::Standalone
+        } else if self.daemon {
+            Mode::Daemon(socket)
+        } else {
+            Mode::Auto(socket)
+        }
+    }
 }
 
 /// A current-thread tokio runtime for the subcommands that wait on processes and signals.

@@ -52,6 +52,8 @@ pub struct Args {
     /// Only print aet's messages when something is wrong.
     #[arg(long, short)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub monitor: super::MonitorArgs,
 }
 
 pub fn run(a: Args) -> anyhow::Result<u8> {
@@ -67,6 +69,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             scope: a.scope.map(Into::into),
             out: a.out,
             ringbuf_bytes: a.ringbuf_bytes,
+            mode: a.monitor.mode(),
             quiet: a.quiet,
         }))
         .context("aet monitor failed")?;

@@ -22,6 +22,8 @@ pub struct Args {
     /// Only print aet's messages when something is wrong.
     #[arg(long, short)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub monitor: super::MonitorArgs,
     /// Run the command in the bubblewrap sandbox this spec describes (verified from inside
     /// before the command starts).
     #[arg(long, value_name = "SPEC")]
@@ -134,6 +136,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         grace: Duration::from_secs_f64(a.grace),
         ringbuf_bytes: a.ringbuf_bytes,
         quiet: a.quiet,
+        mode: a.monitor.mode(),
         launch,
     };
     let outcome = super::runtime()?

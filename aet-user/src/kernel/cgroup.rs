@@ -108,6 +108,19 @@ pub fn populated(path: &Path) -> Result<bool, CgroupError> {
     }
 }
 
+/// A cgroup's place in the cgroup v2 hierarchy: its path relative to the hierarchy's root (with a
+/// leading `/`, the form `docker run --cgroup-parent` and `podman run --cgroup-parent` take with
+/// the cgroupfs manager) and its level (the root is level 0).
+pub fn relative(path: &Path) -> Result<(PathBuf, u32), CgroupError> {
+    let root = cgroup2_root()?;
+    let rel = path.strip_prefix(&root).map_err(|_| CgroupError::Io {
+        path: path.to_owned(),
+        source: std::io::Error::other(format!("not under the cgroup v2 root {}", root.display())),
+    })?;
+    let level = rel.components().count() as u32;
+    Ok((Path::new("/").join(rel), level))
+}
+
 /// A cgroup created for one run, removed when dropped.
 #[derive(Debug)]
 pub struct RunCgroup {

@@ -5,10 +5,10 @@
 //! then attaches every program. Any program that fails to load or attach fails the whole load:
 //! aet never runs with a partial monitor.
 
-use aet_common::{Config, counter, scope};
+use aet_common::{Config, RunLimit, ScopeIndex, counter, runs};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues, RingBuf},
     programs::{
         RawTracePoint, TracePoint, raw_trace_point::RawTracePointLink, trace_point::TracePointLink,
     },
@@ -62,11 +62,17 @@ pub const PROGRAMS: &[(&str, Attach)] = &[
 mod abi;
 mod kfunc;
 
-/// Which tasks the monitor follows.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Which tasks a run covers.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Scope {
-    /// Tasks in a cgroup v2 (by id), and their descendants.
-    Cgroup { path: std::path::PathBuf, id: u64 },
+    /// Tasks in a cgroup v2 (by id, at its level in the hierarchy), in its descendant cgroups,
+    /// and their descendants.
+    Cgroup {
+        path: std::path::PathBuf,
+        id: u64,
+        level: u32,
+    },
     /// Tasks with this real uid, and their descendants.
     Uid(u32),
     /// A process (all its threads), and its descendants.
@@ -86,7 +92,7 @@ impl Scope {
     /// What the scope names, for people.
     pub fn describe(&self) -> String {
         match self {
-            Self::Cgroup { path, id } => format!("cgroup {} (id {id})", path.display()),
+            Self::Cgroup { path, id, .. } => format!("cgroup {} (id {id})", path.display()),
             Self::Uid(uid) => format!("uid {uid}"),
             Self::Pid(pid) => format!("pid {pid}"),
         }
@@ -138,13 +144,28 @@ pub enum LoadError {
     /// The ring buffer size is not a power of two multiple of the page size.
     #[error("ring buffer size {0} is not a power of two of at least 4096 bytes")]
     RingSize(u32),
+    /// Every run slot is taken.
+    #[error("the monitor already serves {0} runs, the most it can")]
+    NoSlot(u32),
+    /// A cgroup sits deeper than the programs look.
+    #[error(
+        "cgroup {path} is at level {level} of the cgroup v2 hierarchy; the monitor scopes cgroups \
+         at levels below {max}"
+    )]
+    CgroupTooDeep {
+        path: std::path::PathBuf,
+        level: u32,
+        max: u32,
+    },
+    /// The scope is already another run's.
+    #[error("{0} is already monitored by another run")]
+    ScopeTaken(String),
 }
 
 /// Load-time settings.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    pub scope: Scope,
-    /// Ring buffer size in bytes (a power of two).
+    /// Ring buffer size in bytes (a power of two), shared by every run.
     pub ringbuf_bytes: u32,
 }
 
@@ -152,8 +173,8 @@ pub struct LoadOptions {
 /// of the densest open storm, while the consumer catches up.
 pub const DEFAULT_RINGBUF_BYTES: u32 = 64 << 20;
 
-/// Kernel-side counters, summed over CPUs and per CPU.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Kernel-side counters of a run, summed over CPUs and per CPU.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     /// `totals[i]` for `aet_common::counter` index `i`.
     pub totals: Vec<u64>,
@@ -190,17 +211,30 @@ enum Link {
     Raw(#[allow(dead_code)] RawTracePointLink),
 }
 
-/// The loaded, attached monitor. Dropping it detaches every program.
-pub struct Loaded {
+fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> LoadError {
+    move |source| LoadError::Map { name, source }
+}
+
+/// The loaded, attached programs, serving any number of runs (up to [`runs::MAX_RUNS`]), each in
+/// a slot of the run maps. Dropping it detaches every program.
+pub struct Programs {
     ebpf: Option<Ebpf>,
     links: Vec<Link>,
     events: Option<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
-    tracked: HashMap<MapData, u32, u8>,
+    tracked: HashMap<MapData, u32, u32>,
+    scope_cgroups: HashMap<MapData, u64, u32>,
+    scope_uids: HashMap<MapData, u32, u32>,
+    scope_index: Array<MapData, ScopeIndex>,
+    run_limits: Array<MapData, RunLimit>,
+    run_produced: Array<MapData, u64>,
+    /// The scope of each slot in use.
+    slots: Vec<Option<Scope>>,
+    ringbuf_bytes: u32,
 }
 
-impl Loaded {
-    /// Loads and attaches every program for `opts.scope`.
+impl Programs {
+    /// Loads and attaches every program. No run is served until one is registered.
     pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
         if opts.ringbuf_bytes < 4096 || !opts.ringbuf_bytes.is_power_of_two() {
             return Err(LoadError::RingSize(opts.ringbuf_bytes));
@@ -226,7 +260,7 @@ impl Loaded {
         let host_mntns = std::fs::metadata("/proc/self/ns/mnt")
             .map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32)
             .unwrap_or(0);
-        let mut config = Config {
+        let config = Config {
             offsets,
             compat_mask,
             host_mntns,
@@ -235,20 +269,6 @@ impl Loaded {
             ),
             ..Config::default()
         };
-        match &opts.scope {
-            Scope::Cgroup { id, .. } => {
-                config.scope_mode = scope::CGROUP;
-                config.target_cgroup = *id;
-            }
-            Scope::Uid(uid) => {
-                config.scope_mode = scope::UID;
-                config.target_uid = *uid;
-            }
-            Scope::Pid(pid) => {
-                config.scope_mode = scope::PID;
-                config.target_pid = *pid;
-            }
-        }
         let object = kfunc::link_kfuncs(EBPF_OBJECT, &btf)?;
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
@@ -257,23 +277,22 @@ impl Loaded {
             .map_max_entries("WALKCTX", possible_cpus()?)
             .load(&object)?;
 
-        let mut table: aya::maps::Array<_, u16> = aya::maps::Array::try_from(
+        let mut table: Array<_, u16> = Array::try_from(
             ebpf.map_mut("SYSCALLS")
                 .ok_or(LoadError::MissingMap("SYSCALLS"))?,
         )
-        .map_err(|source| LoadError::Map {
-            name: "SYSCALLS",
-            source,
-        })?;
+        .map_err(map_err("SYSCALLS"))?;
         for (nr, entry) in syscall_table() {
-            table.set(nr, entry, 0).map_err(|source| LoadError::Map {
-                name: "SYSCALLS",
-                source,
-            })?;
+            table.set(nr, entry, 0).map_err(map_err("SYSCALLS"))?;
         }
         let events = take_map(&mut ebpf, "EVENTS", RingBuf::try_from)?;
         let counters = take_map(&mut ebpf, "COUNTERS", PerCpuArray::try_from)?;
         let tracked = take_map(&mut ebpf, "TRACKED", HashMap::try_from)?;
+        let scope_cgroups = take_map(&mut ebpf, "SCOPE_CGROUPS", HashMap::try_from)?;
+        let scope_uids = take_map(&mut ebpf, "SCOPE_UIDS", HashMap::try_from)?;
+        let scope_index = take_map(&mut ebpf, "SCOPE_INDEX", Array::try_from)?;
+        let run_limits = take_map(&mut ebpf, "RUN_LIMITS", Array::try_from)?;
+        let run_produced = take_map(&mut ebpf, "RUN_PRODUCED", Array::try_from)?;
 
         let mut links = Vec::with_capacity(PROGRAMS.len());
         for &(name, attach) in PROGRAMS {
@@ -309,7 +328,19 @@ impl Loaded {
             events: Some(events),
             counters,
             tracked,
+            scope_cgroups,
+            scope_uids,
+            scope_index,
+            run_limits,
+            run_produced,
+            slots: vec![None; runs::MAX_RUNS as usize],
+            ringbuf_bytes: opts.ringbuf_bytes,
         })
+    }
+
+    /// The ring buffer's size in bytes.
+    pub fn ringbuf_bytes(&self) -> u32 {
+        self.ringbuf_bytes
     }
 
     /// Takes the ring buffer (to hand it to the consumer thread).
@@ -317,14 +348,123 @@ impl Loaded {
         self.events.take()
     }
 
-    /// Adds a task to the tracked set (for `--pid`, the target's threads and descendants).
-    pub fn track(&mut self, tid: u32) -> Result<(), LoadError> {
+    /// Registers a run: a free slot gets the scope, a share of the ring buffer of `quota` bytes,
+    /// and zeroed counters. For a process-tree scope the caller tracks the tree ([`Self::track`]).
+    pub fn register(&mut self, scope: &Scope, quota: u64) -> Result<u32, LoadError> {
+        if let Scope::Cgroup { path, level, .. } = scope
+            && *level >= runs::MAX_CGROUP_LEVEL
+        {
+            return Err(LoadError::CgroupTooDeep {
+                path: path.clone(),
+                level: *level,
+                max: runs::MAX_CGROUP_LEVEL,
+            });
+        }
+        if self.slots.iter().flatten().any(|s| match (s, scope) {
+            (Scope::Cgroup { id: a, .. }, Scope::Cgroup { id: b, .. }) => a == b,
+            (Scope::Uid(a), Scope::Uid(b)) => a == b,
+            (Scope::Pid(a), Scope::Pid(b)) => a == b,
+            _ => false,
+        }) {
+            return Err(LoadError::ScopeTaken(scope.describe()));
+        }
+        let slot = self
+            .slots
+            .iter()
+            .position(Option::is_none)
+            .ok_or(LoadError::NoSlot(runs::MAX_RUNS))? as u32;
+        self.clear_slot(slot)?;
+        self.run_limits
+            .set(slot, RunLimit { consumed: 0, quota }, 0)
+            .map_err(map_err("RUN_LIMITS"))?;
+        match scope {
+            Scope::Cgroup { id, .. } => self
+                .scope_cgroups
+                .insert(id, slot, 0)
+                .map_err(map_err("SCOPE_CGROUPS"))?,
+            Scope::Uid(uid) => self
+                .scope_uids
+                .insert(uid, slot, 0)
+                .map_err(map_err("SCOPE_UIDS"))?,
+            Scope::Pid(_) => {}
+        }
+        self.slots[slot as usize] = Some(scope.clone());
+        self.write_index()?;
+        Ok(slot)
+    }
+
+    /// Stops recording a run: its scope entries and tracked tasks go, so the programs produce
+    /// nothing more for it. Its slot stays taken (its counters readable) until [`Self::release`].
+    pub fn unregister(&mut self, slot: u32) -> Result<(), LoadError> {
+        match self.slots.get(slot as usize).cloned().flatten() {
+            Some(Scope::Cgroup { id, .. }) => {
+                let _ = self.scope_cgroups.remove(&id);
+            }
+            Some(Scope::Uid(uid)) => {
+                let _ = self.scope_uids.remove(&uid);
+            }
+            _ => {}
+        }
+        for tid in self.tracked(slot) {
+            let _ = self.tracked.remove(&tid);
+        }
+        // The index still lists the slot's level until release; a stale level costs a look-up.
+        Ok(())
+    }
+
+    /// Frees a slot once its records are read and its counters taken.
+    pub fn release(&mut self, slot: u32) -> Result<(), LoadError> {
+        self.run_limits
+            .set(slot, RunLimit::default(), 0)
+            .map_err(map_err("RUN_LIMITS"))?;
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            *s = None;
+        }
+        self.write_index()
+    }
+
+    /// Zeroes a slot's counters and production count.
+    fn clear_slot(&mut self, slot: u32) -> Result<(), LoadError> {
+        self.run_produced
+            .set(slot, 0, 0)
+            .map_err(map_err("RUN_PRODUCED"))?;
+        let cpus = possible_cpus()? as usize;
+        for c in 0..counter::COUNT {
+            let zeros = PerCpuValues::try_from(vec![0u64; cpus]).map_err(LoadError::Cpus)?;
+            self.counters
+                .set(slot * counter::COUNT + c, zeros, 0)
+                .map_err(map_err("COUNTERS"))?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites which scope maps the programs look in.
+    fn write_index(&mut self) -> Result<(), LoadError> {
+        let mut index = ScopeIndex::default();
+        for s in self.slots.iter().flatten() {
+            match s {
+                Scope::Cgroup { level, .. } => index.cgroup_levels |= 1 << level,
+                Scope::Uid(_) => index.uids += 1,
+                Scope::Pid(_) => {}
+            }
+        }
+        self.scope_index
+            .set(0, index, 0)
+            .map_err(map_err("SCOPE_INDEX"))
+    }
+
+    /// Tells the programs how much of a run's records userspace has read.
+    pub fn set_consumed(&mut self, slot: u32, consumed: u64, quota: u64) -> Result<(), LoadError> {
+        self.run_limits
+            .set(slot, RunLimit { consumed, quota }, 0)
+            .map_err(map_err("RUN_LIMITS"))
+    }
+
+    /// Adds a task to a run's tracked set (for a process tree, its threads and descendants).
+    pub fn track(&mut self, slot: u32, tid: u32) -> Result<(), LoadError> {
         self.tracked
-            .insert(tid, 1, 0)
-            .map_err(|source| LoadError::Map {
-                name: "TRACKED",
-                source,
-            })
+            .insert(tid, slot, 0)
+            .map_err(map_err("TRACKED"))
     }
 
     /// Removes a task from the tracked set (a stale entry for a task that is gone).
@@ -332,23 +472,34 @@ impl Loaded {
         let _ = self.tracked.remove(&tid);
     }
 
-    /// Tasks in the tracked set.
-    pub fn tracked(&self) -> Vec<u32> {
-        self.tracked.keys().filter_map(Result::ok).collect()
+    /// Tasks in a run's tracked set.
+    pub fn tracked(&self, slot: u32) -> Vec<u32> {
+        self.tracked
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|&(_, s)| s == slot)
+            .map(|(tid, _)| tid)
+            .collect()
     }
 
-    /// Reads the kernel-side counters.
-    pub fn counters(&self) -> Result<Counters, LoadError> {
-        let map_err = |source| LoadError::Map {
-            name: "COUNTERS",
-            source,
-        };
+    /// What the programs have put in the ring for a run, in ring bytes.
+    pub fn produced(&self, slot: u32) -> Result<u64, LoadError> {
+        self.run_produced
+            .get(&slot, 0)
+            .map_err(map_err("RUN_PRODUCED"))
+    }
+
+    /// Reads a run's kernel-side counters.
+    pub fn counters(&self, slot: u32) -> Result<Counters, LoadError> {
         let mut out = Counters {
             totals: vec![0; counter::COUNT as usize],
             per_cpu: Vec::new(),
         };
         for idx in 0..counter::COUNT {
-            let values = self.counters.get(&idx, 0).map_err(map_err)?;
+            let values = self
+                .counters
+                .get(&(slot * counter::COUNT + idx), 0)
+                .map_err(map_err("COUNTERS"))?;
             for (cpu, v) in values.iter().enumerate() {
                 if out.per_cpu.len() <= cpu {
                     out.per_cpu.push(vec![0; counter::COUNT as usize]);
@@ -379,7 +530,7 @@ impl Loaded {
     }
 }
 
-impl Drop for Loaded {
+impl Drop for Programs {
     fn drop(&mut self) {
         self.detach();
     }

@@ -1,5 +1,6 @@
-//! The monitor: loads the programs for a scope, consumes their records on a thread of its own and
-//! streams them into the ledger, and finishes the ledger with the loss accounting.
+//! The monitor: turns the kernel's records into ledger rows ([`RowMaker`]); the [`engine`] loads
+//! the programs once, consumes their records on a thread of its own, routes them to each run's
+//! ledger, and finishes a run's ledger with its loss accounting.
 //!
 //! The consumer never blocks the traced processes: the programs write without waking it
 //! (`BPF_RB_NO_WAKEUP`), and it polls the ring buffer, busy while there is data and sleeping
@@ -7,34 +8,25 @@
 //! not decode is counted as lost.
 
 pub mod decode;
+pub mod engine;
 pub mod paths;
 pub mod source;
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    path::{Path, PathBuf},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    thread::JoinHandle,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, path::PathBuf, time::Duration};
 
-use aet_common::{EventKind, counter, flags};
+use aet_common::{EventKind, flags};
 
 use crate::{
     ledger::{
-        record::{Incomplete, MetaMap, Reasons},
-        schema::{capture, meta},
-        writer::{LedgerWriter, Row, WriteError},
+        record::Reasons,
+        schema::capture,
+        writer::{Row, WriteError},
     },
-    loader::{Counters, LoadError, LoadOptions, Loaded, Scope},
-    util::{WallClock, now_ns},
+    loader::{Counters, LoadError},
+    util::WallClock,
 };
 use decode::RawEvent;
 use paths::ResolvedFrom;
-use source::EventSource;
 
 /// Longest time rows wait in memory before they are written to the ledger.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
@@ -56,9 +48,15 @@ pub enum MonitorError {
     /// The ledger could not be written.
     #[error(transparent)]
     Write(#[from] WriteError),
-    /// The consumer thread panicked.
-    #[error("the event consumer thread panicked")]
-    ConsumerPanicked,
+    /// The consumer thread could not be started.
+    #[error("cannot start the event consumer: {0}")]
+    Thread(#[source] std::io::Error),
+    /// The consumer has stopped: no run can be started.
+    #[error("the event consumer has stopped")]
+    ConsumerStopped,
+    /// No run in this slot.
+    #[error("no run in slot {0}")]
+    NoRun(u32),
 }
 
 /// What userspace keeps per live process: the kernel sends `ppid` and `comm` only with fork,
@@ -72,7 +70,7 @@ struct ProcInfo {
 }
 
 /// What the row maker noticed that bears on the record's completeness.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RowStats {
     /// io_uring set-ups, entries and submitted requests.
     pub io_uring: u64,
@@ -426,69 +424,8 @@ impl RowMaker {
     }
 }
 
-/// What the consumer thread hands back.
-struct Consumed {
-    writer: LedgerWriter,
-    decode_errors: u64,
-    stats: RowStats,
-    host_mntns: u32,
-}
-
-fn consume(
-    mut source: impl EventSource,
-    mut writer: LedgerWriter,
-    clock: WallClock,
-    stop: Arc<AtomicBool>,
-    stall: Duration,
-) -> Result<Consumed, WriteError> {
-    std::thread::sleep(stall);
-    let mut maker = RowMaker::new(clock);
-    let mut decode_errors = 0u64;
-    let mut last_flush = Instant::now();
-    loop {
-        // Read the flag before draining: once it is set no producer is left, so an empty ring
-        // after it was seen means everything has been read.
-        let stopping = stop.load(Ordering::Acquire);
-        let mut n = 0usize;
-        let mut err = None;
-        source.drain(&mut |bytes| {
-            n += 1;
-            match decode::decode(bytes) {
-                Ok(ev) => {
-                    if err.is_none()
-                        && let Err(e) = writer.append(&maker.row(&ev))
-                    {
-                        err = Some(e);
-                    }
-                }
-                Err(_) => decode_errors += 1,
-            }
-        });
-        if let Some(e) = err {
-            return Err(e);
-        }
-        if last_flush.elapsed() >= FLUSH_INTERVAL {
-            writer.flush()?;
-            last_flush = Instant::now();
-        }
-        if stopping && n == 0 {
-            break;
-        }
-        if n == 0 {
-            std::thread::sleep(IDLE_POLL);
-        }
-    }
-    writer.flush()?;
-    Ok(Consumed {
-        writer,
-        decode_errors,
-        stats: maker.stats(),
-        host_mntns: maker.host_mntns(),
-    })
-}
-
 /// The final accounting of a monitored run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct MonitorReport {
     /// The ledger file.
     pub ledger: PathBuf,
@@ -510,156 +447,6 @@ impl MonitorReport {
     /// Is the record complete?
     pub fn complete(&self) -> bool {
         self.incomplete.is_empty()
-    }
-}
-
-/// A running monitor.
-pub struct Monitor {
-    loaded: Loaded,
-    consumer: Option<JoinHandle<Result<Consumed, WriteError>>>,
-    stop: Arc<AtomicBool>,
-    scope: Scope,
-}
-
-impl Monitor {
-    /// Loads and attaches the programs for `opts.scope`, creates the ledger at `ledger` with
-    /// `head` metadata, and starts consuming. Nothing is created if the programs fail to load.
-    pub fn start(
-        opts: &LoadOptions,
-        ledger: &Path,
-        mut head: MetaMap,
-    ) -> Result<Self, MonitorError> {
-        let clock = WallClock::now();
-        let mut loaded = Loaded::load(opts)?;
-        head.set(meta::STARTED_NS, now_ns())
-            .set(meta::SCOPE, opts.scope.mode())
-            .set(meta::SCOPE_TARGET, opts.scope.describe())
-            .set(
-                meta::KERNEL_RELEASE,
-                crate::kernel::procfs::kernel_release(),
-            )
-            .set(meta::HOSTNAME, crate::kernel::procfs::hostname());
-        let writer = LedgerWriter::create(ledger, head.into_inner())?;
-        let ring = loaded
-            .take_events()
-            .ok_or(LoadError::MissingMap("EVENTS"))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let stall = std::env::var(STALL_ENV)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_millis)
-            .unwrap_or_default();
-        if !stall.is_zero() {
-            eprintln!(
-                "aet: warning: {STALL_ENV} is set: the consumer starts {stall:?} late (fault injection for tests)"
-            );
-        }
-        let consumer = std::thread::Builder::new()
-            .name("aet-consumer".into())
-            .spawn(move || consume(source::RingSource::new(ring), writer, clock, stop2, stall))
-            .map_err(|e| {
-                MonitorError::Write(WriteError::Create {
-                    path: ledger.to_owned(),
-                    source: e,
-                })
-            })?;
-        Ok(Self {
-            loaded,
-            consumer: Some(consumer),
-            stop,
-            scope: opts.scope.clone(),
-        })
-    }
-
-    /// The loaded programs (to track tasks, read the tracked set).
-    pub fn loaded(&mut self) -> &mut Loaded {
-        &mut self.loaded
-    }
-
-    /// The scope being monitored.
-    pub fn scope(&self) -> &Scope {
-        &self.scope
-    }
-
-    /// Has the consumer thread died (a write error)?
-    pub fn consumer_failed(&self) -> bool {
-        self.consumer.as_ref().is_none_or(|c| c.is_finished())
-    }
-
-    /// Detaches the programs, reads every record left in the ring buffer, and finishes the
-    /// ledger with `extra` metadata and the loss accounting. `reasons` are causes of
-    /// incompleteness found by the caller. The ledger is finished whatever else fails here,
-    /// unless the consumer itself died (then its flushed batches stay readable, unfinished).
-    pub fn stop(
-        mut self,
-        mut extra: MetaMap,
-        mut reasons: Reasons,
-    ) -> Result<MonitorReport, MonitorError> {
-        self.loaded.detach();
-        // A program invocation that started before the detach may still be writing.
-        std::thread::sleep(Duration::from_millis(20));
-        self.stop.store(true, Ordering::Release);
-        let consumed = self
-            .consumer
-            .take()
-            .expect("consumer runs until stop")
-            .join()
-            .map_err(|_| MonitorError::ConsumerPanicked)??;
-        let counters = match self.loaded.counters() {
-            Ok(c) => c,
-            Err(e) => {
-                reasons.push(Incomplete::AetFailed {
-                    error: format!("the kernel's loss counters could not be read: {e}"),
-                });
-                Counters::default()
-            }
-        };
-        let stats = consumed.stats;
-        let submitted = counters.get(counter::IO_URING_SUBMITTED);
-        if stats.io_uring > 0 || submitted > 0 {
-            reasons.push(Incomplete::IoUring {
-                records: stats.io_uring,
-                submitted,
-            });
-        }
-        let by_reason: BTreeMap<String, u64> = counter::LOSSES
-            .iter()
-            .map(|&i| (counter::NAMES[i as usize].to_owned(), counters.get(i)))
-            .chain([("undecodable".to_owned(), consumed.decode_errors)])
-            .collect();
-        let lost = counters.lost() + consumed.decode_errors;
-        if lost > 0 {
-            reasons.push_front(Incomplete::EventsLost {
-                lost,
-                by_reason: by_reason.clone(),
-            });
-        }
-        let all: BTreeMap<&str, u64> = counter::NAMES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (*n, counters.get(i as u32)))
-            .collect();
-        extra
-            .set(meta::HOST_MNTNS, consumed.host_mntns)
-            .set(meta::ENDED_NS, now_ns())
-            .set(meta::EVENTS_LOST, lost)
-            .set_json(meta::EVENTS_LOST_BY_REASON, &by_reason)
-            .set_json(meta::EVENTS_LOST_PER_CPU, &counters.lost_per_cpu())
-            .set_json(meta::KERNEL_COUNTERS, &all)
-            .set(meta::COMPLETE, reasons.is_empty())
-            .set_json(meta::INCOMPLETE_REASONS, &reasons);
-        let rows = consumed.writer.rows();
-        let ledger = consumed.writer.finish(extra.into_inner())?;
-        Ok(MonitorReport {
-            ledger,
-            rows,
-            lost,
-            counters,
-            decode_errors: consumed.decode_errors,
-            stats,
-            incomplete: reasons,
-        })
     }
 }
 
@@ -852,44 +639,5 @@ mod tests {
         let ev = decode::decode(&exit).unwrap();
         let row = m.row(&ev);
         assert_eq!((row.exit_code, row.exit_signal), (None, Some(9)));
-    }
-
-    #[test]
-    fn consumer_counts_undecodable_records_and_writes_the_rest() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.arrow");
-        let writer = LedgerWriter::create(&path, HashMap::new()).unwrap();
-        let good = record_with(
-            EventKind::Open,
-            Syscall::Openat,
-            &[b"/etc/passwd", b"", b"", b"", b""],
-            |h| {
-                h.flags = flags::PPID_KERNEL;
-            },
-        );
-        let source = source::VecSource {
-            records: vec![good.clone(), vec![1, 2, 3], good].into(),
-        };
-        let stop = Arc::new(AtomicBool::new(true));
-        let consumed = consume(
-            source,
-            writer,
-            WallClock::with_offset(0),
-            stop,
-            Duration::ZERO,
-        )
-        .unwrap();
-        assert_eq!(consumed.decode_errors, 1);
-        assert_eq!(consumed.writer.rows(), 2);
-        consumed.writer.finish(HashMap::new()).unwrap();
-        let mut l = crate::ledger::reader::Ledger::open(&path).unwrap();
-        assert_eq!(
-            l.read_all()
-                .unwrap()
-                .iter()
-                .map(|b| b.num_rows())
-                .sum::<usize>(),
-            2
-        );
     }
 }

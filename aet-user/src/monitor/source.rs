@@ -8,8 +8,9 @@ pub const MAX_DRAIN: usize = 64 * 1024;
 
 /// A source of raw records.
 pub trait EventSource: Send + 'static {
-    /// Calls `f` with records available now (at most [`MAX_DRAIN`]); returns when none is left.
-    fn drain(&mut self, f: &mut dyn FnMut(&[u8]));
+    /// Calls `f` with records available now (at most [`MAX_DRAIN`]); returns whether it stopped
+    /// because none was left (rather than at the limit).
+    fn drain(&mut self, f: &mut dyn FnMut(&[u8])) -> bool;
 }
 
 /// The eBPF ring buffer.
@@ -24,13 +25,14 @@ impl RingSource {
 }
 
 impl EventSource for RingSource {
-    fn drain(&mut self, f: &mut dyn FnMut(&[u8])) {
+    fn drain(&mut self, f: &mut dyn FnMut(&[u8])) -> bool {
         for _ in 0..MAX_DRAIN {
             match self.ring.next() {
                 Some(item) => f(&item),
-                None => break,
+                None => return true,
             }
         }
+        false
     }
 }
 
@@ -40,12 +42,13 @@ pub struct VecSource {
 }
 
 impl EventSource for VecSource {
-    fn drain(&mut self, f: &mut dyn FnMut(&[u8])) {
+    fn drain(&mut self, f: &mut dyn FnMut(&[u8])) -> bool {
         for _ in 0..MAX_DRAIN {
             match self.records.pop_front() {
                 Some(r) => f(&r),
-                None => break,
+                None => return true,
             }
         }
+        false
     }
 }

@@ -1,0 +1,197 @@
+//! The daemon's client: what `aet run`, `aet monitor` and `aet daemon status` use to talk to a
+//! running `aet daemon`.
+
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    os::unix::net::UnixStream,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use super::{
+    DaemonError,
+    protocol::{Request, Response, VERSION},
+};
+
+/// A connection to the daemon.
+pub struct Client {
+    socket: PathBuf,
+    stream: UnixStream,
+    reader: BufReader<UnixStream>,
+    /// Set when the daemon hung up (it died): see [`Client::watch`].
+    gone: Arc<AtomicBool>,
+    /// Set while the conversation is ending, so that a hang-up then is not a death.
+    closing: Arc<AtomicBool>,
+    /// The daemon's ring buffer size and most runs, from its greeting.
+    pub ringbuf_bytes: u32,
+    pub max_runs: u32,
+    pub pid: u32,
+}
+
+impl Client {
+    /// Connects to the daemon at `socket`. `Ok(None)` when no daemon listens there (no socket
+    /// file, or nobody accepting); an error when one accepted and then failed.
+    pub fn connect(socket: &Path) -> Result<Option<Self>, DaemonError> {
+        let stream = match UnixStream::connect(socket) {
+            Ok(s) => s,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(DaemonError::Io {
+                    socket: socket.to_owned(),
+                    source: e,
+                });
+            }
+        };
+        let io = |source| DaemonError::Io {
+            socket: socket.to_owned(),
+            source,
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .map_err(io)?;
+        let reader = BufReader::new(stream.try_clone().map_err(io)?);
+        let mut c = Self {
+            socket: socket.to_owned(),
+            stream,
+            reader,
+            gone: Arc::new(AtomicBool::new(false)),
+            closing: Arc::new(AtomicBool::new(false)),
+            ringbuf_bytes: 0,
+            max_runs: 0,
+            pid: 0,
+        };
+        match c.call(&Request::Hello { version: VERSION })? {
+            Response::Hello {
+                version,
+                pid,
+                ringbuf_bytes,
+                max_runs,
+            } if version == VERSION => {
+                c.pid = pid;
+                c.ringbuf_bytes = ringbuf_bytes;
+                c.max_runs = max_runs;
+                Ok(Some(c))
+            }
+            Response::Hello { version, .. } => Err(DaemonError::Protocol {
+                socket: socket.to_owned(),
+                message: format!("the daemon speaks version {version}, this aet {VERSION}"),
+            }),
+            other => Err(c.unexpected(other)),
+        }
+    }
+
+    /// The socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Sends a request and reads its response; an `Error` response is an error.
+    pub fn call(&mut self, req: &Request) -> Result<Response, DaemonError> {
+        let io = |source| DaemonError::Io {
+            socket: self.socket.clone(),
+            source,
+        };
+        let mut line = serde_json::to_string(req).expect("requests serialise");
+        line.push('\n');
+        self.stream.write_all(line.as_bytes()).map_err(io)?;
+        let mut answer = String::new();
+        let n = self.reader.read_line(&mut answer).map_err(io)?;
+        if n == 0 {
+            self.gone.store(true, Ordering::Release);
+            return Err(DaemonError::Gone {
+                socket: self.socket.clone(),
+            });
+        }
+        match serde_json::from_str::<Response>(&answer) {
+            Ok(Response::Error { message }) => Err(DaemonError::Refused {
+                socket: self.socket.clone(),
+                message,
+            }),
+            Ok(r) => Ok(r),
+            Err(e) => Err(DaemonError::Protocol {
+                socket: self.socket.clone(),
+                message: format!("bad response: {e}"),
+            }),
+        }
+    }
+
+    /// An error for a response that does not answer the request.
+    pub fn unexpected(&self, r: Response) -> DaemonError {
+        DaemonError::Protocol {
+            socket: self.socket.clone(),
+            message: format!("unexpected response {r:?}"),
+        }
+    }
+
+    /// Watches the connection on a thread of its own: when the daemon hangs up (it died),
+    /// `gone` is set and `on_gone` runs once.
+    pub fn watch(&self, on_gone: impl FnOnce() + Send + 'static) -> Result<(), DaemonError> {
+        let own = self.stream.try_clone().map_err(|source| DaemonError::Io {
+            socket: self.socket.clone(),
+            source,
+        })?;
+        let gone = self.gone.clone();
+        let closing = self.closing.clone();
+        std::thread::spawn(move || {
+            use std::os::fd::AsRawFd as _;
+            loop {
+                if closing.load(Ordering::Acquire) {
+                    return;
+                }
+                let mut pfd = libc::pollfd {
+                    fd: own.as_raw_fd(),
+                    events: libc::POLLRDHUP,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd of an fd this thread owns.
+                let n = unsafe { libc::poll(&mut pfd, 1, 100) };
+                if n < 0 {
+                    if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return;
+                }
+                if n == 0 {
+                    continue;
+                }
+                if pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
+                    if !closing.load(Ordering::Acquire) {
+                        gone.store(true, Ordering::Release);
+                        on_gone();
+                    }
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Ok(())
+    }
+
+    /// Has the daemon hung up?
+    pub fn gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
+    /// The conversation is ending: a hang-up from now on is not a death.
+    pub fn closing(&self) {
+        self.closing.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.closing.store(true, Ordering::Release);
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}

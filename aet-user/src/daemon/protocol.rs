@@ -1,0 +1,84 @@
+//! What `aet run`/`aet monitor` and `aet daemon` say to each other over the daemon's unix socket:
+//! one JSON object a line, a request and its response. A connection serves at most one run.
+
+use std::{collections::HashMap, path::PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    ledger::record::Reasons,
+    loader::Scope,
+    monitor::{
+        MonitorReport,
+        engine::{Progress, RunStatus},
+    },
+};
+
+/// Version of the protocol; a client and a daemon of different versions refuse each other.
+pub const VERSION: u32 = 1;
+
+/// A request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// First of every connection.
+    Hello { version: u32 },
+    /// Start recording a run into a new ledger. `owned`: the run's cgroup is the client's own
+    /// (`aet run`), to be killed if the daemon dies.
+    Start {
+        scope: Scope,
+        ledger: PathBuf,
+        head: HashMap<String, String>,
+        owned: bool,
+    },
+    /// Add tasks to the run's tracked set.
+    Track { tids: Vec<u32> },
+    /// Remove a task that is gone from the tracked set.
+    Untrack { tid: u32 },
+    /// The run's tracked tasks.
+    Tracked,
+    /// What the run has recorded so far.
+    Progress,
+    /// Stop recording and finish the ledger.
+    Stop {
+        extra: HashMap<String, String>,
+        reasons: Reasons,
+    },
+    /// The runs the daemon serves.
+    Status,
+}
+
+/// A response.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Response {
+    Hello {
+        version: u32,
+        pid: u32,
+        ringbuf_bytes: u32,
+        max_runs: u32,
+    },
+    Started {
+        slot: u32,
+    },
+    Done,
+    Tracked {
+        tids: Vec<u32>,
+    },
+    Progress {
+        progress: Progress,
+    },
+    Stopped {
+        report: MonitorReport,
+    },
+    Status {
+        pid: u32,
+        started_ns: i64,
+        ringbuf_bytes: u32,
+        max_runs: u32,
+        runs: Vec<RunStatus>,
+    },
+    Error {
+        message: String,
+    },
+}

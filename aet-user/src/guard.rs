@@ -1,0 +1,107 @@
+//! The guard: a small process that outlives `aet run` (or `aet daemon`) to kill what it leaves
+//! behind. It holds the read end of a pipe whose write end only the aet it guards holds; when
+//! that aet dies, even by SIGKILL, the pipe closes and the guard kills the run's cgroup (or every
+//! cgroup the daemon listed), so a command never goes on unmonitored.
+
+use std::{io, path::Path, time::Duration};
+
+use crate::kernel::cgroup;
+
+/// A watchdog process for a run's cgroup. `aet run` starts it before the command and holds the
+/// write end of its stdin; if `aet run` dies (even by SIGKILL) the pipe closes and the guard kills
+/// everything left in the cgroup and removes it, so the command never goes on unmonitored. After
+/// a normal teardown the cgroup is already gone and the guard just exits.
+pub struct Guard {
+    stdin: Option<std::process::ChildStdin>,
+    child: std::process::Child,
+}
+
+impl Guard {
+    /// Starts `aet __guard CGROUP` (this same binary).
+    pub fn start(cgroup: &Path) -> io::Result<Self> {
+        let mut child = std::process::Command::new("/proc/self/exe")
+            .arg("__guard")
+            .arg(cgroup)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        Ok(Self { stdin, child })
+    }
+
+    /// Starts `aet __guard-daemon DIR` for a daemon (see `daemon::guard_main`).
+    pub fn start_for_daemon(state: &Path) -> io::Result<Self> {
+        let mut child = std::process::Command::new("/proc/self/exe")
+            .arg("__guard-daemon")
+            .arg(state)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        Ok(Self { stdin, child })
+    }
+
+    /// Tells the guard the run ended cleanly and waits for it.
+    pub fn release(mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// The guard process: waits for its stdin to close, then kills and removes the cgroup if it is
+/// still there.
+pub fn guard_main(cgroup: &Path) -> anyhow::Result<()> {
+    wait_for_stdin_close()?;
+    if !cgroup.exists() {
+        return Ok(());
+    }
+    if cgroup::populated(cgroup)? {
+        let pids = cgroup::procs(cgroup)?;
+        std::fs::write(cgroup.join("cgroup.kill"), b"1")?;
+        eprintln!(
+            "aet: guard: aet run ended without finishing its run; killed {} process(es) left in {}",
+            pids.len(),
+            cgroup.display()
+        );
+        for _ in 0..500 {
+            if !cgroup::populated(cgroup)? {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    for _ in 0..100 {
+        if std::fs::remove_dir(cgroup).is_ok() || !cgroup.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+/// A guard's wait: ignores the signals a terminal or a harness sends to a whole process group,
+/// and returns when its stdin closes (the process it guards is gone).
+pub fn wait_for_stdin_close() -> anyhow::Result<()> {
+    use nix::sys::signal::{SigHandler, SigSet, Signal, signal};
+    // A guard started by a daemon inherits its blocked signals: unblock them to ignore them.
+    SigSet::all().thread_unblock()?;
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        // SAFETY: setting a signal to be ignored has no handler to be unsafe in.
+        unsafe { signal(s, SigHandler::SigIgn) }?;
+    }
+    let mut buf = [0u8; 64];
+    loop {
+        match nix::unistd::read(std::io::stdin(), &mut buf) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+    }
+    Ok(())
+}

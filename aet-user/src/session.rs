@@ -1,0 +1,239 @@
+//! A monitored run's connection to the monitor: the resident daemon's when its socket answers,
+//! else programs loaded for this run alone. Both record the same way and finish the same ledger;
+//! only where the programs live differs.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use crate::{
+    daemon::{
+        DaemonError,
+        client::Client,
+        protocol::{Request, Response},
+    },
+    ledger::record::{MetaMap, Reasons},
+    loader::{LoadOptions, Scope},
+    monitor::{
+        MonitorError, MonitorReport,
+        engine::{Engine, Progress},
+    },
+};
+
+/// Where the monitor should come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The daemon at this socket if it answers, else standalone.
+    Auto(PathBuf),
+    /// The daemon at this socket, or an error.
+    Daemon(PathBuf),
+    /// Programs loaded for this run alone.
+    Standalone,
+}
+
+/// Errors of a session.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Monitor(#[from] MonitorError),
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
+    /// `--daemon` but nothing listens.
+    #[error("no aet daemon answers at {0} (start one with `aet daemon`, or leave out --daemon)")]
+    NoDaemon(PathBuf),
+}
+
+/// A run being recorded.
+pub enum Session {
+    Local {
+        engine: Engine,
+        slot: u32,
+    },
+    Remote {
+        client: Client,
+        slot: u32,
+        /// Set when the daemon hung up.
+        lost: Arc<AtomicBool>,
+        notify: Arc<tokio::sync::Notify>,
+    },
+}
+
+impl Session {
+    /// Starts recording `scope` into a new ledger at `ledger`. `owned`: the scope is a cgroup
+    /// this aet created for the run (the daemon kills it if it dies). `ringbuf_bytes` sizes the
+    /// programs' ring buffer when they are loaded for this run.
+    pub fn start(
+        mode: &Mode,
+        scope: &Scope,
+        ledger: &Path,
+        head: MetaMap,
+        owned: bool,
+        ringbuf_bytes: u32,
+    ) -> Result<Self, SessionError> {
+        let socket = match mode {
+            Mode::Standalone => None,
+            Mode::Auto(s) | Mode::Daemon(s) => Some(s),
+        };
+        if let Some(socket) = socket {
+            match Client::connect(socket)? {
+                Some(mut client) => {
+                    let r = client.call(&Request::Start {
+                        scope: scope.clone(),
+                        ledger: ledger.to_owned(),
+                        head: head.into_inner(),
+                        owned,
+                    })?;
+                    let Response::Started { slot } = r else {
+                        return Err(client.unexpected(r).into());
+                    };
+                    let lost = Arc::new(AtomicBool::new(false));
+                    let notify = Arc::new(tokio::sync::Notify::new());
+                    {
+                        let lost = lost.clone();
+                        let notify = notify.clone();
+                        client.watch(move || {
+                            lost.store(true, Ordering::Release);
+                            notify.notify_waiters();
+                            notify.notify_one();
+                        })?;
+                    }
+                    return Ok(Self::Remote {
+                        client,
+                        slot,
+                        lost,
+                        notify,
+                    });
+                }
+                None if matches!(mode, Mode::Daemon(_)) => {
+                    return Err(SessionError::NoDaemon(socket.clone()));
+                }
+                None => {}
+            }
+        }
+        let engine = Engine::load(&LoadOptions { ringbuf_bytes })?;
+        let quota = u64::from(engine.ringbuf_bytes());
+        let slot = engine.start_run(scope, ledger, head, quota)?;
+        Ok(Self::Local { engine, slot })
+    }
+
+    /// `daemon` or `standalone`.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Self::Local { .. } => "standalone",
+            Self::Remote { .. } => "daemon",
+        }
+    }
+
+    /// The daemon's process id (daemon mode).
+    pub fn daemon_pid(&self) -> Option<u32> {
+        match self {
+            Self::Local { .. } => None,
+            Self::Remote { client, .. } => Some(client.pid),
+        }
+    }
+
+    /// Adds tasks to the run's tracked set.
+    pub fn track(&mut self, tids: &[u32]) -> Result<(), SessionError> {
+        match self {
+            Self::Local { engine, slot } => {
+                for &tid in tids {
+                    engine.track(*slot, tid)?;
+                }
+                Ok(())
+            }
+            Self::Remote { client, .. } => {
+                client.call(&Request::Track {
+                    tids: tids.to_vec(),
+                })?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes a task that is gone from the tracked set.
+    pub fn untrack(&mut self, tid: u32) {
+        match self {
+            Self::Local { engine, .. } => engine.untrack(tid),
+            Self::Remote { client, .. } => {
+                let _ = client.call(&Request::Untrack { tid });
+            }
+        }
+    }
+
+    /// The run's tracked tasks.
+    pub fn tracked(&mut self) -> Vec<u32> {
+        match self {
+            Self::Local { engine, slot } => engine.tracked(*slot),
+            Self::Remote { client, .. } => match client.call(&Request::Tracked) {
+                Ok(Response::Tracked { tids }) => tids,
+                _ => Vec::new(),
+            },
+        }
+    }
+
+    /// What the run has recorded so far.
+    pub fn progress(&mut self) -> Progress {
+        match self {
+            Self::Local { engine, slot } => engine.progress(*slot),
+            Self::Remote { client, .. } => match client.call(&Request::Progress) {
+                Ok(Response::Progress { progress }) => progress,
+                _ => Progress::default(),
+            },
+        }
+    }
+
+    /// Has the monitor stopped recording (its consumer died, or the daemon went away)?
+    pub fn failed(&self) -> bool {
+        match self {
+            Self::Local { engine, .. } => engine.consumer_failed(),
+            Self::Remote { lost, .. } => lost.load(Ordering::Acquire),
+        }
+    }
+
+    /// Resolves when the daemon hangs up (never for a standalone monitor).
+    pub fn lost(&self) -> impl std::future::Future<Output = ()> + 'static {
+        let watch = match self {
+            Self::Local { .. } => None,
+            Self::Remote { lost, notify, .. } => Some((lost.clone(), notify.clone())),
+        };
+        async move {
+            match watch {
+                None => std::future::pending().await,
+                Some((lost, notify)) => loop {
+                    let n = notify.notified();
+                    if lost.load(Ordering::Acquire) {
+                        return;
+                    }
+                    n.await;
+                },
+            }
+        }
+    }
+
+    /// Stops recording and finishes the ledger with `extra` metadata, the loss accounting and
+    /// `reasons`.
+    pub fn stop(self, extra: MetaMap, reasons: Reasons) -> Result<MonitorReport, SessionError> {
+        match self {
+            Self::Local { engine, slot } => {
+                let report = engine.stop_run(slot, extra, reasons);
+                engine.shutdown("the run ended");
+                Ok(report?)
+            }
+            Self::Remote { mut client, .. } => {
+                let r = client.call(&Request::Stop {
+                    extra: extra.into_inner(),
+                    reasons,
+                })?;
+                client.closing();
+                match r {
+                    Response::Stopped { report } => Ok(report),
+                    other => Err(client.unexpected(other).into()),
+                }
+            }
+        }
+    }
+}
