@@ -485,3 +485,104 @@ fn sandbox_identity_and_monitor_together() {
     assert_eq!(tried.len(), 1);
     assert_eq!(tried[0].uid, 2000);
 }
+
+/// Two runs at once with an agent identity each get a uid of their own from the pool; the second
+/// run's teardown leaves the first run's agent alone, which finishes normally; neither agent can
+/// signal the other's processes; a uid named for one run is refused to another while it goes on.
+#[test]
+fn concurrent_runs_get_their_own_uids_and_never_touch_each_other() {
+    let f = Fixture::new();
+    for w in ["ws-a", "ws-b"] {
+        fs::create_dir_all(f.p(w)).unwrap();
+    }
+    let out_a = f.p("run-a");
+    // The first agent waits for the second run to be over, then finishes.
+    let a = Attached::spawn(
+        aet()
+            .args(["run", "--out"])
+            .arg(&out_a)
+            .args(["--identity", "--workspace"])
+            .arg(f.p("ws-a"))
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "echo $$ > {ws}/pid; while [ ! -e {root}/b-done ]; do sleep 0.05; done; \
+                 echo finished > {ws}/done",
+                ws = f.s("ws-a"),
+                root = f.s(""),
+            )),
+    );
+    let pid_file = f.p("ws-a/pid");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !pid_file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first agent did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid_a: u32 = fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let uid_a = fs::metadata(format!("/proc/{pid_a}")).unwrap().uid();
+    // The second agent tries to signal the first one's shell.
+    let out_b = f.p("run-b");
+    let b = aet()
+        .args(["run", "--out"])
+        .arg(&out_b)
+        .args(["--identity", "--workspace"])
+        .arg(f.p("ws-b"))
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "kill -CONT {pid_a} 2> {ws}/kill.err; echo $? > {ws}/kill.status",
+            ws = f.s("ws-b")
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(b.status.code(), Some(0), "{}", text(&b.stderr));
+    fs::write(f.p("b-done"), "").unwrap();
+    let (status, stderr) = a.wait();
+    assert!(status.success(), "the first run's agent survived: {stderr}");
+    assert_eq!(fs::read_to_string(f.p("ws-a/done")).unwrap(), "finished\n");
+    let uid_b = identity_meta(&out_b)["uid"].as_u64().unwrap() as u32;
+    assert_eq!(identity_meta(&out_a)["uid"].as_u64().unwrap() as u32, uid_a);
+    assert_ne!(uid_a, uid_b, "each run has a uid of its own");
+    assert!((2000..=2999).contains(&uid_a) && (2000..=2999).contains(&uid_b));
+    assert_ne!(
+        fs::read_to_string(f.p("ws-b/kill.status")).unwrap().trim(),
+        "0"
+    );
+    assert!(
+        fs::read_to_string(f.p("ws-b/kill.err"))
+            .unwrap()
+            .contains("not permitted"),
+        "the second agent could not signal the first"
+    );
+    // The teardown of the second run killed none of the first run's processes.
+    assert!(
+        identity_meta(&out_b)["killed_after_teardown"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // A uid named explicitly is refused while another run holds it.
+    let hold = Attached::spawn(
+        aet()
+            .args(["run", "--out"])
+            .arg(f.p("run-c"))
+            .args(["--identity=2999", "--workspace"])
+            .arg(f.p("ws-a"))
+            .args(["--", "sleep", "2"]),
+    );
+    let (o, _) = f.run(Some("2999"), &[], "true");
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("uid 2999 is the agent identity of another aet run"),
+        "{}",
+        text(&o.stderr)
+    );
+    let (status, stderr) = hold.wait();
+    assert!(status.success(), "{stderr}");
+}

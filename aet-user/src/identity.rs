@@ -30,19 +30,26 @@ use crate::sandbox::{
     plan::Identity,
 };
 
-/// The default agent uid and gid.
-pub const DEFAULT_ID: u32 = 2000;
+/// The pool agent uids are taken from when none is named: each run with an agent identity gets a
+/// uid of its own (and the gid of the same number), so runs side by side never share one.
+pub const DEFAULT_POOL: (u32, u32) = (2000, 2999);
+
+/// Where aet keeps the leases of agent uids (one lock file a uid, locked while a run uses it).
+pub const LEASE_DIR: &str = "/run/aet/uids";
 
 /// `[identity]` of a run config.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityConfig {
-    /// The agent's uid (no /etc/passwd entry needed).
-    #[serde(default = "default_id")]
-    pub uid: u32,
-    /// The agent's gid.
-    #[serde(default = "default_id")]
-    pub gid: u32,
+    /// The agent's uid (no /etc/passwd entry needed); default: a free uid of `pool`.
+    #[serde(default)]
+    pub uid: Option<u32>,
+    /// The agent's gid; default: the uid.
+    #[serde(default)]
+    pub gid: Option<u32>,
+    /// The uids to take one from when `uid` is not given: `"FIRST-LAST"` (default 2000-2999).
+    #[serde(default)]
+    pub pool: Option<String>,
     /// The agent's home (created if missing, handed over); default: `RUN_DIR/agent-home`.
     #[serde(default)]
     pub home: Option<PathBuf>,
@@ -61,22 +68,87 @@ pub struct IdentityConfig {
     pub fix_grader_root: bool,
 }
 
-fn default_id() -> u32 {
-    DEFAULT_ID
+impl IdentityConfig {
+    /// The pool, parsed.
+    pub fn pool(&self) -> Result<(u32, u32), IdentityError> {
+        let Some(p) = &self.pool else {
+            return Ok(DEFAULT_POOL);
+        };
+        let bad = || IdentityError::Pool(p.clone());
+        let (a, b) = p.split_once('-').ok_or_else(bad)?;
+        let (a, b): (u32, u32) = (
+            a.trim().parse().map_err(|_| bad())?,
+            b.trim().parse().map_err(|_| bad())?,
+        );
+        if a == 0 || b < a {
+            return Err(bad());
+        }
+        Ok((a, b))
+    }
 }
 
-impl Default for IdentityConfig {
-    fn default() -> Self {
-        Self {
-            uid: DEFAULT_ID,
-            gid: DEFAULT_ID,
-            home: None,
-            pass_env: Vec::new(),
-            setenv: BTreeMap::new(),
-            grader_root: None,
-            fix_grader_root: false,
-        }
+/// A uid this run holds: no other aet run takes it while the lease lives (an exclusive `flock`
+/// on its lock file, which the kernel releases when the holder dies).
+#[derive(Debug)]
+pub struct UidLease {
+    pub uid: u32,
+    _lock: fs::File,
+}
+
+/// Takes the lease of `uid`, if no other run holds it.
+fn try_lease(uid: u32) -> Result<Option<UidLease>, IdentityError> {
+    use std::os::fd::AsRawFd as _;
+    let dir = Path::new(LEASE_DIR);
+    let err = |source| IdentityError::Lease {
+        path: dir.to_owned(),
+        source,
+    };
+    fs::create_dir_all(dir).map_err(err)?;
+    let path = dir.join(uid.to_string());
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(err)?;
+    // SAFETY: flock on an fd this function owns.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::WouldBlock {
+            Ok(None)
+        } else {
+            Err(err(e))
+        };
     }
+    Ok(Some(UidLease { uid, _lock: f }))
+}
+
+/// The lease of a named uid; an error when another run holds it.
+pub fn lease_uid(uid: u32) -> Result<UidLease, IdentityError> {
+    try_lease(uid)?.ok_or(IdentityError::UidInUse(uid))
+}
+
+/// The lease of a free uid of the pool: not held by another run, not a user of this machine
+/// (no /etc/passwd entry), and with no process left (a run that died may have left some).
+pub fn lease_from_pool((first, last): (u32, u32)) -> Result<UidLease, IdentityError> {
+    let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let users: std::collections::HashSet<u32> = passwd
+        .lines()
+        .filter_map(|l| l.split(':').nth(2)?.parse().ok())
+        .collect();
+    for uid in first..=last {
+        if users.contains(&uid) {
+            continue;
+        }
+        let Some(lease) = try_lease(uid)? else {
+            continue;
+        };
+        if !crate::kernel::procfs::processes_with_any_uid(uid).is_empty() {
+            continue;
+        }
+        return Ok(lease);
+    }
+    Err(IdentityError::PoolExhausted { first, last })
 }
 
 /// A run config file (`aet run --config FILE`).
@@ -122,6 +194,18 @@ pub enum IdentityError {
         #[source]
         source: io::Error,
     },
+    #[error("identity pool {0:?}: expected FIRST-LAST, two uids above 0")]
+    Pool(String),
+    #[error("every uid of the pool {first}-{last} is in use (by a run, a user, or processes left)")]
+    PoolExhausted { first: u32, last: u32 },
+    #[error("uid {0} is the agent identity of another aet run going on")]
+    UidInUse(u32),
+    #[error("cannot take a lease on an agent uid in {path}: {source}")]
+    Lease {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl RunConfig {
@@ -160,16 +244,19 @@ impl RunConfig {
 }
 
 /// Parses `--identity`: `agent` (the default 2000:2000), `UID` or `UID:GID`.
-pub fn parse_identity(s: &str) -> Result<(u32, u32), IdentityError> {
+pub fn parse_identity(s: &str) -> Result<(Option<u32>, Option<u32>), IdentityError> {
     let bad = || IdentityError::Spec(s.to_owned());
     if s == "agent" {
-        return Ok((DEFAULT_ID, DEFAULT_ID));
+        return Ok((None, None));
     }
     let (u, g) = match s.split_once(':') {
         Some((u, g)) => (u, g),
         None => (s, s),
     };
-    Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
+    Ok((
+        Some(u.parse().map_err(|_| bad())?),
+        Some(g.parse().map_err(|_| bad())?),
+    ))
 }
 
 /// Checks (or, with `fix`, makes) the grader root root-owned and 0700, and outside every path
@@ -491,11 +578,8 @@ pub fn leftovers(
 }
 
 /// The identity for the stage's plan.
-pub fn plan_identity(c: &IdentityConfig) -> Identity {
-    Identity {
-        uid: c.uid,
-        gid: c.gid,
-    }
+pub fn plan_identity(uid: u32, gid: u32) -> Identity {
+    Identity { uid, gid }
 }
 
 /// Is the process root (an identity can only be given away by root)?

@@ -52,6 +52,10 @@ pub struct LaunchOptions {
 /// An agent identity, set up.
 pub struct IdentityRun {
     pub config: IdentityConfig,
+    /// The uid and gid, resolved; the uid is held for the run.
+    pub uid: u32,
+    pub gid: u32,
+    pub lease: identity::UidLease,
     pub home: PathBuf,
     pub workspace: PathBuf,
     pub env: Env,
@@ -110,7 +114,7 @@ impl Launch {
                     mode: opts.mode.clone(),
                     identity: identity
                         .as_ref()
-                        .map(|i| identity::plan_identity(&i.config)),
+                        .map(|i| identity::plan_identity(i.uid, i.gid)),
                     env_start: env::Start::Inherit,
                     env: identity.as_ref().map(|i| i.env.clone()),
                     extra_rw: identity
@@ -141,7 +145,7 @@ impl Launch {
                 writable: Vec::new(),
                 report: PPath(dir.path().join(build::REPORT_FILE)),
                 unmount: Vec::new(),
-                identity: Some(identity::plan_identity(&id.config)),
+                identity: Some(identity::plan_identity(id.uid, id.gid)),
                 mode: opts.mode.clone(),
                 view: false,
                 new_session: true,
@@ -199,13 +203,19 @@ fn prepare_identity(
     opts: &LaunchOptions,
 ) -> Result<IdentityRun, LaunchError> {
     identity::require_root()?;
-    if c.uid == 0 || c.gid == 0 {
+    if c.uid == Some(0) || c.gid == Some(0) {
         return Err(IdentityError::Root {
-            uid: c.uid,
-            gid: c.gid,
+            uid: c.uid.unwrap_or(0),
+            gid: c.gid.unwrap_or(0),
         }
         .into());
     }
+    // The uid is this run's alone while it goes on: taken from the pool, or the one named.
+    let lease = match c.uid {
+        Some(uid) => identity::lease_uid(uid)?,
+        None => identity::lease_from_pool(c.pool()?)?,
+    };
+    let (uid, gid) = (lease.uid, c.gid.unwrap_or(lease.uid));
     let workspace = match (spec, &opts.workspace) {
         (Some(s), _) => s.workspace.clone(),
         (None, Some(w)) => absolute(w)?,
@@ -231,12 +241,12 @@ fn prepare_identity(
         )?),
         None => None,
     };
-    let workspace_handover = identity::hand_over(&workspace, c.uid, c.gid)?;
-    let home_handover = identity::prepare_home(&home, c.uid, c.gid)?;
+    let workspace_handover = identity::hand_over(&workspace, uid, gid)?;
+    let home_handover = identity::prepare_home(&home, uid, gid)?;
     let mut rw_binds_handover = Vec::new();
     if let Some(s) = spec {
         for rw in &s.rw_binds {
-            rw_binds_handover.push((rw.clone(), identity::hand_over(rw, c.uid, c.gid)?));
+            rw_binds_handover.push((rw.clone(), identity::hand_over(rw, uid, gid)?));
         }
     }
     let mut pass = c.pass_env.clone();
@@ -248,9 +258,12 @@ fn prepare_identity(
         set.extend(s.setenv.clone());
     }
     set.extend(c.setenv.clone());
-    let env = identity::agent_env(c.uid, &home, &pass, &unset, &set);
+    let env = identity::agent_env(uid, &home, &pass, &unset, &set);
     Ok(IdentityRun {
         config: c.clone(),
+        uid,
+        gid,
+        lease,
         home,
         workspace,
         env,
@@ -273,8 +286,8 @@ impl IdentityRun {
         leftover_total: u64,
     ) -> IdentityRecord {
         IdentityRecord {
-            uid: self.config.uid,
-            gid: self.config.gid,
+            uid: self.uid,
+            gid: self.gid,
             home: self.home.clone(),
             workspace: self.workspace.clone(),
             env: self.env.names(),

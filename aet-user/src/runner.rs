@@ -372,7 +372,7 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
     }
     if let Some(id) = &opts.launch.identity {
         // No process of the agent's uid may outlive the run, anywhere on the machine.
-        let (strays, reap_error) = match crate::identity::reap_uid(id.config.uid) {
+        let (strays, reap_error) = match crate::identity::reap_uid(id.uid) {
             Ok(s) => (s, None),
             Err(e) => (Vec::new(), Some(e)),
         };
@@ -384,7 +384,7 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
             eprintln!(
                 "aet: killed {} process(es) of uid {} found outside the run after teardown: {}",
                 strays.len(),
-                id.config.uid,
+                id.uid,
                 list.join(", ")
             );
         }
@@ -393,7 +393,7 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
             reasons.push(Incomplete::ReapFailed { error: e.clone() });
         }
         let (files, total) = crate::identity::leftovers(
-            id.config.uid,
+            id.uid,
             run_started,
             &[id.workspace.clone(), id.home.clone()],
             1000,
@@ -403,7 +403,7 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
                 opts.quiet,
                 format_args!(
                     "the agent (uid {}) left {total} file(s) outside its workspace and home, e.g. {}",
-                    id.config.uid,
+                    id.uid,
                     files[0].display()
                 ),
             );

@@ -230,18 +230,28 @@ fn strip_dashdash(cmd: &[std::ffi::OsString]) -> &[std::ffi::OsString] {
     }
 }
 
+/// Stdout was closed by its reader (`aet ... | head`): a clean exit, not an error. Only
+/// [`print_out`] makes it: a broken pipe anywhere else (a socket) is an error like any other.
+#[derive(Debug, thiserror::Error)]
+#[error("stdout was closed")]
+struct StdoutClosed;
+
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    e.chain().any(|c| c.is::<StdoutClosed>())
 }
 
 /// Writes to stdout, turning a closed pipe into an error `main` treats as a clean exit.
 pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
+    let closed = |e: std::io::Error| -> anyhow::Error {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            StdoutClosed.into()
+        } else {
+            e.into()
+        }
+    };
+    out.write_all(text.as_bytes()).map_err(closed)?;
+    out.flush().map_err(closed)?;
     Ok(())
 }
 
