@@ -307,7 +307,9 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
         Path::new("/run/aet/no-daemon-for-tests.sock"),
         &[],
     )?;
-    println!("== the monitor's end-to-end tests again, every run served by one aet daemon");
+    println!(
+        "== the end-to-end tests again, every run served by one aet daemon (but the daemon's own)"
+    );
     let socket = PathBuf::from(format!("/run/aet/test-{}.sock", std::process::id()));
     let mut daemon = user_command(&aet)
         .args(["daemon", "-q", "--socket"])
@@ -321,7 +323,18 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let result = e2e("daemon", &socket, &["monitor", "paths", "audit"]);
+    let result = e2e(
+        "daemon",
+        &socket,
+        &[
+            "monitor",
+            "paths",
+            "sandbox",
+            "identity",
+            "audit",
+            "containers",
+        ],
+    );
     let _ = nix_kill(daemon.id(), "TERM");
     let stopped = daemon.wait()?;
     result?;

@@ -16,10 +16,16 @@ use crate::sh;
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Debian packages: bubblewrap for sandboxes; gcc and make for the end-to-end tests' helpers
 /// and the demo; git for the benchmark; chromium for the test that opens the HTML report; attr
-/// (setfattr) for the test that changes a file's extended attributes.
+/// (setfattr) for the test that changes a file's extended attributes; Docker, Podman (with runc:
+/// crun refuses this machine's hybrid cgroups) and a static busybox for the container tests, whose
+/// images are made here and never pulled.
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bwrap", "bubblewrap"),
     ("setfattr", "attr"),
+    ("dockerd", "docker.io"),
+    ("podman", "podman"),
+    ("runc", "runc"),
+    ("busybox", "busybox-static"),
     ("gcc", "gcc"),
     ("make", "make"),
     ("git", "git"),
@@ -71,6 +77,7 @@ pub fn setup() -> anyhow::Result<()> {
     bpf_linker()?;
     python()?;
     tracefs()?;
+    dockerd()?;
     println!("== setup complete");
     Ok(())
 }
@@ -229,4 +236,34 @@ fn tracefs() -> anyhow::Result<()> {
     }
     println!("..   mount -t tracefs tracefs /sys/kernel/tracing");
     sh(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]))
+}
+
+/// Starts Docker's daemon when it does not answer (a fresh machine has no init to start it),
+/// logging to `/var/log/aet-dockerd.log`, and waits until it serves.
+fn dockerd() -> anyhow::Result<()> {
+    let answers = || ok(Command::new("docker").arg("info"));
+    if answers() {
+        println!("ok   dockerd");
+        return Ok(());
+    }
+    println!("..   starting dockerd (log: /var/log/aet-dockerd.log)");
+    let log = std::fs::File::create("/var/log/aet-dockerd.log")
+        .context("creating /var/log/aet-dockerd.log")?;
+    let mut daemon = Command::new("dockerd")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting dockerd")?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if answers() {
+            return Ok(());
+        }
+        if let Some(st) = daemon.try_wait()? {
+            bail!("dockerd exited with {st}: see /var/log/aet-dockerd.log");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    bail!("dockerd does not answer after 60 s: see /var/log/aet-dockerd.log")
 }

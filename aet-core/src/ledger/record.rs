@@ -124,6 +124,9 @@ pub enum Incomplete {
     AlreadyRunning { processes: u64 },
     /// The sandbox or the agent identity was not verified.
     NotVerified { what: Unverified },
+    /// The run asked a container runtime's daemon to run processes outside the run (no
+    /// `--cgroup-parent` at the run's cgroup): they are not in the record.
+    ContainerOutside { runtime: String, pid: u32 },
     /// A reason this build does not know (from a newer aet).
     #[serde(other)]
     Unknown,
@@ -180,6 +183,11 @@ impl Incomplete {
                     Unverified::Identity => "agent identity",
                 }
             ),
+            Self::ContainerOutside { runtime, pid } => format!(
+                "the run asked {runtime} (pid {pid}) to run a container, whose processes its \
+                 daemon starts outside the run: they are not in the record (start it with \
+                 --cgroup-parent=\"$AET_CGROUP\" to record it)"
+            ),
             Self::Unknown => "a reason this version of aet does not know".into(),
         }
     }
@@ -199,6 +207,7 @@ impl Incomplete {
             Self::NotStatedComplete => "not_stated_complete",
             Self::AlreadyRunning { .. } => "already_running",
             Self::NotVerified { .. } => "not_verified",
+            Self::ContainerOutside { .. } => "container_outside",
             Self::Unknown => "unknown",
         }
     }
@@ -240,6 +249,10 @@ impl Incomplete {
             },
             Self::NotVerified {
                 what: Unverified::Identity,
+            },
+            Self::ContainerOutside {
+                runtime: "docker".into(),
+                pid: 4242,
             },
         ]
     }
@@ -624,6 +637,7 @@ mod tests {
             "not_stated_complete",
             "already_running",
             "not_verified",
+            "container_outside",
         ];
         assert_eq!(codes, all.into_iter().collect());
     }

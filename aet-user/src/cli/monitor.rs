@@ -28,7 +28,7 @@ impl From<ScopeArg> for ScopeKind {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("target").required(true).args(["cgroup", "uid", "pid"])))]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["cgroup", "uid", "pid", "container"])))]
 pub struct Args {
     /// Monitor the processes of a cgroup v2 (absolute, or relative to the cgroup2 mount).
     #[arg(long, value_name = "PATH")]
@@ -39,6 +39,10 @@ pub struct Args {
     /// Monitor a process and every process it starts.
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
+    /// Monitor a running Docker or Podman container (by id or name): its cgroup. The record says
+    /// that its processes were already running.
+    #[arg(long, value_name = "ID|NAME")]
+    pub container: Option<String>,
     /// How the kernel side selects events (default: cgroup for --cgroup, uid for --uid, tree for
     /// --pid). With --pid, `cgroup` and `uid` mean the process's cgroup or uid.
     #[arg(long, value_enum)]
@@ -57,10 +61,11 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<u8> {
-    let target = match (a.cgroup, a.uid, a.pid) {
-        (Some(c), _, _) => Target::Cgroup(c),
-        (_, Some(u), _) => Target::Uid(u),
-        (_, _, Some(p)) => Target::Pid(p),
+    let target = match (a.cgroup, a.uid, a.pid, a.container) {
+        (Some(c), _, _, _) => Target::Cgroup(c),
+        (_, Some(u), _, _) => Target::Uid(u),
+        (_, _, Some(p), _) => Target::Pid(p),
+        (_, _, _, Some(c)) => Target::Container(c),
         _ => unreachable!("clap requires one target"),
     };
     let report = super::runtime()?

@@ -138,16 +138,22 @@ pub fn host_path(host: &[MountEntry], dev: u64, fsp: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Maps paths from other mount namespaces to the host's, with a cache of each namespace's mount
-/// table (read from `/proc` the first time a namespace is seen, and again when a mount id is
-/// not in the cached table).
+/// table (read from `/proc` the first time a namespace is seen, while its processes live, and
+/// again when a mount id is not in the cached table) and of the host's (read again when a new
+/// namespace appears or a device is not found; mounts that are gone are kept, so that the rows
+/// of a container that ended still map).
 pub struct HostMapper {
     own_ns: u32,
     host: Vec<MountEntry>,
+    host_read: std::time::Instant,
     tables: HashMap<u32, Vec<MountEntry>>,
     /// A live process seen in each namespace, to read its table from.
     members: HashMap<u32, u32>,
     refreshed: HashMap<(u32, u32), ()>,
 }
+
+/// Shortest time between two reads of the host's mount table for a device not found.
+const HOST_REREAD: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl HostMapper {
     /// A mapper for this process's mount namespace.
@@ -158,10 +164,31 @@ impl HostMapper {
         Self {
             own_ns,
             host: read(std::process::id()).unwrap_or_default(),
+            host_read: std::time::Instant::now(),
             tables: HashMap::new(),
             members: HashMap::new(),
             refreshed: HashMap::new(),
         }
+    }
+
+    /// Reads the host's mount table again, keeping the mounts that are gone.
+    fn reread_host(&mut self) {
+        let Some(fresh) = read(std::process::id()) else {
+            return;
+        };
+        let gone: Vec<MountEntry> = self
+            .host
+            .drain(..)
+            .filter(|old| {
+                !fresh
+                    .iter()
+                    .any(|m| m.id == old.id || (m.dev == old.dev && m.root == old.root))
+            })
+            .collect();
+        self.host = fresh;
+        // Gone mounts after the live ones: a live mount of the same device wins.
+        self.host.extend(gone);
+        self.host_read = std::time::Instant::now();
     }
 
     /// aet's own mount namespace id.
@@ -171,8 +198,11 @@ impl HostMapper {
 
     /// Notes that `pid` lives in namespace `ns` (to read the table from later).
     pub fn seen(&mut self, ns: u32, pid: u32) {
-        if ns != self.own_ns {
-            self.members.insert(ns, pid);
+        if ns != self.own_ns && ns != 0 && self.members.insert(ns, pid).is_none() {
+            // A new namespace (a sandbox, a container) came with mounts of its own, and often
+            // new host mounts under it: read both now, while its first process lives.
+            self.reread_host();
+            let _ = self.table(ns, pid, None);
         }
     }
 
@@ -207,8 +237,15 @@ impl HostMapper {
     }
 
     /// The host path of file-system path `fsp` on device `dev` (userspace encoding).
-    pub fn host_of(&self, dev: u64, fsp: &[u8]) -> Option<Vec<u8>> {
-        host_path(&self.host, dev, fsp)
+    pub fn host_of(&mut self, dev: u64, fsp: &[u8]) -> Option<Vec<u8>> {
+        if let Some(p) = host_path(&self.host, dev, fsp) {
+            return Some(p);
+        }
+        if self.host_read.elapsed() >= HOST_REREAD {
+            self.reread_host();
+            return host_path(&self.host, dev, fsp);
+        }
+        None
     }
 
     /// The host path of `path` seen by `pid` in namespace `ns` through mount `mnt_id`; `None`
@@ -219,7 +256,7 @@ impl HostMapper {
         }
         let table = self.table(ns, pid, mnt_id)?.clone();
         let (dev, fsp) = fs_path(&table, path, mnt_id)?;
-        host_path(&self.host, dev, &fsp)
+        self.host_of(dev, &fsp)
     }
 }
 

@@ -254,7 +254,12 @@ impl Engine {
         sinks.insert(
             slot,
             Sink {
-                maker: RowMaker::new(self.clock),
+                maker: RowMaker::new(self.clock).with_run_cgroup(match scope {
+                    Scope::Cgroup { path, .. } => crate::kernel::cgroup::relative(path)
+                        .ok()
+                        .map(|(rel, _)| rel),
+                    _ => None,
+                }),
                 writer,
                 scope: scope.clone(),
                 consumed: 0,
@@ -410,6 +415,12 @@ fn finish(
         return Err(e.into());
     }
     let stats = sink.maker.stats();
+    for (runtime, pid) in sink.maker.containers_outside() {
+        reasons.push(Incomplete::ContainerOutside {
+            runtime: runtime.clone(),
+            pid: *pid,
+        });
+    }
     let submitted = counters.get(counter::IO_URING_SUBMITTED);
     if stats.io_uring > 0 || submitted > 0 {
         reasons.push(Incomplete::IoUring {
