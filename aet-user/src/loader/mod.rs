@@ -205,7 +205,7 @@ impl Counters {
     }
 }
 
-/// An attachment, owned so that it can be detached on a thread of its own.
+/// An attachment, owned so that it can be released the way its kind needs.
 enum Link {
     TracePoint(#[allow(dead_code)] TracePointLink),
     Raw(#[allow(dead_code)] RawTracePointLink),
@@ -247,6 +247,9 @@ impl Programs {
                 return Err(LoadError::NoTracepoint(format!("{cat}/{name}")));
             }
         }
+        // aya parses the kernel's BTF too (for relocations) as its loader is made: on another
+        // thread, while this one reads the layouts aet needs.
+        let loader = std::thread::spawn(EbpfLoader::new);
         let btf = KernelBtf::load()?;
         let mut offsets = btf.offsets()?;
         regs_offsets(&btf, &mut offsets)?;
@@ -270,7 +273,10 @@ impl Programs {
             ..Config::default()
         };
         let object = kfunc::link_kfuncs(EBPF_OBJECT, &btf)?;
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = loader
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let mut ebpf = loader
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             .map_max_entries("SCRATCH", possible_cpus()?)
@@ -294,30 +300,27 @@ impl Programs {
         let run_limits = take_map(&mut ebpf, "RUN_LIMITS", Array::try_from)?;
         let run_produced = take_map(&mut ebpf, "RUN_PRODUCED", Array::try_from)?;
 
+        load_all(&mut ebpf)?;
         let mut links = Vec::with_capacity(PROGRAMS.len());
         for &(name, attach) in PROGRAMS {
             let prog = ebpf
                 .program_mut(name)
                 .ok_or(LoadError::MissingProgram(name))?;
-            let fail = |action| {
-                move |source| LoadError::Program {
-                    name,
-                    action,
-                    source,
-                }
+            let fail = |source| LoadError::Program {
+                name,
+                action: "attach",
+                source,
             };
             let link = match attach {
                 Attach::TracePoint(category, tp) => {
-                    let p: &mut TracePoint = prog.try_into().map_err(fail("load"))?;
-                    p.load().map_err(fail("load"))?;
-                    let id = p.attach(category, tp).map_err(fail("attach"))?;
-                    Link::TracePoint(p.take_link(id).map_err(fail("attach"))?)
+                    let p: &mut TracePoint = prog.try_into().map_err(fail)?;
+                    let id = p.attach(category, tp).map_err(fail)?;
+                    Link::TracePoint(p.take_link(id).map_err(fail)?)
                 }
                 Attach::RawTracePoint(tp) => {
-                    let p: &mut RawTracePoint = prog.try_into().map_err(fail("load"))?;
-                    p.load().map_err(fail("load"))?;
-                    let id = p.attach(tp).map_err(fail("attach"))?;
-                    Link::Raw(p.take_link(id).map_err(fail("attach"))?)
+                    let p: &mut RawTracePoint = prog.try_into().map_err(fail)?;
+                    let id = p.attach(tp).map_err(fail)?;
+                    Link::Raw(p.take_link(id).map_err(fail)?)
                 }
             };
             links.push(link);
@@ -513,14 +516,24 @@ impl Programs {
 
     /// Detaches every program. Records already in the ring buffer stay readable.
     ///
-    /// Each detach waits for an RCU grace period in the kernel; done one after the other they
-    /// take about a second, so every link is dropped on a thread of its own.
+    /// Raw tracepoints detach at once; a `syscalls:*` tracepoint's perf-event link is handed to
+    /// the kernel to release in the background (see [`crate::kernel::bpffs`]), so a teardown
+    /// does not wait for its RCU grace periods.
     pub fn detach(&mut self) {
-        std::thread::scope(|s| {
-            for link in self.links.drain(..) {
-                s.spawn(move || drop(link));
+        for (i, link) in self.links.drain(..).enumerate() {
+            match link {
+                // Dropping one waits for two RCU grace periods in the kernel (about 70 ms
+                // each here, for every run's teardown): the kernel releases it in the
+                // background instead.
+                Link::TracePoint(l) => {
+                    if let Ok(fd) = aya::programs::links::FdLink::try_from(l) {
+                        crate::kernel::bpffs::release_in_background(fd, &i.to_string());
+                    }
+                }
+                // Detached at once.
+                Link::Raw(l) => drop(l),
             }
-        });
+        }
         self.ebpf = None;
     }
 
@@ -537,6 +550,57 @@ impl Drop for Programs {
 }
 
 /// The `pt_regs` members holding the syscall number and arguments (native and compat).
+/// Loads (verifies) every program, each on a thread of its own: the kernel verifies them in
+/// parallel, so the start takes about as long as the largest program (`sys_exit`) instead of the
+/// sum of all of them.
+fn load_all(ebpf: &mut aya::Ebpf) -> Result<(), LoadError> {
+    let mut programs: Vec<(&'static str, Attach, &mut aya::programs::Program)> = Vec::new();
+    for (name, prog) in ebpf.programs_mut() {
+        if let Some(&(name, attach)) = PROGRAMS.iter().find(|(n, _)| *n == name) {
+            programs.push((name, attach, prog));
+        }
+    }
+    programs.sort_by_key(|(name, ..)| PROGRAMS.iter().position(|(n, _)| n == name));
+    for &(name, _) in PROGRAMS {
+        if !programs.iter().any(|(n, ..)| *n == name) {
+            return Err(LoadError::MissingProgram(name));
+        }
+    }
+    std::thread::scope(|s| {
+        let loads: Vec<_> = programs
+            .into_iter()
+            .map(|(name, attach, prog)| {
+                s.spawn(move || {
+                    let fail = |source| LoadError::Program {
+                        name,
+                        action: "load",
+                        source,
+                    };
+                    match attach {
+                        Attach::TracePoint(..) => {
+                            let p: &mut TracePoint = prog.try_into().map_err(fail)?;
+                            p.load().map_err(fail)
+                        }
+                        Attach::RawTracePoint(_) => {
+                            let p: &mut RawTracePoint = prog.try_into().map_err(fail)?;
+                            p.load().map_err(fail)
+                        }
+                    }
+                })
+            })
+            .collect();
+        // The first failure in PROGRAMS order, as a sequential load would report it.
+        let mut first = Ok(());
+        for l in loads {
+            let r = l.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    })
+}
+
 fn regs_offsets(btf: &KernelBtf, o: &mut aet_common::Offsets) -> Result<(), LoadError> {
     o.regs_nr = btf.offset_of("pt_regs", abi::REGS_NR)?;
     for i in 0..6 {

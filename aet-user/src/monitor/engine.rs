@@ -380,8 +380,9 @@ impl Engine {
             });
             let _ = self.stop_run(slot, MetaMap::new(), r);
         }
+        // Every run is finished: what the programs still write as they are detached has no
+        // ledger to go to.
         self.lock_programs().detach();
-        std::thread::sleep(Duration::from_millis(20));
         self.shared.stop.store(true, Ordering::Release);
         if let Some(c) = self
             .consumer
