@@ -6,6 +6,7 @@
 //! commands work on a fresh machine and in CI.
 
 mod bench;
+mod daemon;
 mod setup;
 
 use std::{
@@ -310,22 +311,10 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
     println!(
         "== the end-to-end tests again, every run served by one aet daemon (but the daemon's own)"
     );
-    let socket = PathBuf::from(format!("/run/aet/test-{}.sock", std::process::id()));
-    let mut daemon = user_command(&aet)
-        .args(["daemon", "-q", "--socket"])
-        .arg(&socket)
-        .spawn()
-        .context("starting aet daemon")?;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !socket.exists() && std::time::Instant::now() < deadline {
-        if let Some(st) = daemon.try_wait()? {
-            bail!("aet daemon exited before serving: {st}");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let result = e2e(
+    let daemon = daemon::Daemon::start(&aet, "test", &[])?;
+    e2e(
         "daemon",
-        &socket,
+        daemon.socket(),
         &[
             "monitor",
             "paths",
@@ -334,19 +323,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "audit",
             "containers",
         ],
-    );
-    let _ = nix_kill(daemon.id(), "TERM");
-    let stopped = daemon.wait()?;
-    result?;
-    if !stopped.success() {
-        bail!("aet daemon ended with {stopped}");
-    }
+    )?;
+    daemon.stop()?;
     Ok(())
-}
-
-/// Sends a signal by name (with `kill`, which xtask need not link a crate for).
-fn nix_kill(pid: u32, sig: &str) -> anyhow::Result<()> {
-    sh(Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string()))
 }

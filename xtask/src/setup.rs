@@ -18,7 +18,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// and the demo; git for the benchmark; chromium for the test that opens the HTML report; attr
 /// (setfattr) for the test that changes a file's extended attributes; Docker, Podman (with runc:
 /// crun refuses this machine's hybrid cgroups) and a static busybox for the container tests, whose
-/// images are made here and never pulled.
+/// images are made here and never pulled; bpftool for the benchmark's program statistics.
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bwrap", "bubblewrap"),
     ("setfattr", "attr"),
@@ -26,6 +26,7 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("podman", "podman"),
     ("runc", "runc"),
     ("busybox", "busybox-static"),
+    ("bpftool", "bpftool"),
     ("gcc", "gcc"),
     ("make", "make"),
     ("git", "git"),

@@ -127,6 +127,9 @@ struct Shared {
     /// Passes of the consumer that ended with the ring empty.
     emptied: Mutex<u64>,
     emptied_cv: Condvar,
+    /// Set by a barrier to wake the consumer from its idle wait.
+    wake: Mutex<bool>,
+    wake_cv: Condvar,
     /// The consumer thread has ended (on its own, by a bug or a failure).
     consumer_done: AtomicBool,
 }
@@ -144,6 +147,7 @@ impl Shared {
         // Two passes: the one running now may have started before the call.
         let want = *n + 2;
         while *n < want {
+            self.wake_consumer();
             if self.consumer_done.load(Ordering::Acquire) {
                 return false;
             }
@@ -158,6 +162,25 @@ impl Shared {
                 .0;
         }
         true
+    }
+
+    /// Ends the consumer's idle wait now.
+    fn wake_consumer(&self) {
+        *self.wake.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.wake_cv.notify_all();
+    }
+
+    /// The consumer's wait when the ring is empty: [`IDLE_POLL`], or less when a barrier wakes it.
+    fn idle(&self) {
+        let mut w = self.wake.lock().unwrap_or_else(|p| p.into_inner());
+        if !*w {
+            w = self
+                .wake_cv
+                .wait_timeout(w, IDLE_POLL)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *w = false;
     }
 }
 
@@ -183,6 +206,8 @@ impl Engine {
             stop: AtomicBool::new(false),
             emptied: Mutex::new(0),
             emptied_cv: Condvar::new(),
+            wake: Mutex::new(false),
+            wake_cv: Condvar::new(),
             consumer_done: AtomicBool::new(false),
         });
         let stall = std::env::var(STALL_ENV)
@@ -336,13 +361,17 @@ impl Engine {
         extra: MetaMap,
         mut reasons: Reasons,
     ) -> Result<MonitorReport, MonitorError> {
+        let tracked = self.lock_programs().tracked(slot);
         if let Err(e) = self.lock_programs().unregister(slot) {
             reasons.push(Incomplete::AetFailed {
                 error: format!("the run's scope could not be removed: {e}"),
             });
         }
-        // A program invocation that started before the scope went may still be writing.
-        std::thread::sleep(Duration::from_millis(20));
+        // A program invocation that started before the scope went may still be writing: wait
+        // until every one of them has returned (unless no task of the run is left to run one).
+        if !self.quiescent(slot, &tracked) {
+            crate::kernel::wait_for_running_programs();
+        }
         if !self.shared.barrier(Duration::from_secs(10)) {
             reasons.push(Incomplete::ConsumerStopped);
         }
@@ -367,6 +396,23 @@ impl Engine {
             }
         };
         finish(sink, counters, extra, reasons)
+    }
+
+    /// Whether no task of the run is left: its scope is a cgroup with no process in it or in
+    /// its descendants, and every process it tracked outside it is gone. Every program
+    /// invocation that records for a run runs in one of its tasks, and a task leaves its cgroup
+    /// (in `cgroup_exit`) only after its last one: so none can still be writing.
+    fn quiescent(&self, slot: u32, tracked: &[u32]) -> bool {
+        let empty_cgroup = match self.shared.lock_sinks().get(&slot).map(|s| &s.scope) {
+            Some(Scope::Cgroup { path, .. }) => {
+                crate::kernel::cgroup::populated(path).is_ok_and(|p| !p)
+            }
+            _ => false,
+        };
+        empty_cgroup
+            && tracked
+                .iter()
+                .all(|tid| !Path::new(&format!("/proc/{tid}")).exists())
     }
 
     /// Stops the consumer and detaches the programs (the runs still served are finished first,
@@ -549,7 +595,7 @@ fn consume(
             break;
         }
         if n == 0 {
-            std::thread::sleep(IDLE_POLL);
+            shared.idle();
         }
     }
 }
@@ -613,6 +659,8 @@ mod tests {
             stop: AtomicBool::new(true),
             emptied: Mutex::new(0),
             emptied_cv: Condvar::new(),
+            wake: Mutex::new(false),
+            wake_cv: Condvar::new(),
             consumer_done: AtomicBool::new(false),
         };
         let mut told = Vec::new();

@@ -14,6 +14,8 @@ use anyhow::{Context as _, bail};
 
 use crate::root;
 
+mod resident;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Runs of each workload, traced and untraced (alternating).
@@ -200,7 +202,8 @@ fn traced(
 ) -> anyhow::Result<Sample> {
     let _ = std::fs::remove_dir_all(dir);
     let mut run = crate::user_command(aet);
-    run.args(["run", "-q", "--grace", "0", "--out"]).arg(dir);
+    run.args(["run", "-q", "--standalone", "--grace", "0", "--out"])
+        .arg(dir);
     if let Some(spec) = sandbox {
         run.arg("--sandbox").arg(spec);
     }
@@ -335,9 +338,11 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&fixtures);
     println!(
-        "(medians of {} alternating runs; ratio = traced / untraced)",
+        "(medians of {} alternating runs; ratio = traced / untraced; each traced run \
+         standalone, timed from its command's start to its end)",
         args.runs
     );
+    resident::run(aet, &timeit, &storm, &args)?;
     if args.only.as_deref().is_none_or(|o| "audit".contains(o)) {
         audit_bench(aet, &args)?;
     }
