@@ -936,3 +936,69 @@ fn every_early_error_finishes_the_ledger() {
     assert_eq!(m["aet.finished"], "true");
     assert!(m["aet.incomplete_reasons"].contains("fault injected at track"));
 }
+
+/// `--progress json` reports the run as it goes (events and reads growing, the processes alive,
+/// nothing lost), `--progress line` rewrites one line, and `-q` silences the automatic status.
+#[test]
+fn the_run_reports_its_progress_while_it_goes() {
+    let d = tempdir();
+    let target = d.path().join("target.txt");
+    fs::write(&target, "x").unwrap();
+    let script = format!(
+        "for i in 1 2 3 4 5 6 7 8; do cat {} >/dev/null; sleep 0.2; done",
+        target.display()
+    );
+    let r = run_in(
+        &d.path().join("json"),
+        &["--progress", "json"],
+        &["sh", "-c", &script],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let statuses: Vec<serde_json::Value> = r
+        .stderr()
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert!(statuses.len() >= 4, "about four a second: {}", r.stderr());
+    let field =
+        |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+    for w in statuses.windows(2) {
+        assert!(field(&w[1], "events") >= field(&w[0], "events"));
+        assert!(w[1]["elapsed_s"].as_f64() >= w[0]["elapsed_s"].as_f64());
+    }
+    let last = statuses.last().unwrap();
+    assert!(
+        field(last, "reads") >= 3,
+        "the cats' reads are counted: {last}"
+    );
+    assert!(field(last, "execs") >= 3, "{last}");
+    assert_eq!(field(last, "lost"), 0);
+    assert!(statuses.iter().any(|s| field(s, "processes") >= 1));
+    assert!(field(last, "events") <= r.rows().len() as u64);
+
+    let line = run_in(
+        &d.path().join("line"),
+        &["--progress", "line"],
+        &["sh", "-c", "sleep 0.6"],
+    );
+    assert_eq!(line.code(), 0);
+    let err = line.stderr();
+    assert!(err.contains("\r\x1b[2Kaet: "), "{err:?}");
+    assert!(err.contains(" events · 0 lost · "), "{err:?}");
+
+    // Not a terminal, or -q: no status at all.
+    for extra in [&["-q"][..], &[][..]] {
+        let quiet = run_in(
+            &d.path().join(format!("q{}", extra.len())),
+            extra,
+            &["sh", "-c", "sleep 0.6"],
+        );
+        assert_eq!(quiet.code(), 0);
+        assert!(
+            !quiet.stderr().contains('{') && !quiet.stderr().contains('\r'),
+            "{}",
+            quiet.stderr()
+        );
+    }
+}

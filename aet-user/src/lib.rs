@@ -14,6 +14,7 @@ pub mod kernel;
 pub mod launch;
 pub mod loader;
 pub mod monitor;
+pub mod progress;
 pub mod runner;
 pub mod sandbox;
 pub mod session;
@@ -32,20 +33,21 @@ mod tests {
         (
             "cli",
             &[
-                "runner", "session", "daemon", "guard", "launch", "monitor", "loader", "sandbox",
-                "identity", "kernel",
+                "runner", "session", "daemon", "guard", "launch", "monitor", "progress", "loader",
+                "sandbox", "identity", "kernel",
             ],
         ),
         (
             "runner",
             &[
-                "session", "daemon", "guard", "launch", "monitor", "loader", "sandbox", "identity",
-                "kernel",
+                "session", "daemon", "guard", "launch", "monitor", "progress", "loader", "sandbox",
+                "identity", "kernel",
             ],
         ),
         ("session", &["daemon", "monitor", "loader"]),
         ("daemon", &["monitor", "loader", "kernel", "guard"]),
         ("guard", &["kernel"]),
+        ("progress", &["monitor", "kernel"]),
         ("launch", &["sandbox", "identity", "kernel"]),
         ("monitor", &["loader", "kernel"]),
         ("identity", &["sandbox", "kernel"]),

@@ -97,6 +97,8 @@ pub struct RunOptions {
     pub head: MetaMap,
     /// Where the monitor comes from (the daemon, or programs loaded for this run).
     pub mode: Mode,
+    /// The live status on stderr while the command runs.
+    pub progress: crate::progress::ProgressMode,
 }
 
 /// The variable that gives the command its run's cgroup, relative to the cgroup v2 root (the
@@ -507,8 +509,19 @@ async fn drive(
             let mut interrupts = 0;
             let lost = monitor.lost();
             tokio::pin!(lost);
+            let mut reporter = crate::progress::Reporter::new(opts.progress);
+            let mut ticks = tokio::time::interval(crate::progress::INTERVAL);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let status = loop {
                 tokio::select! {
+                    _ = ticks.tick(), if reporter.active() => {
+                        let status = crate::progress::Status::new(
+                            started.elapsed(),
+                            crate::progress::processes(cg.path()),
+                            monitor.progress(),
+                        );
+                        reporter.show(&status);
+                    }
                     () = &mut lost => {
                         let _ = cg.kill_all();
                         return Err(RunError::Session(SessionError::Daemon(
@@ -525,6 +538,7 @@ async fn drive(
                         break st.map_err(RunError::Wait)?
                     }
                     _ = sigterm.recv() => {
+                        reporter.clear();
                         forward(nix::sys::signal::Signal::SIGTERM);
                         note(opts.quiet, "SIGTERM: forwarded to the command");
                     }
@@ -532,12 +546,14 @@ async fn drive(
                     _ = sigint.recv() => {
                         interrupts += 1;
                         if interrupts >= 2 {
+                            reporter.clear();
                             note(opts.quiet, "second interrupt: killing the run");
                             cg.kill_all()?;
                         }
                     }
                 }
             };
+            drop(reporter);
             let code = exit_code_of(status);
             note(
                 opts.quiet,

@@ -6,6 +6,27 @@ use anyhow::Context as _;
 use super::Exit;
 use crate::runner;
 
+/// `--progress`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Progress {
+    Auto,
+    Line,
+    Json,
+    None,
+}
+
+impl Progress {
+    fn mode(self, quiet: bool) -> crate::progress::ProgressMode {
+        use crate::progress::ProgressMode as M;
+        match self {
+            Self::Auto if !quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) => M::Line,
+            Self::Auto | Self::None => M::None,
+            Self::Line => M::Line,
+            Self::Json => M::Json,
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 #[command(trailing_var_arg = true)]
 pub struct Args {
@@ -19,9 +40,14 @@ pub struct Args {
     /// Ring buffer size in MiB (a power of two).
     #[arg(long = "ringbuf-mb", value_parser = super::ringbuf_mb, default_value = "64", value_name = "MIB")]
     pub ringbuf_bytes: u32,
-    /// Only print aet's messages when something is wrong.
+    /// Only print aet's messages when something is wrong (and no status line).
     #[arg(long, short)]
     pub quiet: bool,
+    /// The live status while the command runs (elapsed, processes, events, lost, files read and
+    /// written): `auto` is a line on stderr rewritten in place when stderr is a terminal and -q
+    /// is not given; `json` prints one JSON object per line on stderr, four times a second.
+    #[arg(long, value_enum, default_value_t = Progress::Auto, value_name = "HOW")]
+    pub progress: Progress,
     #[command(flatten)]
     pub monitor: super::MonitorArgs,
     /// Run the command in the bubblewrap sandbox this spec describes (verified from inside
@@ -137,6 +163,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         ringbuf_bytes: a.ringbuf_bytes,
         quiet: a.quiet,
         mode: a.monitor.mode(),
+        progress: a.progress.mode(a.quiet),
         launch,
     };
     let outcome = super::runtime()?
