@@ -20,6 +20,10 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    fn start_with(args: &[&str]) -> Self {
         let socket = PathBuf::from(format!(
             "/run/aet/daemon-test-{}-{}.sock",
             std::process::id(),
@@ -28,6 +32,7 @@ impl Daemon {
         let mut child = aet()
             .args(["daemon", "-q", "--socket"])
             .arg(&socket)
+            .args(args)
             .spawn()
             .expect("aet daemon");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -291,4 +296,63 @@ fn a_busy_run_cannot_make_a_quiet_one_incomplete() {
         let by: serde_json::Value = serde_json::from_str(&m["aet.events_lost_by_reason"]).unwrap();
         assert!(by["quota_full"].as_u64().unwrap() > 0, "{by}");
     }
+}
+
+/// A daemon serving as many runs as it may refuses another before anything starts: a plain
+/// `aet run` then loads its own programs and says so; `--daemon` is an error (125), the command
+/// never run.
+#[test]
+fn a_full_daemon_makes_a_run_standalone_or_refuses_it_with_daemon() {
+    let d = Daemon::start_with(&["--max-runs", "1"]);
+    let dir = tempdir();
+    let first = Attached::spawn(
+        d.aet()
+            .args(["run", "--daemon", "--out"])
+            .arg(dir.path().join("first"))
+            .args(["--", "sleep", "3"]),
+    );
+    let marker = dir.path().join("ran");
+    let refused = d
+        .aet()
+        .args(["run", "--daemon", "--out"])
+        .arg(dir.path().join("refused"))
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(125),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(
+        text(&refused.stderr).contains("serves 1 runs, the most it may"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(!marker.exists(), "the command never runs");
+
+    let target = dir.path().join("target.txt");
+    fs::write(&target, "x").unwrap();
+    let alone = d
+        .aet()
+        .args(["run", "--out"])
+        .arg(dir.path().join("alone"))
+        .args(["--", "cat"])
+        .arg(&target)
+        .output()
+        .unwrap();
+    assert_eq!(alone.status.code(), Some(0), "{}", text(&alone.stderr));
+    assert!(
+        text(&alone.stderr).contains("this run loads its own programs"),
+        "{}",
+        text(&alone.stderr)
+    );
+    let ledger = dir.path().join("alone/ledger.arrow");
+    assert_complete(&ledger);
+    assert!(!rows_with_path(&rows(&ledger), &target).is_empty());
+    let (st, err) = first.wait();
+    assert!(st.success(), "{err}");
+    assert_complete(&dir.path().join("first/ledger.arrow"));
 }

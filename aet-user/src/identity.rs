@@ -243,7 +243,7 @@ impl RunConfig {
     }
 }
 
-/// Parses `--identity`: `agent` (the default 2000:2000), `UID` or `UID:GID`.
+/// Parses `--identity`: `agent` (a free uid of the pool, the default), `UID` or `UID:GID`.
 pub fn parse_identity(s: &str) -> Result<(Option<u32>, Option<u32>), IdentityError> {
     let bad = || IdentityError::Spec(s.to_owned());
     if s == "agent" {

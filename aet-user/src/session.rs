@@ -45,6 +45,12 @@ pub enum SessionError {
     /// `--daemon` but nothing listens.
     #[error("no aet daemon answers at {0} (start one with `aet daemon`, or leave out --daemon)")]
     NoDaemon(PathBuf),
+    /// `--daemon` but the daemon serves as many runs as it may.
+    #[error(
+        "the aet daemon at {socket} serves {max_runs} runs, the most it may (aet daemon --max-runs), \
+         or leave out --daemon to load the programs for this run"
+    )]
+    DaemonFull { socket: PathBuf, max_runs: u32 },
 }
 
 /// A run being recorded.
@@ -84,29 +90,46 @@ impl Session {
                     let r = client.call(&Request::Start {
                         scope: scope.clone(),
                         ledger: ledger.to_owned(),
-                        head: head.into_inner(),
+                        head: head.clone().into_inner(),
                         owned,
                     })?;
-                    let Response::Started { slot } = r else {
-                        return Err(client.unexpected(r).into());
+                    let slot = match r {
+                        Response::Started { slot } => Some(slot),
+                        Response::Full { max_runs } => {
+                            if matches!(mode, Mode::Daemon(_)) {
+                                return Err(SessionError::DaemonFull {
+                                    socket: socket.clone(),
+                                    max_runs,
+                                });
+                            }
+                            eprintln!(
+                                "aet: the aet daemon at {} serves {max_runs} runs, the most it \
+                                 may: this run loads its own programs",
+                                socket.display()
+                            );
+                            None
+                        }
+                        r => return Err(client.unexpected(r).into()),
                     };
-                    let lost = Arc::new(AtomicBool::new(false));
-                    let notify = Arc::new(tokio::sync::Notify::new());
-                    {
-                        let lost = lost.clone();
-                        let notify = notify.clone();
-                        client.watch(move || {
-                            lost.store(true, Ordering::Release);
-                            notify.notify_waiters();
-                            notify.notify_one();
-                        })?;
+                    if let Some(slot) = slot {
+                        let lost = Arc::new(AtomicBool::new(false));
+                        let notify = Arc::new(tokio::sync::Notify::new());
+                        {
+                            let lost = lost.clone();
+                            let notify = notify.clone();
+                            client.watch(move || {
+                                lost.store(true, Ordering::Release);
+                                notify.notify_waiters();
+                                notify.notify_one();
+                            })?;
+                        }
+                        return Ok(Self::Remote {
+                            client,
+                            slot,
+                            lost,
+                            notify,
+                        });
                     }
-                    return Ok(Self::Remote {
-                        client,
-                        slot,
-                        lost,
-                        notify,
-                    });
                 }
                 None if matches!(mode, Mode::Daemon(_)) => {
                     return Err(SessionError::NoDaemon(socket.clone()));

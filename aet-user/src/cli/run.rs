@@ -58,8 +58,9 @@ pub struct Args {
     /// agent identity.
     #[arg(long, value_name = "TEXT")]
     pub env_prefix: Option<String>,
-    /// Run as a dedicated unprivileged identity: `agent` (2000:2000, the default), UID or
-    /// UID:GID; without a value, the run config's `[identity]` or the default.
+    /// Run as a dedicated unprivileged identity: `agent` (a uid of its own from the pool
+    /// 2000-2999, leased for the run; the default), UID or UID:GID; without a value, the run
+    /// config's `[identity]` or the default.
     #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
     pub identity: Option<String>,
     /// A run config (TOML): `sandbox`, `workspace` and `[identity]`.

@@ -73,8 +73,9 @@ pub enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// Probe as the agent identity `aet run --identity` would use: `agent` (2000:2000, the
-        /// default), UID or UID:GID. The workspace is handed over to it, as for a run.
+        /// Probe as the agent identity `aet run --identity` would use: `agent` (a free uid of
+        /// the pool 2000-2999, the default), UID or UID:GID. The workspace is handed over to
+        /// it, as for a run.
         #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "agent")]
         identity: Option<String>,
     },

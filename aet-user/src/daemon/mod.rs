@@ -288,10 +288,9 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
             {
                 let mut a = d.active.lock().unwrap_or_else(|p| p.into_inner());
                 if *a >= d.opts.max_runs {
-                    return err(format!(
-                        "the daemon serves {} runs, the most it may (aet daemon --max-runs)",
-                        d.opts.max_runs
-                    ));
+                    return Response::Full {
+                        max_runs: d.opts.max_runs,
+                    };
                 }
                 *a += 1;
             }

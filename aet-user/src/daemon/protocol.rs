@@ -78,6 +78,10 @@ pub enum Response {
         max_runs: u32,
         runs: Vec<RunStatus>,
     },
+    /// The daemon serves as many runs as it may; nothing was started.
+    Full {
+        max_runs: u32,
+    },
     Error {
         message: String,
     },
