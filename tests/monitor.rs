@@ -1002,3 +1002,53 @@ fn the_run_reports_its_progress_while_it_goes() {
         );
     }
 }
+
+/// Work handed to a service manager or a scheduler runs outside the run: the record says so, and
+/// names the tool (a stand-in `systemd-run` here: what counts is what the run asked for).
+#[test]
+fn work_handed_to_a_service_manager_makes_the_record_incomplete() {
+    let d = tempdir();
+    let bin = d.path().join("bin");
+    fs::create_dir_all(&bin).unwrap();
+    write_script(&bin.join("systemd-run"), "#!/bin/sh\nexit 0\n");
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let handed = run_in(
+        &d.path().join("handed"),
+        &[],
+        &[
+            "env",
+            &format!("PATH={path}"),
+            "systemd-run",
+            "--unit",
+            "x",
+            "true",
+        ],
+    );
+    assert_eq!(handed.code(), 0, "{}", handed.stderr());
+    let m = handed.meta();
+    assert_eq!(m["aet.complete"], "false");
+    let reasons: serde_json::Value = serde_json::from_str(&m["aet.incomplete_reasons"]).unwrap();
+    let r = reasons
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["code"] == "handed_outside")
+        .unwrap_or_else(|| panic!("{reasons}"));
+    assert_eq!(r["tool"], "systemd-run");
+    assert!(handed.stderr().contains("INCOMPLETE RECORD"));
+
+    // With --scope the command stays in the run's process tree, and is recorded.
+    let scoped = run_in(
+        &d.path().join("scoped"),
+        &[],
+        &[
+            "env",
+            &format!("PATH={path}"),
+            "systemd-run",
+            "--scope",
+            "true",
+        ],
+    );
+    assert_eq!(scoped.code(), 0, "{}", scoped.stderr());
+    assert_complete(&scoped.ledger());
+}

@@ -127,6 +127,9 @@ pub enum Incomplete {
     /// The run asked a container runtime's daemon to run processes outside the run (no
     /// `--cgroup-parent` at the run's cgroup): they are not in the record.
     ContainerOutside { runtime: String, pid: u32 },
+    /// The run handed work to a service manager or scheduler (`systemd-run`, `systemctl start`,
+    /// `at`, `crontab`, ...) that runs it outside the run.
+    HandedOutside { tool: String, pid: u32 },
     /// A reason this build does not know (from a newer aet).
     #[serde(other)]
     Unknown,
@@ -188,6 +191,10 @@ impl Incomplete {
                  daemon starts outside the run: they are not in the record (start it with \
                  --cgroup-parent=\"$AET_CGROUP\" to record it)"
             ),
+            Self::HandedOutside { tool, pid } => format!(
+                "the run handed work to {tool} (pid {pid}), which runs it outside the run (now \
+                 or later): it is not in the record"
+            ),
             Self::Unknown => "a reason this version of aet does not know".into(),
         }
     }
@@ -208,6 +215,7 @@ impl Incomplete {
             Self::AlreadyRunning { .. } => "already_running",
             Self::NotVerified { .. } => "not_verified",
             Self::ContainerOutside { .. } => "container_outside",
+            Self::HandedOutside { .. } => "handed_outside",
             Self::Unknown => "unknown",
         }
     }
@@ -253,6 +261,10 @@ impl Incomplete {
             Self::ContainerOutside {
                 runtime: "docker".into(),
                 pid: 4242,
+            },
+            Self::HandedOutside {
+                tool: "systemd-run".into(),
+                pid: 4243,
             },
         ]
     }
@@ -638,6 +650,7 @@ mod tests {
             "already_running",
             "not_verified",
             "container_outside",
+            "handed_outside",
         ];
         assert_eq!(codes, all.into_iter().collect());
     }

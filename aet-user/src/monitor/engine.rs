@@ -468,6 +468,12 @@ fn finish(
             pid: *pid,
         });
     }
+    for (tool, pid) in sink.maker.services_outside() {
+        reasons.push(Incomplete::HandedOutside {
+            tool: tool.clone(),
+            pid: *pid,
+        });
+    }
     let submitted = counters.get(counter::IO_URING_SUBMITTED);
     if stats.io_uring > 0 || submitted > 0 {
         reasons.push(Incomplete::IoUring {
