@@ -736,10 +736,14 @@ pub struct ScopeIndex {
     pub cgroup_levels: u32,
     /// Runs scoped by uid.
     pub uids: u32,
+    /// Bumped by userspace whenever a scope or a tracked task is added or removed: a scope
+    /// decision the programs remembered under another generation is made again.
+    pub generation: u32,
+    pub _pad: u32,
 }
 
 const _: () = assert!(size_of::<RunLimit>() == 16);
-const _: () = assert!(size_of::<ScopeIndex>() == 8);
+const _: () = assert!(size_of::<ScopeIndex>() == 16);
 
 /// Byte offsets of kernel struct members, read from the running kernel's BTF by userspace and
 /// handed to the programs at load time. Nothing here is hard-coded.
@@ -764,6 +768,10 @@ pub struct Offsets {
     pub css_set_dfl_cgrp: u32,
     pub cgroup_kn: u32,
     pub kernfs_node_id: u32,
+    /// `cgroup.level` (the root is 0).
+    pub cgroup_level: u32,
+    /// `task_struct.start_time` (with the tid, a task's identity over time).
+    pub task_start_time: u32,
     pub mm_arg_start: u32,
     pub mm_arg_end: u32,
     /// `mm_struct.exe_file`.
@@ -853,8 +861,8 @@ pub struct Config {
     pub _pad: u32,
 }
 
-const _: () = assert!(size_of::<Offsets>() == 268);
-const _: () = assert!(size_of::<Config>() == 284);
+const _: () = assert!(size_of::<Offsets>() == 276);
+const _: () = assert!(size_of::<Config>() == 292);
 
 /// An exec's entry, kept until `sched_process_exec` or the exec's failure (keyed by thread id).
 #[repr(C)]

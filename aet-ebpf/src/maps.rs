@@ -44,6 +44,31 @@ pub(crate) static SCOPE_UIDS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_
 #[map]
 pub(crate) static SCOPE_INDEX: Array<ScopeIndex> = Array::with_max_entries(1, 0);
 
+/// This CPU's last scope decision (entry 0): the task it was made for and what it was made
+/// from. Most syscalls come in runs from one task, and a hit saves the look-ups of the scope
+/// maps (a helper call and two hash look-ups for a task outside every run).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct ScopeMemo {
+    pub(crate) tid: u32,
+    /// `ScopeIndex::generation` when it was made.
+    pub(crate) generation: u32,
+    pub(crate) start_time: u64,
+    pub(crate) cgroup: u64,
+    /// `uid | gid << 32`, when runs are scoped by uid (0 otherwise).
+    pub(crate) ugid: u64,
+    /// The run's slot, or [`NO_RUN`].
+    pub(crate) slot: u32,
+    /// 1 once written.
+    pub(crate) valid: u32,
+}
+
+/// [`ScopeMemo::slot`] of a task in no run.
+pub(crate) const NO_RUN: u32 = u32::MAX;
+
+#[map]
+pub(crate) static SCOPE_MEMO: PerCpuArray<ScopeMemo> = PerCpuArray::with_max_entries(1, 0);
+
 /// By run slot: its share of the ring buffer and what userspace has read of it (written by
 /// userspace only).
 #[map]

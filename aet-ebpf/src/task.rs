@@ -2,7 +2,7 @@
 //! it is in the run's scope, its files by fd, and a file's identity.
 
 use aet_common::{
-    EventHeader, fileio, flags, kfunc,
+    EventHeader, ScopeIndex, fileio, flags, kfunc,
     uapi::{S_IFDIR, S_IFMT, S_IFREG},
 };
 
@@ -10,7 +10,9 @@ use aya_ebpf::helpers::generated;
 
 use crate::{
     kernel::{KPtr, kread, mount_id, rdonly_cast},
-    maps::{CONFIG, SCOPE_CGROUPS, SCOPE_INDEX, SCOPE_UIDS, TRACKED, cfg, offsets},
+    maps::{
+        CONFIG, NO_RUN, SCOPE_CGROUPS, SCOPE_INDEX, SCOPE_MEMO, SCOPE_UIDS, TRACKED, cfg, offsets,
+    },
 };
 
 /// The run the task belongs to (its slot), if any: its cgroup's ancestor at a level where runs'
@@ -19,15 +21,58 @@ use crate::{
 #[inline(always)]
 pub(crate) fn run_of(task: &mut Task) -> Option<u32> {
     let index = SCOPE_INDEX.get(0)?;
+    let memo = SCOPE_MEMO.get_ptr_mut(0)?;
+    // SAFETY: this CPU's entry; the programs run with preemption off, so nothing else writes it
+    // meanwhile.
+    let memo = unsafe { &mut *memo };
+    let start_time = task.start_time();
+    let cgroup = task.cgroup();
+    let ugid = if index.uids != 0 {
+        let (u, g) = task.uid_gid();
+        u as u64 | (g as u64) << 32
+    } else {
+        0
+    };
+    if memo.valid == 1
+        && memo.tid == task.tid
+        && memo.start_time == start_time
+        && memo.generation == index.generation
+        && memo.cgroup == cgroup
+        && memo.ugid == ugid
+    {
+        return (memo.slot != NO_RUN).then_some(memo.slot);
+    }
+    let run = look_up_run(task, index);
+    memo.tid = task.tid;
+    memo.generation = index.generation;
+    memo.start_time = start_time;
+    memo.cgroup = cgroup;
+    memo.ugid = ugid;
+    memo.slot = run.unwrap_or(NO_RUN);
+    memo.valid = 1;
+    run
+}
+
+/// [`run_of`] without the memo: the scope maps' answer.
+#[inline(always)]
+fn look_up_run(task: &mut Task, index: &ScopeIndex) -> Option<u32> {
     let levels = index.cgroup_levels;
     if levels != 0 {
-        // The verifier allows no load from `cgroup.ancestors` (a flexible array of pointers):
-        // the helper reads it. One call per level where runs' cgroups sit (usually one).
+        // The task's own cgroup is its ancestor at its own level (read through BTF pointers,
+        // and needed for the record anyway); a cgroup above it is read by the helper, since the
+        // verifier allows no load from `cgroup.ancestors` (a flexible array of pointers). One
+        // look-up per level where runs' cgroups sit (usually one), none below the task's.
+        let own = task.cgroup();
+        let own_level = task.cgroup_level;
         macro_rules! at_level {
             ($($l:literal)*) => {$(
-                if levels & (1 << $l) != 0 {
-                    // SAFETY: helper without preconditions; 0 when the task is not that deep.
-                    let id = unsafe { generated::bpf_get_current_ancestor_cgroup_id($l) };
+                if levels & (1 << $l) != 0 && $l <= own_level {
+                    let id = if $l == own_level {
+                        own
+                    } else {
+                        // SAFETY: helper without preconditions.
+                        unsafe { generated::bpf_get_current_ancestor_cgroup_id($l) }
+                    };
                     // SAFETY: copied out.
                     if id != 0 && let Some(&slot) = unsafe { SCOPE_CGROUPS.get(&id) } {
                         return Some(slot);
@@ -56,6 +101,8 @@ pub(crate) struct Task {
     pub(crate) tgid: u32,
     /// The cgroup v2 id once read (0 before).
     pub(crate) cgroup: u64,
+    /// The level of the task's cgroup v2 (the root's is 0), read with its id.
+    pub(crate) cgroup_level: u32,
     /// `uid | gid << 32` once read (`u64::MAX` before).
     pub(crate) ugid: u64,
     /// The task's run (its slot), once [`Task::in_scope`] said it has one.
@@ -72,22 +119,27 @@ impl Task {
             tid: ptr.read::<i32>(cfg(&o.task_pid)) as u32,
             tgid: ptr.read::<i32>(cfg(&o.task_tgid)) as u32,
             cgroup: 0,
+            cgroup_level: 0,
             ugid: u64::MAX,
             run: 0,
         }
     }
 
     /// The task's cgroup v2 id (`task->cgroups->dfl_cgrp->kn->id`, what
-    /// `bpf_get_current_cgroup_id()` returns), read once.
+    /// `bpf_get_current_cgroup_id()` returns), read once, with its level.
     #[inline(always)]
     pub(crate) fn cgroup(&mut self) -> u64 {
         if self.cgroup == 0 {
             let o = offsets();
-            let kn = self
+            let cg = self
                 .ptr
                 .ptr(cfg(&o.task_cgroups))
-                .ptr(cfg(&o.css_set_dfl_cgrp))
-                .ptr(cfg(&o.cgroup_kn));
+                .ptr(cfg(&o.css_set_dfl_cgrp));
+            if cg.is_null() {
+                return 0;
+            }
+            self.cgroup_level = cg.read::<i32>(cfg(&o.cgroup_level)) as u32;
+            let kn = cg.ptr(cfg(&o.cgroup_kn));
             self.cgroup = if kn.is_null() {
                 0
             } else {
@@ -95,6 +147,13 @@ impl Task {
             };
         }
         self.cgroup
+    }
+
+    /// When the task started (`task->start_time`, monotonic ns): with the tid, which task this
+    /// is, even once its tid is reused.
+    #[inline(always)]
+    pub(crate) fn start_time(self) -> u64 {
+        self.ptr.read::<u64>(cfg(&offsets().task_start_time))
     }
 
     /// The task's real uid and gid (`task->cred->{uid,gid}`), read once.

@@ -232,6 +232,8 @@ impl KernelBtf {
             css_set_dfl_cgrp: o("css_set", "dfl_cgrp")?,
             cgroup_kn: o("cgroup", "kn")?,
             kernfs_node_id: o("kernfs_node", "id")?,
+            cgroup_level: o("cgroup", "level")?,
+            task_start_time: o("task_struct", "start_time")?,
             mm_arg_start: o("mm_struct", "arg_start")?,
             mm_arg_end: o("mm_struct", "arg_end")?,
             mm_exe_file: o("mm_struct", "exe_file")?,

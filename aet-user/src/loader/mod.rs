@@ -218,6 +218,8 @@ fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> LoadError {
 /// The loaded, attached programs, serving any number of runs (up to [`runs::MAX_RUNS`]), each in
 /// a slot of the run maps. Dropping it detaches every program.
 pub struct Programs {
+    /// The scope maps' generation (see `ScopeIndex::generation`).
+    generation: u32,
     ebpf: Option<Ebpf>,
     links: Vec<Link>,
     events: Option<RingBuf<MapData>>,
@@ -337,6 +339,7 @@ impl Programs {
             run_limits,
             run_produced,
             slots: vec![None; runs::MAX_RUNS as usize],
+            generation: 0,
             ringbuf_bytes: opts.ringbuf_bytes,
         })
     }
@@ -411,8 +414,9 @@ impl Programs {
         for tid in self.tracked(slot) {
             let _ = self.tracked.remove(&tid);
         }
-        // The index still lists the slot's level until release; a stale level costs a look-up.
-        Ok(())
+        // The index still lists the slot's level until release (a stale level costs a
+        // look-up), but its generation changes: no remembered decision for this run holds.
+        self.write_index()
     }
 
     /// Frees a slot once its records are read and its counters taken.
@@ -443,7 +447,11 @@ impl Programs {
 
     /// Rewrites which scope maps the programs look in.
     fn write_index(&mut self) -> Result<(), LoadError> {
-        let mut index = ScopeIndex::default();
+        self.generation = self.generation.wrapping_add(1);
+        let mut index = ScopeIndex {
+            generation: self.generation,
+            ..ScopeIndex::default()
+        };
         for s in self.slots.iter().flatten() {
             match s {
                 Scope::Cgroup { level, .. } => index.cgroup_levels |= 1 << level,
@@ -467,12 +475,14 @@ impl Programs {
     pub fn track(&mut self, slot: u32, tid: u32) -> Result<(), LoadError> {
         self.tracked
             .insert(tid, slot, 0)
-            .map_err(map_err("TRACKED"))
+            .map_err(map_err("TRACKED"))?;
+        self.write_index()
     }
 
     /// Removes a task from the tracked set (a stale entry for a task that is gone).
     pub fn untrack(&mut self, tid: u32) {
         let _ = self.tracked.remove(&tid);
+        let _ = self.write_index();
     }
 
     /// Tasks in a run's tracked set.
