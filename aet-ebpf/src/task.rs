@@ -55,6 +55,8 @@ pub(crate) fn run_of(task: &mut Task) -> Option<u32> {
 
 /// [`run_of`] without the memo: the scope maps' answer.
 #[inline(always)]
+// `0 <= own_level` in the unrolled macro for level 0.
+#[allow(unused_comparisons)]
 fn look_up_run(task: &mut Task, index: &ScopeIndex) -> Option<u32> {
     let levels = index.cgroup_levels;
     if levels != 0 {
@@ -85,12 +87,12 @@ fn look_up_run(task: &mut Task, index: &ScopeIndex) -> Option<u32> {
     if index.uids != 0 {
         let uid = task.uid_gid().0;
         // SAFETY: copied out.
-        if let Some(&slot) = unsafe { SCOPE_UIDS.get(&uid) } {
+        if let Some(&slot) = unsafe { SCOPE_UIDS.get(uid) } {
             return Some(slot);
         }
     }
     // SAFETY: copied out.
-    unsafe { TRACKED.get(&task.tid) }.copied()
+    unsafe { TRACKED.get(task.tid) }.copied()
 }
 
 /// The current task, as the hot path sees it: a BTF pointer, and the ids read through it once.
