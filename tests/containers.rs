@@ -155,21 +155,7 @@ fn a_docker_container_outside_the_run_makes_the_record_incomplete_naming_docker(
         inside_reads(&r.rows()).is_empty(),
         "the container ran outside the run"
     );
-    let policy = d.path().join("p.toml");
-    fs::write(&policy, "[cheats]\nx = 'nothing-here'\n").unwrap();
-    let a = aet()
-        .arg("audit")
-        .arg(&r.out)
-        .arg("--policy")
-        .arg(&policy)
-        .output()
-        .unwrap();
-    assert_eq!(
-        a.status.code(),
-        Some(3),
-        "inconclusive: {}",
-        text(&a.stdout)
-    );
+    assert_audit_inconclusive(&r.out);
 }
 
 /// `aet monitor --container` attaches to a running container's cgroup; its record says the

@@ -162,21 +162,7 @@ fn sigkill_of_the_daemon_kills_its_runs_and_leaves_readable_incomplete_ledgers()
     let s = summary(&ledger);
     assert_eq!(s["complete"], false);
     assert!(s["events"].as_u64().unwrap() > 10, "{s}");
-    let policy = dir.path().join("p.toml");
-    fs::write(&policy, "[cheats]\nx = 'nothing-here'\n").unwrap();
-    let a = aet()
-        .arg("audit")
-        .arg(&out)
-        .arg("--policy")
-        .arg(&policy)
-        .output()
-        .unwrap();
-    assert_eq!(
-        a.status.code(),
-        Some(3),
-        "inconclusive: {}",
-        text(&a.stdout)
-    );
+    assert_audit_inconclusive(&out);
 }
 
 /// A socket that accepts and then fails is an error (exit 125), never a silent fallback to

@@ -256,3 +256,23 @@ impl Attached {
         (status, self.head + &rest)
     }
 }
+
+/// Asserts that `aet audit` of the run directory `run` says inconclusive (exit 3), whatever the
+/// policy: the record cannot prove what the run touched.
+pub fn assert_audit_inconclusive(run: &Path) {
+    let policy = run.join("inconclusive-policy.toml");
+    std::fs::write(&policy, "[cheats]\nx = 'nothing-here'\n").unwrap();
+    let a = aet()
+        .arg("audit")
+        .arg(run)
+        .arg("--policy")
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(
+        a.status.code(),
+        Some(3),
+        "inconclusive: {}",
+        text(&a.stdout)
+    );
+}

@@ -214,18 +214,23 @@ fn traced(
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let summary = Command::new(aet)
-        .args(["ledger", "summary", "--json"])
-        .arg(dir)
-        .output()?;
-    let v: serde_json::Value =
-        serde_json::from_slice(&summary.stdout).context("aet ledger summary --json")?;
+    let v = summary(aet, dir)?;
     Ok(Sample {
         ns: elapsed(&out.stderr)?,
         events: v["events"].as_u64().unwrap_or(0),
         // An unknown loss count (unfinished ledger) counts as a loss.
         lost: v["events_lost"].as_u64().unwrap_or(u64::MAX),
     })
+}
+
+/// `aet ledger summary --json DIR`.
+fn summary(aet: &Path, dir: &Path) -> anyhow::Result<serde_json::Value> {
+    let out = Command::new(aet)
+        .args(["ledger", "summary", "--json"])
+        .arg(dir)
+        .output()?;
+    serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("aet ledger summary --json {}", dir.display()))
 }
 
 fn median(mut v: Vec<u64>) -> u64 {

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::{Args, elapsed, median};
+use super::{Args, elapsed, median, summary};
 use crate::daemon::Daemon;
 
 /// Runs the resident monitor's benchmarks that `args.only` selects.
@@ -126,12 +126,7 @@ fn storm_ledger(aet: &Path, dir: &Path, marker: &str) -> anyhow::Result<StormLed
             _ => {}
         }
     }
-    let summary = Command::new(aet)
-        .args(["ledger", "summary", "--json"])
-        .arg(dir)
-        .output()?;
-    let v: serde_json::Value =
-        serde_json::from_slice(&summary.stdout).context("aet ledger summary --json")?;
+    let v = summary(aet, dir)?;
     Ok(StormLedger {
         complete: v["complete"].as_bool().unwrap_or(false),
         lost: v["events_lost"].as_u64().unwrap_or(u64::MAX),
@@ -139,6 +134,20 @@ fn storm_ledger(aet: &Path, dir: &Path, marker: &str) -> anyhow::Result<StormLed
         own,
         foreign,
     })
+}
+
+/// Starts every command at once and waits for them all; an error if one fails.
+fn all_succeed(what: &str, cmds: impl Iterator<Item = Command>) -> anyhow::Result<()> {
+    let kids: Vec<Child> = cmds
+        .map(|mut c| c.stderr(Stdio::piped()).spawn())
+        .collect::<Result<_, _>>()?;
+    for k in kids {
+        let o = k.wait_with_output()?;
+        if !o.status.success() {
+            bail!("{what} failed: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    Ok(())
 }
 
 /// 16 exec storms at once, each in its own run served by one daemon, against the same 16
@@ -155,20 +164,14 @@ fn concurrent_storms(aet: &Path, timeit: &Path, args: &Args, scratch: &Path) -> 
     let mut checks = Vec::new();
     for _ in 0..rounds {
         let t = Instant::now();
-        let kids: Vec<Child> = (0..STORMS)
-            .map(|k| {
-                crate::user_command(timeit)
-                    .args(["sh", "-c", &script(k)])
-                    .stderr(Stdio::piped())
-                    .spawn()
-            })
-            .collect::<Result<_, _>>()?;
-        for k in kids {
-            let o = k.wait_with_output()?;
-            if !o.status.success() {
-                bail!("untraced storm failed");
-            }
-        }
+        all_succeed(
+            "untraced storm",
+            (0..STORMS).map(|k| {
+                let mut c = crate::user_command(timeit);
+                c.args(["sh", "-c", &script(k)]);
+                c
+            }),
+        )?;
         base.push(t.elapsed().as_nanos() as u64);
         let dirs: Vec<PathBuf> = (0..STORMS)
             .map(|k| scratch.join(format!("storm-{k}")))
@@ -177,27 +180,18 @@ fn concurrent_storms(aet: &Path, timeit: &Path, args: &Args, scratch: &Path) -> 
             let _ = std::fs::remove_dir_all(d);
         }
         let t = Instant::now();
-        let kids: Vec<Child> = (0..STORMS)
-            .map(|k| {
-                crate::user_command(aet)
-                    .args(["run", "-q", "--daemon", "--socket"])
+        all_succeed(
+            "monitored storm",
+            (0..STORMS).map(|k| {
+                let mut c = crate::user_command(aet);
+                c.args(["run", "-q", "--daemon", "--socket"])
                     .arg(daemon.socket())
                     .arg("--out")
                     .arg(&dirs[k])
-                    .args(["--", "sh", "-c", &script(k)])
-                    .stderr(Stdio::piped())
-                    .spawn()
-            })
-            .collect::<Result<_, _>>()?;
-        for k in kids {
-            let o = k.wait_with_output()?;
-            if !o.status.success() {
-                bail!(
-                    "monitored storm failed: {}",
-                    String::from_utf8_lossy(&o.stderr)
-                );
-            }
-        }
+                    .args(["--", "sh", "-c", &script(k)]);
+                c
+            }),
+        )?;
         with.push(t.elapsed().as_nanos() as u64);
         checks = dirs
             .iter()
@@ -392,11 +386,7 @@ fn program_time(aet: &Path, storm: &Path, args: &Args, scratch: &Path) -> anyhow
                 if !st.success() {
                     bail!("monitored open storm failed");
                 }
-                let summary = Command::new(aet)
-                    .args(["ledger", "summary", "--json"])
-                    .arg(&out)
-                    .output()?;
-                let v: serde_json::Value = serde_json::from_slice(&summary.stdout)?;
+                let v = summary(aet, &out)?;
                 let events = v["events"].as_u64().unwrap_or(0).max(1);
                 let (dt, dn) = (after.0 - before.0, (after.1 - before.1).max(1));
                 per_call.push(dt / dn);
