@@ -34,8 +34,9 @@ use crate::sandbox::{
 /// uid of its own (and the gid of the same number), so runs side by side never share one.
 pub const DEFAULT_POOL: (u32, u32) = (2000, 2999);
 
-/// Where aet keeps the leases of agent uids (one lock file a uid, locked while a run uses it).
-pub const LEASE_DIR: &str = "/run/aet/uids";
+/// Where aet keeps the leases of agent uids, under the runtime directory (one lock file a uid,
+/// locked while a run uses it).
+pub const LEASE_SUBDIR: &str = "uids";
 
 /// `[identity]` of a run config.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -98,19 +99,26 @@ pub struct UidLease {
 /// Takes the lease of `uid`, if no other run holds it.
 fn try_lease(uid: u32) -> Result<Option<UidLease>, IdentityError> {
     use std::os::fd::AsRawFd as _;
-    let dir = Path::new(LEASE_DIR);
-    let err = |source| IdentityError::Lease {
-        path: dir.to_owned(),
-        source,
+    let err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| IdentityError::Lease {
+            path: path.clone(),
+            source,
+        }
     };
-    fs::create_dir_all(dir).map_err(err)?;
+    // Root's, writable by root alone (checked), so no one else can take or fake a lease.
+    let runtime =
+        crate::sandbox::runtime_dir().map_err(err(Path::new(crate::sandbox::RUNTIME_DIR)))?;
+    let dir = runtime.join(LEASE_SUBDIR);
+    let err = err(&dir);
+    fs::create_dir_all(&dir).map_err(&err)?;
     let path = dir.join(uid.to_string());
     let f = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(err)?;
+        .map_err(&err)?;
     // SAFETY: flock on an fd this function owns.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = io::Error::last_os_error();

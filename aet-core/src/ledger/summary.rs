@@ -407,27 +407,18 @@ pub fn render_text(s: &Summary, list_files: bool) -> String {
         }
     }
     if list_files {
-        let _ = writeln!(o, "\nfiles read:");
-        let _ = writeln!(o, "  opens      bytes  path");
-        for f in &s.files_read {
-            let _ = writeln!(
-                o,
-                "  {:>5} {:>10}  {}",
-                f.opens,
-                f.bytes,
-                escape_path(&f.path)
-            );
-        }
-        let _ = writeln!(o, "\nfiles written:");
-        let _ = writeln!(o, "  opens      bytes  path");
-        for f in &s.files_written {
-            let _ = writeln!(
-                o,
-                "  {:>5} {:>10}  {}",
-                f.opens,
-                f.bytes,
-                escape_path(&f.path)
-            );
+        for (what, files) in [("read", &s.files_read), ("written", &s.files_written)] {
+            let _ = writeln!(o, "\nfiles {what}:");
+            let _ = writeln!(o, "  opens      bytes  path");
+            for f in files {
+                let _ = writeln!(
+                    o,
+                    "  {:>5} {:>10}  {}",
+                    f.opens,
+                    f.bytes,
+                    escape_path(&f.path)
+                );
+            }
         }
     }
     o

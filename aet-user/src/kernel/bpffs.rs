@@ -44,6 +44,7 @@ pub fn release_in_background(link: FdLink, tag: &str) -> bool {
     if ensure_mounted().is_err() {
         return false;
     }
+    remove_stale_pins();
     let path = pin_path(tag);
     let _ = std::fs::remove_file(&path);
     match link.pin(&path) {
@@ -57,6 +58,31 @@ pub fn release_in_background(link: FdLink, tag: &str) -> bool {
     }
 }
 
+/// The prefix of a pin aet makes to release a link.
+const PIN_PREFIX: &str = "aet-release-";
+
 fn pin_path(tag: &str) -> PathBuf {
-    Path::new(BPFFS).join(format!("aet-release-{}-{tag}", std::process::id()))
+    Path::new(BPFFS).join(format!("{PIN_PREFIX}{}-{tag}", std::process::id()))
+}
+
+/// Unlinks the release pins of aet processes that are gone: one killed between pinning and
+/// unlinking would otherwise leave its program attached for good.
+fn remove_stale_pins() {
+    let Ok(dir) = std::fs::read_dir(BPFFS) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PIN_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }

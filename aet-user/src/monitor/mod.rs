@@ -121,7 +121,7 @@ const STARTS: &[&str] = &["run", "create", "start", "exec", "restart", "compose"
 /// it does: a `run`/`create` without `--cgroup-parent` at (or under) the run's cgroup, or a
 /// `start`/`exec`/`compose` (their containers' cgroups were chosen before).
 pub fn container_outside(argv: &[u8], run_cgroup: Option<&Path>) -> Option<String> {
-    let args = tool_argv(argv, &[DAEMON_CLIENTS, &["podman"]]);
+    let args = tool_argv(argv, &[DAEMON_CLIENTS, &["podman"]])?;
     let name = base_name(args.first()?)?;
     let remote = name == "podman" && args.iter().any(|a| a == "--remote" || a == "-r");
     if !DAEMON_CLIENTS.contains(&name.as_str()) && !remote {
@@ -163,20 +163,21 @@ fn base_name(arg: &str) -> Option<String> {
     Some(Path::new(arg).file_name()?.to_str()?.to_owned())
 }
 
-/// An exec's arguments as text, from the tool's name on: a script run through its `#!`
-/// interpreter has the interpreter (and its option) first, then the script's path, so when the
-/// first argument is not one of `known` but a later one of the first three is, the arguments
-/// start there.
-fn tool_argv(argv: &[u8], known: &[&[&str]]) -> Vec<String> {
-    let args: Vec<String> = crate::util::split_argv(argv)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    let is_known =
-        |a: &String| base_name(a).is_some_and(|n| known.iter().any(|k| k.contains(&n.as_str())));
-    match args.iter().take(3).position(is_known) {
-        Some(i) => args[i..].to_vec(),
-        None => args,
-    }
+/// An exec's arguments as text, from the tool's name on, when one of `known` is among its first
+/// three (a script run through its `#!` interpreter has the interpreter, and maybe its option,
+/// before the script's path); `None`, without allocating, for every other exec.
+fn tool_argv(argv: &[u8], known: &[&[&str]]) -> Option<Vec<String>> {
+    let is_known = |a: &[u8]| {
+        let name = a.rsplit(|&b| b == b'/').next().unwrap_or(a);
+        known.iter().any(|k| k.iter().any(|n| n.as_bytes() == name))
+    };
+    let first = crate::util::split_argv(argv).take(3).position(is_known)?;
+    Some(
+        crate::util::split_argv(argv)
+            .skip(first)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect(),
+    )
 }
 
 /// Does this exec hand work to a service manager or scheduler that runs it outside the run (its
@@ -184,7 +185,7 @@ fn tool_argv(argv: &[u8], known: &[&[&str]]) -> Vec<String> {
 /// `--scope` (with it the command stays a descendant, and is followed), `systemctl` or `service`
 /// starting a unit, `at`/`batch` queueing a job, `crontab` installing a table.
 pub fn service_outside(argv: &[u8]) -> Option<String> {
-    let args = tool_argv(argv, &[SERVICE_TOOLS]);
+    let args = tool_argv(argv, &[SERVICE_TOOLS])?;
     let name = base_name(args.first()?)?;
     let rest = &args[1..];
     let has = |f: &str| rest.iter().any(|a| a == f);
