@@ -149,6 +149,19 @@ pub enum EventKind {
     Mount = 12,
     /// `memfd_create`: an anonymous file that can be written and executed.
     Memfd = 13,
+    /// An fd that came into the run from elsewhere: received over a socket (`recvmsg` with
+    /// `SCM_RIGHTS`), copied from another process (`pidfd_getfd`), handed over by fanotify (an
+    /// event read from a fanotify fd), or inherited at start (written by userspace). One row
+    /// per fd, with the file's identity and kernel walk; `aux` is the [`fd_origin`], `aux2` the
+    /// source (the socket fd, the other process's fd, the event's pid); for fanotify, `mode` is
+    /// the reader's pid namespace level.
+    Fd = 14,
+    /// An access to another process: `ptrace`, `process_vm_readv`/`writev`, `pidfd_open`;
+    /// `aux` is the target pid as the actor named it, `aux2` the ptrace request, `mode` the
+    /// actor's pid namespace level (0: the pid is a host pid).
+    Process = 15,
+    /// A watch on the file system: `fanotify_init`, `fanotify_mark`, `inotify_add_watch`.
+    Watch = 16,
 }
 
 impl EventKind {
@@ -168,12 +181,15 @@ impl EventKind {
             11 => Self::IoUring,
             12 => Self::Mount,
             13 => Self::Memfd,
+            14 => Self::Fd,
+            15 => Self::Process,
+            16 => Self::Watch,
             _ => return None,
         })
     }
 
     /// Every kind, in number order.
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 16] = [
         Self::Open,
         Self::Exec,
         Self::Fork,
@@ -187,6 +203,9 @@ impl EventKind {
         Self::IoUring,
         Self::Mount,
         Self::Memfd,
+        Self::Fd,
+        Self::Process,
+        Self::Watch,
     ];
 
     /// The kind a ledger's `kind` column names.
@@ -205,6 +224,9 @@ impl EventKind {
             b"io_uring" => Self::IoUring,
             b"mount" => Self::Mount,
             b"memfd" => Self::Memfd,
+            b"fd" => Self::Fd,
+            b"process" => Self::Process,
+            b"watch" => Self::Watch,
             _ => return None,
         })
     }
@@ -225,6 +247,9 @@ impl EventKind {
             Self::IoUring => "io_uring",
             Self::Mount => "mount",
             Self::Memfd => "memfd",
+            Self::Fd => "fd",
+            Self::Process => "process",
+            Self::Watch => "watch",
         }
     }
 }
@@ -267,6 +292,33 @@ pub mod io {
     pub const CLOSE_RANGE: u8 = 8;
     /// fcntl: `F_DUPFD`/`F_DUPFD_CLOEXEC` behave as [`DUP`].
     pub const FCNTL: u8 = 9;
+    /// tee: `ret` bytes read from arg 0, written to arg 1 (both pipes: no file's bytes).
+    pub const TEE: u8 = 10;
+}
+
+/// Where the fd of an [`EventKind::Fd`] row came from ([`EventHeader::aux`]).
+pub mod fd_origin {
+    /// Open in the command when it started (recorded by userspace at start).
+    pub const INHERITED: u64 = 1;
+    /// Received over a socket (`recvmsg`/`recvmmsg` with `SCM_RIGHTS`).
+    pub const RECEIVED: u64 = 2;
+    /// Copied from another process (`pidfd_getfd`).
+    pub const COPIED: u64 = 3;
+    /// Handed over by fanotify: an event read from a fanotify fd carried it.
+    pub const FANOTIFY: u64 = 4;
+    /// Open in a process when monitoring attached to it (`aet monitor --pid`).
+    pub const AT_ATTACH: u64 = 5;
+    /// The name of an origin, as the ledger's `fd_origin` column has it.
+    pub const fn name(o: u64) -> Option<&'static str> {
+        Some(match o {
+            INHERITED => "inherited",
+            RECEIVED => "received",
+            COPIED => "copied",
+            FANOTIFY => "fanotify",
+            AT_ATTACH => "at_attach",
+            _ => return None,
+        })
+    }
 }
 
 /// How the programs decode one syscall's arguments. Argument indexes are 0..5; -1 means none.
@@ -348,6 +400,12 @@ const fn fdop(kind: EventKind, fd: i8, mode: i8) -> Shape {
     s
 }
 
+/// A call whose fd argument is recorded but is not its object.
+const fn with_fd(mut s: Shape, fd: i8) -> Shape {
+    s.fd = fd;
+    s
+}
+
 /// An fd-based extended-attribute call: the file of fd 0, the attribute's name verbatim.
 const fn xattr_fd(kind: EventKind, name: i8) -> Shape {
     let mut s = fdop(kind, 0, N);
@@ -423,7 +481,7 @@ macro_rules! syscalls {
 }
 
 /// Size of [`SHAPES`] (syscall numbers are below it).
-pub const SYSCALL_COUNT: usize = 96;
+pub const SYSCALL_COUNT: usize = 128;
 
 use EventKind::*;
 
@@ -517,6 +575,19 @@ syscalls! {
     Flistxattr = 87, "flistxattr", fdop(EventKind::Stat, 0, N);
     Getxattrat = 88, "getxattrat", bits(two(EventKind::Stat, 0, 1, N, 3, 2), shape::PATH2_VERBATIM | shape::AT_FLAGS);
     Listxattrat = 89, "listxattrat", bits(sh(EventKind::Stat, 0, 1, 2, N), shape::AT_FLAGS);
+    Splice = 90, "splice", acct(io::COPY, 0);
+    Tee = 91, "tee", acct(io::TEE, 0);
+    Vmsplice = 92, "vmsplice", acct(io::WRITE, 0);
+    Recvmsg = 93, "recvmsg", with_fd(sh(Fd, N, N, N, N), 0);
+    Recvmmsg = 94, "recvmmsg", with_fd(sh(Fd, N, N, N, N), 0);
+    PidfdGetfd = 95, "pidfd_getfd", with_obj(sh(Fd, N, N, 2, N), obj::RET_FD);
+    PidfdOpen = 96, "pidfd_open", sh(Process, N, N, 1, N);
+    ProcessVmReadv = 97, "process_vm_readv", sh(Process, N, N, 5, N);
+    ProcessVmWritev = 98, "process_vm_writev", sh(Process, N, N, 5, N);
+    Ptrace = 99, "ptrace", sh(Process, N, N, N, N);
+    FanotifyInit = 100, "fanotify_init", sh(Watch, N, N, 0, N);
+    FanotifyMark = 101, "fanotify_mark", with_fd(sh(Watch, 3, 4, 1, N), 0);
+    InotifyAddWatch = 102, "inotify_add_watch", with_fd(sh(Watch, N, 1, N, N), 0);
 }
 
 /// Bits of [`EventHeader::flags`].
@@ -571,6 +642,11 @@ pub mod walk {
     pub const DELETED: u16 = 1 << 4;
     /// A kernel read failed during the walk: partial.
     pub const FAILED: u16 = 1 << 5;
+    /// It ended at the top of a mount tree that is not the process's root (with
+    /// [`UNREACHABLE`]): the file is in another mount namespace (reached through
+    /// `/proc/PID/root`, or an fd from there) or above the process's root. The path is relative
+    /// to that tree's root, not to the process's: it may name a different file there.
+    pub const FOREIGN_ROOT: u16 = 1 << 6;
 }
 
 /// The fixed part of every record the eBPF programs send, followed by its sections (see
@@ -671,15 +747,20 @@ pub mod counter {
     /// A record was dropped because its run's unread records already filled the run's share of
     /// the ring buffer (its quota): the event is lost, and no other run pays for it.
     pub const QUOTA_FULL: u32 = 9;
+    /// An fd arrived (over a socket, from a fanotify read) beyond what one record set could
+    /// parse (more control messages or events than the programs read), or its carrier could
+    /// not be read: at least one fd of the run has no `fd` row.
+    pub const FD_UNRECORDED: u32 = 10;
     /// Number of counters.
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 11;
     /// Counters that mean an event or part of one never reached userspace.
-    pub const LOSSES: [u32; 5] = [
+    pub const LOSSES: [u32; 6] = [
         RINGBUF_FULL,
         INFLIGHT_FULL,
         TRACKED_FULL,
         FILEIO_FULL,
         QUOTA_FULL,
+        FD_UNRECORDED,
     ];
     /// Names, by index, as they appear in the ledger metadata.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -693,6 +774,7 @@ pub mod counter {
         "walk_partial",
         "io_uring_submitted",
         "quota_full",
+        "fd_unrecorded",
     ];
 }
 
@@ -822,6 +904,9 @@ pub struct Offsets {
     pub task_nsproxy: u32,
     pub nsproxy_mnt_ns: u32,
     pub mnt_ns_inum: u32,
+    /// `task_struct.thread_pid`, `pid.level` (0 in the initial pid namespace).
+    pub task_thread_pid: u32,
+    pub pid_level: u32,
     /// `io_kiocb.opcode`, `io_kiocb.cmd`, `io_open.filename`, `io_statx.filename`,
     /// `filename.name`. 0 when the kernel has no io_uring.
     pub req_opcode: u32,
@@ -861,8 +946,8 @@ pub struct Config {
     pub _pad: u32,
 }
 
-const _: () = assert!(size_of::<Offsets>() == 276);
-const _: () = assert!(size_of::<Config>() == 292);
+const _: () = assert!(size_of::<Offsets>() == 284);
+const _: () = assert!(size_of::<Config>() == 300);
 
 /// An exec's entry, kept until `sched_process_exec` or the exec's failure (keyed by thread id).
 #[repr(C)]
@@ -911,6 +996,9 @@ pub mod fileio {
     pub const LISTED: u32 = 1 << 0;
     /// The file's first mapping was recorded.
     pub const MAPPED: u32 = 1 << 1;
+    /// A fanotify group's fd: the events read from it carry fds, each recorded as an `fd`
+    /// row.
+    pub const FANOTIFY: u32 = 3;
 }
 
 #[cfg(feature = "user")]

@@ -196,6 +196,18 @@ impl Task {
         }
     }
 
+    /// The depth of the task's pid namespace (0: the initial one, where its pids are the host's).
+    #[inline(always)]
+    pub(crate) fn pid_level(self) -> u32 {
+        let o = offsets();
+        let pid = self.ptr.ptr(cfg(&o.task_thread_pid));
+        if pid.is_null() {
+            0
+        } else {
+            pid.read::<u32>(cfg(&o.pid_level))
+        }
+    }
+
     /// `task->fs` (NULL for some kernel threads).
     #[inline(always)]
     pub(crate) fn fs(self) -> KPtr {

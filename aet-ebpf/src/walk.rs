@@ -149,7 +149,9 @@ pub(crate) fn walk_cross(st: &mut WalkState, c: &mut WalkCtx, mnt: u64, dentry: 
     }
     let parent = mount.ptr(cfg(&o.mount_parent));
     if parent.is_null() || parent.addr() == mount.addr() {
-        c.flags |= walk::UNREACHABLE as u32;
+        // The top of a mount tree, and not the process's root: another mount namespace's
+        // file (through /proc/PID/root or an fd from there), or one above a chroot.
+        c.flags |= (walk::UNREACHABLE | walk::FOREIGN_ROOT) as u32;
         return false;
     }
     st.dentry = mount.ptr(cfg(&o.mount_mountpoint)).0;
@@ -303,9 +305,13 @@ pub(crate) fn run_walk(s: &mut Scratch, task: &Task, sec: usize, st: &mut WalkSt
         } else {
             aet_common::NO_SPLIT
         };
-        if split <= len && st.fs_only == 0 && task.mntns() != cfg(&CONFIG.host_mntns) {
-            // The process sees this file through a mount of its own namespace (a sandbox):
-            // walk the file system from that mount's root, so the host's path can be told.
+        if split <= len
+            && st.fs_only == 0
+            && (wflags & walk::FOREIGN_ROOT != 0 || task.mntns() != cfg(&CONFIG.host_mntns))
+        {
+            // The process sees this file through a mount of its own namespace (a sandbox), or
+            // the file is in another namespace's tree: walk the file system from the first
+            // mount's root, so the host's path can be told.
             walk_fs(s, task, fs_dentry);
         }
     } else {

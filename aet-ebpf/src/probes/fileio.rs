@@ -10,12 +10,15 @@ use aet_common::{
 };
 use aya_ebpf::helpers::generated;
 
-use super::syscall::Args;
+use super::{
+    handover::{fanotify_read, is_fanotify},
+    syscall::Args,
+};
 use crate::{
     kernel::atomic_add,
     maps::{FDMASK, FILEIO, count},
     record::{fill_header, header, scratch, send},
-    task::{Task, fd_file, identity},
+    task::{FileRef, Task, fd_file, identity},
     walk::record_file,
 };
 
@@ -64,7 +67,14 @@ pub(crate) fn fileio_entry(task: &Task, fd: i32) -> Option<*mut FileIo> {
     if let Some(p) = FILEIO.get_ptr_mut(key) {
         return Some(p);
     }
-    let (dev, ino, mnt_id, class) = identity(fd_file(task, fd as i64))?;
+    let file = fd_file(task, fd as i64);
+    let (dev, ino, mnt_id, mut class) = identity(file)?;
+    if class == fileio::IGNORED
+        && let FileRef::Btf(f) = file
+        && is_fanotify(f)
+    {
+        class = fileio::FANOTIFY;
+    }
     let v = FileIo {
         dev,
         ino,
@@ -80,18 +90,20 @@ pub(crate) fn fileio_entry(task: &Task, fd: i32) -> Option<*mut FileIo> {
     FILEIO.get_ptr_mut(key)
 }
 
+/// Adds `bytes` moved through `fd` to its accounting; returns the fd's class.
 #[inline(always)]
-pub(crate) fn fileio_add(task: &Task, fd: i32, bytes: i64, write: bool) {
+pub(crate) fn fileio_add(task: &Task, fd: i32, bytes: i64, write: bool) -> u32 {
     if bytes <= 0 {
-        return;
+        return fileio::IGNORED;
     }
     let Some(p) = fileio_entry(task, fd) else {
-        return;
+        return fileio::IGNORED;
     };
     // SAFETY: a map value, updated atomically (threads share fds).
     unsafe {
-        if (*p).class != fileio::REGULAR {
-            return;
+        let class = (*p).class;
+        if class != fileio::REGULAR {
+            return class;
         }
         let field: *mut u64 = if write {
             &mut (*p).bytes_written
@@ -100,6 +112,7 @@ pub(crate) fn fileio_add(task: &Task, fd: i32, bytes: i64, write: bool) {
         };
         atomic_add(field, bytes as u64);
     }
+    fileio::REGULAR
 }
 
 /// Emits an io record for a regular file's accounting entry.
@@ -236,8 +249,17 @@ extern "C" fn flush_fd(i: u32, ctx: *mut c_void) -> i64 {
 pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16, ret: i64) {
     let fd = args.get(shape.fd) as i32;
     match shape.io {
-        io::READ => fileio_add(task, fd, ret, false),
-        io::WRITE => fileio_add(task, fd, ret, true),
+        io::READ => {
+            // A fanotify group's events carry fds: each is recorded.
+            if fileio_add(task, fd, ret, false) == fileio::FANOTIFY
+                && syscall == Syscall::Read as u16
+            {
+                fanotify_read(task, syscall, args.get(1), ret);
+            }
+        }
+        io::WRITE => {
+            fileio_add(task, fd, ret, true);
+        }
         io::SENDFILE => {
             fileio_add(task, args.get(1) as i32, ret, false);
             fileio_add(task, args.get(0) as i32, ret, true);
@@ -245,6 +267,10 @@ pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16,
         io::COPY => {
             fileio_add(task, args.get(0) as i32, ret, false);
             fileio_add(task, args.get(2) as i32, ret, true);
+        }
+        io::TEE => {
+            fileio_add(task, args.get(0) as i32, ret, false);
+            fileio_add(task, args.get(1) as i32, ret, true);
         }
         io::CLOSE if ret == 0 => fileio_close(task, fd, false),
         io::CLOSE_RANGE if ret == 0 => {

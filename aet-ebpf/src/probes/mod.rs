@@ -2,6 +2,7 @@
 
 pub(crate) mod exec;
 pub(crate) mod fileio;
+pub(crate) mod handover;
 pub(crate) mod io_uring;
 pub(crate) mod sched;
 pub(crate) mod syscall;

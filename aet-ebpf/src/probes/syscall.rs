@@ -3,7 +3,8 @@
 //! has not changed them, and any user string it read is faulted in by now.
 
 use aet_common::{
-    EventKind, SHAPES, SYSCALL_COUNT, Shape, Syscall, fileio, flags, io, obj, section, shape,
+    EventKind, SHAPES, SYSCALL_COUNT, Shape, Syscall, fd_origin, fileio, flags, io, obj, section,
+    shape,
     uapi::{AT_FDCWD, CREAT_FLAGS, MAP_ANONYMOUS},
 };
 use aya_ebpf::{
@@ -15,6 +16,7 @@ use aya_ebpf::{
 use super::{
     exec::exit_exec,
     fileio::{exit_io, fileio_key},
+    handover::exit_received,
 };
 use crate::{
     kernel::KPtr,
@@ -124,6 +126,8 @@ pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
         exit_io(&args, &mut task, &shape, syscall, ret);
     } else if shape.kind == EventKind::Exec as u8 {
         exit_exec(&args, task, syscall, ret);
+    } else if syscall == Syscall::Recvmsg as u16 || syscall == Syscall::Recvmmsg as u16 {
+        exit_received(&args, &task, syscall, ret);
     } else if shape.kind != 0 {
         exit_event(&args, task, &shape, syscall, ret);
     }
@@ -190,6 +194,23 @@ pub(crate) fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u1
     } else if syscall == Syscall::IoUringEnter as u16 || syscall == Syscall::IoUringRegister as u16
     {
         h.fd = args.get(0) as i32;
+    } else if kind == EventKind::Process {
+        // The target as the actor named it: ptrace(request, pid, ...), the others' first
+        // argument.
+        if syscall == Syscall::Ptrace as u16 {
+            h.aux = args.get(1);
+            h.aux2 = args.get(0);
+        } else {
+            h.aux = args.get(0);
+        }
+        h.mode = task.pid_level();
+    } else if syscall == Syscall::PidfdGetfd as u16 {
+        // pidfd_getfd(pidfd, targetfd, flags): the pidfd (whose process userspace knows from
+        // its pidfd_open) and the fd's number over there.
+        h.aux = fd_origin::COPIED;
+        h.aux2 = args.get(1);
+        h.dirfd = args.get(0) as i32;
+        h.fd = ret as i32;
     }
     if shape.path >= 0 {
         capture_str::<USER>(s, section::PATH, args.get(shape.path));

@@ -272,6 +272,8 @@ impl KernelBtf {
             task_nsproxy: o("task_struct", "nsproxy")?,
             nsproxy_mnt_ns: o("nsproxy", "mnt_ns")?,
             mnt_ns_inum: o("mnt_namespace", "ns.inum")?,
+            task_thread_pid: o("task_struct", "thread_pid")?,
+            pid_level: o("pid", "level")?,
             req_opcode,
             req_cmd,
             io_open_filename,

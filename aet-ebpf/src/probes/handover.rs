@@ -1,0 +1,313 @@
+//! Fds that arrive from outside the run's own opens: received over a socket (`SCM_RIGHTS`),
+//! carried by fanotify events, and (through the generic path) copied with `pidfd_getfd`. Each
+//! arriving fd gets an `fd` row with its file's identity and kernel walk. What cannot be parsed
+//! within the loop bounds is counted (`FD_UNRECORDED`), never skipped silently.
+
+use core::ffi::c_void;
+
+use aet_common::{EventKind, Syscall, counter, fd_origin};
+use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated};
+
+use super::syscall::Args;
+use crate::{
+    kernel::KPtr,
+    maps::{cfg, count, offsets},
+    record::{fill_header, header, scratch, send},
+    task::{Task, fd_file, identity, set_identity},
+};
+
+/// `SOL_SOCKET`, `SCM_RIGHTS` (uapi).
+const SOL_SOCKET: u32 = 1;
+const SCM_RIGHTS: u32 = 1;
+/// Most fds one `SCM_RIGHTS` message carries (`SCM_MAX_FD`).
+const SCM_MAX_FD: u32 = 253;
+/// Control messages looked at per message (credentials and pidfds may precede the fds).
+const CMSGS: u32 = 4;
+/// Messages looked at per `recvmmsg`.
+const MMSGS: u32 = 64;
+/// Events looked at per fanotify read.
+const FAN_EVENTS: u32 = 32;
+
+/// Records one fd that arrived: its file's identity, how it came and from where. No walk: a
+/// walk verified inside these loops costs more load time than all the other handover code
+/// together (0.5 s per call site, measured); userspace names the file (an earlier row of the
+/// same inode, or the fd's link while it still shows that inode).
+#[inline(always)]
+pub(crate) fn emit_fd(task: &mut Task, syscall: u16, ret: i64, fd: i32, origin: u64, source: u64) {
+    let Some(s) = scratch() else { return };
+    fill_header(header(s), task, EventKind::Fd, syscall, ret);
+    let h = header(s);
+    h.fd = fd;
+    h.aux = origin;
+    h.aux2 = source;
+    h.mode = task.pid_level();
+    if let Some(id) = identity(fd_file(task, fd as i64)) {
+        set_identity(h, id);
+    }
+    send(s);
+}
+
+/// Reads a pointer-sized word of the process (4 bytes through the compat ABI).
+#[inline(always)]
+fn user_word(addr: u64, compat: bool) -> Option<u64> {
+    // SAFETY: fault-tolerant reads of the caller's memory.
+    unsafe {
+        if compat {
+            bpf_probe_read_user(addr as *const u32).ok().map(u64::from)
+        } else {
+            bpf_probe_read_user(addr as *const u64).ok()
+        }
+    }
+}
+
+/// The state of one message's parse, shared with the `bpf_loop` callbacks.
+#[repr(C)]
+struct Msg {
+    /// The `msghdr` (or `mmsghdr` array, for the message loop).
+    addr: u64,
+    /// Start of the fd array of the current `SCM_RIGHTS` message.
+    fds: u64,
+    /// The socket fd.
+    sock: u64,
+    ret: i64,
+    run: u32,
+    compat: u32,
+    syscall: u32,
+    _pad: u32,
+}
+
+extern "C" fn fd_step(i: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back the caller's context.
+    let m = unsafe { &*(ctx as *const Msg) };
+    // SAFETY: a fault-tolerant read of the array the kernel just filled.
+    let Ok(fd) = (unsafe { bpf_probe_read_user((m.fds + 4 * i as u64) as *const i32) }) else {
+        count(m.run, counter::FD_UNRECORDED);
+        return 1;
+    };
+    let mut task = Task::current();
+    task.run = m.run;
+    emit_fd(
+        &mut task,
+        m.syscall as u16,
+        m.ret,
+        fd,
+        fd_origin::RECEIVED,
+        m.sock,
+    );
+    0
+}
+
+/// Records every fd of the `SCM_RIGHTS` control message of the `msghdr` at `m.addr` (after the
+/// kernel updated its `msg_controllen` to what it wrote).
+#[inline(never)]
+fn parse_msghdr(m: &mut Msg) {
+    let compat = m.compat != 0;
+    // msghdr: msg_control and msg_controllen at 32 and 40 (16 and 20 through compat);
+    // cmsghdr: {len, level, type} in 16 bytes (12), aligned to 8 (4).
+    let (ctl_at, len_at, hdr, align) = if compat {
+        (16, 20, 12u64, 3u64)
+    } else {
+        (32, 40, 16u64, 7u64)
+    };
+    let (Some(ctl), Some(ctl_len)) = (
+        user_word(m.addr + ctl_at, compat),
+        user_word(m.addr + len_at, compat),
+    ) else {
+        count(m.run, counter::FD_UNRECORDED);
+        return;
+    };
+    if ctl == 0 || ctl_len < hdr {
+        return;
+    }
+    let mut off = 0u64;
+    for _ in 0..CMSGS {
+        if off + hdr > ctl_len {
+            return;
+        }
+        let at = ctl + off;
+        // SAFETY: fault-tolerant reads of the control buffer the kernel just filled.
+        let (len, level_type) = unsafe {
+            (
+                user_word(at, compat),
+                bpf_probe_read_user((at + if compat { 4 } else { 8 }) as *const [u32; 2]).ok(),
+            )
+        };
+        let (Some(len), Some([level, ty])) = (len, level_type) else {
+            count(m.run, counter::FD_UNRECORDED);
+            return;
+        };
+        if len < hdr || off + len > ctl_len {
+            return;
+        }
+        if level == SOL_SOCKET && ty == SCM_RIGHTS {
+            let n = ((len - hdr) / 4) as u32;
+            m.fds = at + hdr;
+            let n = if n > SCM_MAX_FD { SCM_MAX_FD } else { n };
+            // SAFETY: callback and context are valid for the call.
+            unsafe {
+                generated::bpf_loop(n, fd_step as *mut c_void, m as *mut Msg as *mut c_void, 0)
+            };
+        }
+        off += (len + align) & !align;
+    }
+    if off + hdr <= ctl_len {
+        // More control messages than looked at.
+        count(m.run, counter::FD_UNRECORDED);
+    }
+}
+
+extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back the caller's context.
+    let outer = unsafe { &*(ctx as *const Msg) };
+    // struct mmsghdr: a msghdr and an unsigned int, 64 bytes (32 through compat).
+    let size = if outer.compat != 0 { 32 } else { 64 };
+    let mut m = Msg {
+        addr: outer.addr + size * i as u64,
+        fds: 0,
+        sock: outer.sock,
+        ret: outer.ret,
+        run: outer.run,
+        compat: outer.compat,
+        syscall: outer.syscall,
+        _pad: 0,
+    };
+    parse_msghdr(&mut m);
+    0
+}
+
+/// `recvmsg`/`recvmmsg` exits: an `fd` row for every fd received with `SCM_RIGHTS`.
+#[inline(always)]
+pub(crate) fn exit_received(args: &Args, task: &Task, syscall: u16, ret: i64) {
+    if ret < 0 {
+        return;
+    }
+    let mut m = Msg {
+        addr: args.get(1),
+        fds: 0,
+        sock: args.get(0),
+        ret,
+        run: task.run,
+        compat: args.compat as u32,
+        syscall: syscall as u32,
+        _pad: 0,
+    };
+    // One message for recvmsg, `ret` for recvmmsg: both through the message loop, so that
+    // the parse is verified once.
+    let n = if syscall == Syscall::Recvmmsg as u16 {
+        if ret > MMSGS as i64 {
+            count(task.run, counter::FD_UNRECORDED);
+            MMSGS
+        } else {
+            ret as u32
+        }
+    } else {
+        1
+    };
+    // SAFETY: callback and context are valid for the call.
+    unsafe {
+        generated::bpf_loop(
+            n,
+            mmsg_step as *mut c_void,
+            &mut m as *mut Msg as *mut c_void,
+            0,
+        )
+    };
+}
+
+/// The name an anonymous inode's file gets from `fanotify_init` (`anon_inode:[fanotify]`).
+const FANOTIFY_NAME: [u8; 11] = *b"[fanotify]\0";
+
+/// Whether a file that is neither regular nor a directory is a fanotify group: its reads are
+/// then parsed for event fds (whoever made the group: the run, or a process that handed it over).
+#[inline(never)]
+pub(crate) fn is_fanotify(f: KPtr) -> bool {
+    let o = offsets();
+    let d = f.ptr(cfg(&o.file_path) + cfg(&o.path_dentry));
+    if d.is_null() {
+        return false;
+    }
+    if d.read::<u32>(cfg(&o.dentry_name_len)) != 10 {
+        return false;
+    }
+    let name: u64 = d.read(cfg(&o.dentry_name));
+    // SAFETY: a fault-tolerant read of the dentry's name.
+    let got: [u8; 11] =
+        unsafe { bpf_probe_read_kernel(name as *const [u8; 11]) }.unwrap_or([0; 11]);
+    got == FANOTIFY_NAME
+}
+
+/// One fanotify read's parse state.
+#[repr(C)]
+struct Events {
+    buf: u64,
+    len: u64,
+    off: u64,
+    ret: i64,
+    run: u32,
+    syscall: u32,
+}
+
+extern "C" fn event_step(_i: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back the caller's context.
+    let e = unsafe { &mut *(ctx as *mut Events) };
+    // struct fanotify_event_metadata: event_len (u32) at 0, fd (s32) at 16, pid (s32) at 20.
+    if e.off + 24 > e.len {
+        return 1;
+    }
+    let at = e.buf + e.off;
+    // SAFETY: fault-tolerant reads of the buffer the kernel just filled.
+    let (Ok(event_len), Ok([fd, pid])) =
+        (unsafe { bpf_probe_read_user(at as *const u32) }, unsafe {
+            bpf_probe_read_user((at + 16) as *const [i32; 2])
+        })
+    else {
+        count(e.run, counter::FD_UNRECORDED);
+        return 1;
+    };
+    if event_len < 24 {
+        return 1;
+    }
+    if fd >= 0 {
+        let mut task = Task::current();
+        task.run = e.run;
+        emit_fd(
+            &mut task,
+            e.syscall as u16,
+            e.ret,
+            fd,
+            fd_origin::FANOTIFY,
+            pid as u32 as u64,
+        );
+    }
+    e.off += event_len as u64;
+    0
+}
+
+/// A read of `len` bytes from a fanotify group's fd into `buf`: an `fd` row for every event's fd.
+#[inline(never)]
+pub(crate) fn fanotify_read(task: &Task, syscall: u16, buf: u64, len: i64) {
+    if len <= 0 {
+        return;
+    }
+    let mut e = Events {
+        buf,
+        len: len as u64,
+        off: 0,
+        ret: len,
+        run: task.run,
+        syscall: syscall as u32,
+    };
+    // SAFETY: callback and context are valid for the call.
+    unsafe {
+        generated::bpf_loop(
+            FAN_EVENTS,
+            event_step as *mut c_void,
+            &mut e as *mut Events as *mut c_void,
+            0,
+        )
+    };
+    if e.off + 24 <= e.len {
+        // More events than looked at.
+        count(task.run, counter::FD_UNRECORDED);
+    }
+}
