@@ -211,6 +211,11 @@ pub fn classify(kind: EventKind, row: &impl RowFields) -> Accessed {
             Some(Syscall::Chroot) => Accesses::PROBE,
             _ => Accesses::WRITE,
         },
+        // An fd that arrived holds the file open (what is read through it is in io rows); a
+        // watch learns what happens at a path.
+        EventKind::Fd | EventKind::Watch => Accesses::PROBE,
+        // Another process, not a file (the audit judges its target).
+        EventKind::Process => Accesses::NONE,
         EventKind::Memfd | EventKind::Fork | EventKind::Exit => Accesses::NONE,
     };
     let first = if verbatim(shape::PATH_VERBATIM) {
@@ -435,6 +440,16 @@ mod tests {
             (PivotRoot, &[W], &[W]),
             (Mount, none, &[W]),
             (Umount2, &[W], none),
+            (Recvmsg, &[P], none),
+            (Recvmmsg, &[P], none),
+            (PidfdGetfd, &[P], none),
+            (PidfdOpen, none, none),
+            (ProcessVmReadv, none, none),
+            (ProcessVmWritev, none, none),
+            (Ptrace, none, none),
+            (FanotifyInit, &[P], none),
+            (FanotifyMark, &[P], none),
+            (InotifyAddWatch, &[P], none),
         ];
         let mut seen = [false; SYSCALL_COUNT];
         for &(sc, first, second) in table {

@@ -170,6 +170,45 @@ fn fault(point: &str) -> io::Result<()> {
     }
 }
 
+/// The fds the command starts with: aet's stdin, stdout and stderr (every other is closed in
+/// the child, see [`child_fd_hygiene`]), with what they name.
+fn inherited_fds() -> Vec<crate::ledger::record::InheritedFd> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    (0..3)
+        .filter_map(|fd: i32| {
+            let link = format!("/proc/self/fd/{fd}");
+            let m = std::fs::metadata(&link).ok()?;
+            let t = m.file_type();
+            let kind = if t.is_file() {
+                "file"
+            } else if t.is_dir() {
+                "directory"
+            } else if t.is_fifo() {
+                "pipe"
+            } else if t.is_socket() {
+                "socket"
+            } else if t.is_char_device() {
+                "char"
+            } else if t.is_block_device() {
+                "block"
+            } else {
+                "other"
+            };
+            let path = std::fs::read_link(&link)
+                .ok()
+                .filter(|p| p.is_absolute())
+                .map(crate::stage::PPath);
+            Some(crate::ledger::record::InheritedFd {
+                fd,
+                dev: m.dev(),
+                ino: m.ino(),
+                kind: kind.into(),
+                path,
+            })
+        })
+        .collect()
+}
+
 /// aet's fds that the command would inherit (above stderr, not close-on-exec), as ranges for
 /// `close_range`: a harness's stray fds, which must never leak into the agent. Read in the
 /// parent, where reading a directory is allowed; fds aet opens meanwhile are close-on-exec (Rust
@@ -289,6 +328,7 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
     };
     let mut head = opts.head.clone();
     head.set_json(meta::COMMAND, &command_text(&opts.command));
+    head.set_json(meta::INHERITED_FDS, &inherited_fds());
     let mut monitor = Session::start(&opts.mode, &scope, &ledger, head, true, opts.ringbuf_bytes)?;
     note(
         opts.quiet,

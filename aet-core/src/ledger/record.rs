@@ -31,6 +31,18 @@ pub struct ProtectedFile {
     pub ino: u64,
 }
 
+/// An fd the command was started with (`aet.inherited_fds`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InheritedFd {
+    pub fd: i32,
+    pub dev: u64,
+    pub ino: u64,
+    /// `file`, `directory`, `pipe`, `socket`, `char`, `block`, `other`.
+    pub kind: String,
+    /// What the fd names in aet's view (`/proc/self/fd/N`), when it is a path.
+    pub path: Option<PPath>,
+}
+
 /// What handing a directory over to the agent identity did.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HandOver {
@@ -399,6 +411,7 @@ pub struct LedgerMeta {
     pub sandbox: Option<SandboxRecord>,
     pub identity: Option<IdentityRecord>,
     pub protected: BTreeMap<String, ProtectedFile>,
+    pub inherited_fds: Vec<InheritedFd>,
     /// `aet.recovered` is `true`.
     pub recovered: bool,
 }
@@ -469,6 +482,7 @@ impl LedgerMeta {
             sandbox: json(m, meta::SANDBOX)?,
             identity: json(m, meta::IDENTITY)?,
             protected: json(m, meta::PROTECTED)?.unwrap_or_default(),
+            inherited_fds: json(m, meta::INHERITED_FDS)?.unwrap_or_default(),
             recovered: flag(m, meta::RECOVERED),
         })
     }

@@ -16,7 +16,7 @@ use arrow_array::types::{
 };
 
 /// Version of the ledger schema written by this build.
-pub const SCHEMA_VERSION: &str = "2";
+pub const SCHEMA_VERSION: &str = "3";
 
 macro_rules! meta_keys {
     ($($(#[doc = $doc:literal])* $konst:ident = $key:literal;)*) => {
@@ -32,7 +32,7 @@ macro_rules! meta_keys {
 }
 
 meta_keys! {
-    /// The schema version (`2`).
+    /// The schema version (`3`).
     SCHEMA_VERSION = "aet.schema_version";
     /// The aet version that wrote the ledger.
     AET_VERSION = "aet.version";
@@ -90,6 +90,10 @@ meta_keys! {
     /// `aet run --policy`: the policy's protected files with their identity at run start, a
     /// JSON object `{name: {path, dev, ino}}`.
     PROTECTED = "aet.protected";
+    /// `aet run`: the fds the command was started with (stdin, stdout, stderr: aet closes every
+    /// other), a JSON array of `{fd, dev, ino, kind, path}`. A read through one of them is an
+    /// `io` row with that identity and no open of its own.
+    INHERITED_FDS = "aet.inherited_fds";
     /// `true` on a ledger rebuilt by `aet ledger recover`.
     RECOVERED = "aet.recovered";
 }
@@ -215,7 +219,8 @@ columns! {
     /// an offset measured at start).
     TS_NS = ts_ns: Req<I64>;
     /// What the row is: `open`, `exec`, `fork`, `exit`, `stat`, `modify`, `chdir`, `mmap`,
-    /// `list`, `io`, `io_uring`, `mount`, `memfd` (see "Kinds of rows").
+    /// `list`, `io`, `io_uring`, `mount`, `memfd`, `fd`, `process`, `watch` (see "Kinds of
+    /// rows").
     KIND = kind: Name;
     /// The syscall's name; null for fork, exit, io and io_uring requests.
     SYSCALL = syscall: OptName;
@@ -254,11 +259,14 @@ columns! {
     /// earlier row saw the same dev/ino.
     RESOLVED_FROM = resolved_from: OptName;
     /// The walk stopped early (over 8 KiB or 4,096 steps, or a kernel read failed) or ended at a
-    /// root that is not the process's (a pipe, a memfd, a file outside a chroot): the path is a
-    /// suffix. Never silently shortened.
+    /// root that is not the process's (a pipe, a memfd, a file outside a chroot, a file of
+    /// another mount namespace reached through `/proc/PID/root`: capture bit 22): the path is a
+    /// suffix, or relative to another root, and `host_path` (when set) names the file as aet's
+    /// view has it. Never silently shortened.
     RESOLVED_PARTIAL = resolved_partial: OptFlag;
-    /// For a process in another mount namespace (a bubblewrap sandbox): the same object's path
-    /// in aet's own view, when it differs. Taken from a second kernel walk of the object's file
+    /// For a process in another mount namespace (a bubblewrap sandbox), or an object of another
+    /// mount namespace (capture bit 22): the same object's path in aet's own view, when it
+    /// differs. Taken from a second kernel walk of the object's file
     /// system (root of the file system up to the object, mapped through aet's mountinfo); the
     /// fallback for non-objects maps the process's mount table. When neither works, capture bit
     /// 31 is set.
@@ -316,6 +324,25 @@ columns! {
     PROT = prot: Opt<U32>;
     /// For a submitted io_uring request: its opcode (`IORING_OP_*`).
     IO_URING_OP = io_uring_op: Opt<U32>;
+    /// For `fd` rows: how the fd came into the run: `inherited` (open in the command when it
+    /// started), `received` (over a socket, `SCM_RIGHTS`), `copied` (from another process,
+    /// `pidfd_getfd`), `fanotify` (carried by a fanotify event the run read), `at_attach` (open
+    /// in a process `aet monitor --pid` attached to).
+    FD_ORIGIN = fd_origin: OptName;
+    /// The other process: for `process` rows the process acted on (ptrace, process_vm_readv/
+    /// writev, pidfd_open), for `fd` rows the process the fd came from (`copied`: the pidfd's
+    /// process; `fanotify`: the process whose access made the event), for an open of
+    /// `/proc/PID/mem` that PID. A host pid; a pid named inside another pid namespace is
+    /// translated when aet can, else kept as named and capture bit 30 is set.
+    TARGET_PID = target_pid: Opt<U32>;
+    /// Whether `target_pid` was a process of the run at the time (null when unknown).
+    TARGET_IN_RUN = target_in_run: OptFlag;
+    /// For `fd` rows: the fd the new one came through (`received`: the socket; `copied`: the
+    /// fd's number in the other process).
+    SOURCE_FD = source_fd: Opt<I32>;
+    /// For `ptrace` rows: the request (`PTRACE_*` number: 16 attach, 0x4206 seize, 1-3
+    /// peeks, 4-6 pokes, ...).
+    PTRACE_REQUEST = ptrace_request: Opt<U32>;
     /// Capture flags (see "The capture column").
     CAPTURE = capture: Req<U32>;
 }
@@ -339,7 +366,7 @@ pub fn schema(metadata: HashMap<String, String>) -> SchemaRef {
 }
 
 /// Bits of the `capture` column beyond the kernel's record flags (`aet_common::flags`, bits
-/// 0-15): the walk flags (`aet_common::walk`) of the walk at bits 16-21 and of the second walk at
+/// 0-15): the walk flags (`aet_common::walk`) of the walk at bits 16-22 and of the second walk at
 /// bits 24-29, and userspace's own below.
 pub mod capture {
     use aet_common::{flags, walk};
@@ -348,6 +375,9 @@ pub mod capture {
     pub const WALK_SHIFT: u32 = 16;
     /// Shift of the second walk's flags.
     pub const WALK2_SHIFT: u32 = 24;
+    /// `target_pid` was named inside another pid namespace and could not be translated to a
+    /// host pid: it is the number as named.
+    pub const TARGET_UNTRANSLATED: u32 = 1 << 30;
     /// The row comes from another mount namespace and its host path could not be mapped.
     pub const HOST_UNMAPPED: u32 = 1 << 31;
 
@@ -390,8 +420,16 @@ pub mod capture {
         (w(walk::DELETED), "walk: the object was deleted"),
         (w(walk::FAILED), "walk: a kernel read failed"),
         (
+            w(walk::FOREIGN_ROOT),
+            "walk: ended at the top of another mount tree (another mount namespace, or above the process's root)",
+        ),
+        (
             (walk::PRESENT as u32) << WALK2_SHIFT,
             "host walk: present (bits 25-29: as bits 17-21, for the host walk)",
+        ),
+        (
+            TARGET_UNTRANSLATED,
+            "the target pid is as named in another pid namespace",
         ),
         (HOST_UNMAPPED, "the host path could not be mapped"),
     ];

@@ -127,6 +127,85 @@ pub fn processes_with_any_uid(uid: u32) -> Vec<u32> {
     live_processes_with(uid, true)
 }
 
+/// The file fd `fd` of `pid` names, as aet's view has it (its link in `/proc/PID/fd`), only
+/// when that file still has device `dev` and inode `ino` and the link is an absolute path of a
+/// file that is not deleted: never a path that names another file.
+pub fn fd_link_if(pid: u32, fd: i32, dev: u64, ino: u64) -> Option<Vec<u8>> {
+    use std::os::unix::{ffi::OsStrExt, fs::MetadataExt};
+    if fd < 0 {
+        return None;
+    }
+    let link = format!("/proc/{pid}/fd/{fd}");
+    let target = fs::read_link(&link).ok()?;
+    let bytes = target.as_os_str().as_bytes();
+    if !bytes.starts_with(b"/") || bytes.ends_with(b" (deleted)") {
+        return None;
+    }
+    // The link's file, then the path's file: both must be the row's.
+    let m = fs::metadata(&link).ok()?;
+    let n = fs::metadata(&target).ok()?;
+    (m.dev() == dev && m.ino() == ino && n.dev() == dev && n.ino() == ino).then(|| bytes.to_vec())
+}
+
+/// The process a pidfd of `pid` refers to (its `Pid:` in `/proc/PID/fdinfo/FD`), as a host pid.
+pub fn pidfd_target(pid: u32, fd: i32) -> Option<u32> {
+    let info = fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
+    let line = info.lines().find_map(|l| l.strip_prefix("Pid:"))?;
+    line.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|&p| p > 0)
+        .map(|p| p as u32)
+}
+
+/// Host pids of pids named inside other pid namespaces (`process` rows name their target as the
+/// actor sees it). A pid named by a process of aet's own pid namespace is a host pid already.
+#[derive(Debug, Default)]
+pub struct PidTranslator {
+    own: Option<u64>,
+    /// Pid namespace by actor.
+    ns: HashMap<u32, Option<u64>>,
+    found: HashMap<(u64, u32), u32>,
+}
+
+fn pid_ns(pid: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(format!("/proc/{pid}/ns/pid"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+impl PidTranslator {
+    /// The host pid of `named` as `actor` named it; `None` when it cannot be told (the actor
+    /// is gone, or no process of its namespace has that number).
+    pub fn host_pid(&mut self, actor: u32, named: u32) -> Option<u32> {
+        let own = *self.own.get_or_insert_with(|| pid_ns("self").unwrap_or(0));
+        let ns = *self
+            .ns
+            .entry(actor)
+            .or_insert_with(|| pid_ns(&actor.to_string()));
+        let ns = ns?;
+        if ns == own {
+            return Some(named);
+        }
+        if let Some(&p) = self.found.get(&(ns, named)) {
+            return Some(p);
+        }
+        // A process of that namespace whose innermost pid is `named`.
+        let found = fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let name = e.file_name();
+            let name = name.to_str()?;
+            let host: u32 = name.parse().ok()?;
+            let status = fs::read_to_string(format!("/proc/{host}/status")).ok()?;
+            let ns_pids = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+            let inner: u32 = ns_pids.split_whitespace().last()?.parse().ok()?;
+            (inner == named && pid_ns(name) == Some(ns)).then_some(host)
+        })?;
+        self.found.insert((ns, named), found);
+        Some(found)
+    }
+}
+
 /// The running kernel's release (`uname -r`).
 pub fn kernel_release() -> String {
     nix::sys::utsname::uname()

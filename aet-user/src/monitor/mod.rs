@@ -108,6 +108,10 @@ pub struct RowMaker {
     outside: Vec<(String, u32)>,
     /// Service managers and schedulers the run handed work to, with the pid that asked.
     services: Vec<(String, u32)>,
+    /// The process each pidfd of the run refers to, from its `pidfd_open`: `(pid, fd)` -> pid.
+    pidfds: HashMap<(u32, i32), u32>,
+    /// Host pids of pids named inside other pid namespaces: `(actor, named)` -> host pid.
+    pid_names: crate::kernel::procfs::PidTranslator,
 }
 
 /// The container clients whose containers a daemon starts, outside the process tree of the run
@@ -234,6 +238,20 @@ fn proc_info_from_procfs(pid: u32) -> ProcInfo {
     info
 }
 
+/// The pid of a `/proc/PID/mem` (or `/proc/PID/task/TID/mem`) path, as named.
+fn proc_mem_pid(path: &[u8]) -> Option<u32> {
+    let rest = path.strip_prefix(b"/proc/")?;
+    let (pid, rest) = rest.split_at(rest.iter().position(|&b| b == b'/')?);
+    let pid: u32 = std::str::from_utf8(pid).ok()?.parse().ok()?;
+    let tail = &rest[1..];
+    let is_mem = tail == b"mem"
+        || tail
+            .strip_prefix(b"task/")
+            .and_then(|t| t.split(|&b| b == b'/').nth(1))
+            == Some(&b"mem"[..]);
+    is_mem.then_some(pid)
+}
+
 /// The object's device in the userspace encoding (as `stat` reports it).
 fn userspace_dev(h: &aet_common::EventHeader) -> u64 {
     if h.flags & flags::DEV_STAT != 0 {
@@ -297,6 +315,54 @@ impl RowMaker {
             run_cgroup: None,
             outside: Vec::new(),
             services: Vec::new(),
+            pidfds: HashMap::new(),
+            pid_names: crate::kernel::procfs::PidTranslator::default(),
+        }
+    }
+
+    /// Fills a row's other process: `named` as the actor named it, translated to a host pid,
+    /// and whether it is a process of the run.
+    fn set_target(&mut self, row: &mut Row<'_>, actor: u32, named: u32, level: u32) {
+        let host = if level == 0 {
+            Some(named)
+        } else {
+            self.pid_names.host_pid(actor, named)
+        };
+        match host {
+            Some(pid) => {
+                row.target_pid = Some(pid);
+                row.target_in_run = Some(self.procs.contains_key(&pid));
+            }
+            None => {
+                row.target_pid = Some(named);
+                row.capture |= capture::TARGET_UNTRANSLATED;
+            }
+        }
+    }
+
+    /// Names the file of an fd that arrived (a row without a walk): the path an earlier row saw
+    /// the inode under, else the fd's link while it still names that inode.
+    fn name_arrived_fd(&mut self, row: &mut Row<'_>, h: &aet_common::EventHeader) {
+        let (Some(dev), Some(ino)) = (row.dev, row.ino) else {
+            return;
+        };
+        if let Some((p, host)) = self.inode_paths.get(&(h.mntns, dev, ino)) {
+            row.resolved_path = Some(p.clone().into());
+            row.host_path = host.clone().map(Into::into);
+            row.resolved_from = Some(ResolvedFrom::Inode.name());
+            return;
+        }
+        if let Some(p) = crate::kernel::procfs::fd_link_if(h.pid, h.fd, dev, ino) {
+            if h.mntns == self.mapper.own_ns() {
+                // Later io rows of this inode take the same name.
+                self.inode_paths
+                    .insert((h.mntns, dev, ino), (p.clone(), None));
+                row.resolved_path = Some(p.into());
+                row.resolved_from = Some(ResolvedFrom::FdLink.name());
+            } else {
+                // aet's view of a file a process of another view holds.
+                row.host_path = Some(p.into());
+            }
         }
     }
 
@@ -420,6 +486,44 @@ impl RowMaker {
                 }
                 return row;
             }
+            EventKind::Fd if ev.syscall != aet_common::Syscall::PidfdGetfd => {
+                row.fd = Some(h.fd);
+                row.fd_origin = aet_common::fd_origin::name(h.aux);
+                row.set_ret(h.ret);
+                if h.aux == aet_common::fd_origin::FANOTIFY {
+                    self.set_target(&mut row, h.pid, h.aux2 as u32, h.mode);
+                } else {
+                    row.source_fd = Some(h.aux2 as i32);
+                }
+                self.name_arrived_fd(&mut row, h);
+                return row;
+            }
+            EventKind::Process => {
+                row.set_ret(h.ret);
+                let named = if ev.syscall == aet_common::Syscall::Ptrace {
+                    row.ptrace_request = Some(h.aux2 as u32);
+                    // PTRACE_TRACEME: the actor offers itself to its parent.
+                    if h.aux2 == 0 { info.ppid as u64 } else { h.aux }
+                } else {
+                    h.aux
+                };
+                if ev.syscall == aet_common::Syscall::Ptrace && h.aux2 == 0 {
+                    row.target_pid = Some(named as u32);
+                    row.target_in_run = Some(self.procs.contains_key(&(named as u32)));
+                } else {
+                    self.set_target(&mut row, h.pid, named as u32, h.mode);
+                }
+                if ev.syscall == aet_common::Syscall::PidfdOpen
+                    && h.ret >= 0
+                    && let Some(t) = row.target_pid
+                {
+                    self.pidfds.insert((h.pid, h.ret as i32), t);
+                }
+                if shape.flags >= 0 {
+                    row.flags = Some(h.open_flags);
+                }
+                return row;
+            }
             EventKind::IoUring => {
                 self.stats.io_uring += 1;
                 if ev.syscall == aet_common::Syscall::None {
@@ -514,12 +618,42 @@ impl RowMaker {
                 row.resolved_path2 = r.map(Into::into);
             }
         }
+        if ev.syscall == aet_common::Syscall::PidfdGetfd {
+            row.fd_origin = Some("copied");
+            row.fd = (h.ret >= 0).then_some(h.ret as i32);
+            row.source_fd = Some(h.aux2 as i32);
+            match self.pidfds.get(&(h.pid, h.dirfd)) {
+                Some(&t) => {
+                    row.target_pid = Some(t);
+                    row.target_in_run = Some(self.procs.contains_key(&t));
+                }
+                None => {
+                    if let Some(t) = crate::kernel::procfs::pidfd_target(h.pid, h.dirfd) {
+                        row.target_pid = Some(t);
+                        row.target_in_run = Some(self.procs.contains_key(&t));
+                    }
+                }
+            }
+        }
+        // Another process's memory through /proc: a read or write of that process.
+        if ev.kind == EventKind::Open
+            && let Some(named) = row.resolved_path.as_deref().and_then(proc_mem_pid)
+        {
+            // The pid as the actor's procfs names it: translated through the actor's pid
+            // namespace (level unknown here: the translator compares namespaces).
+            self.set_target(&mut row, h.pid, named, 1);
+        }
+        // A walk that ended at the top of another mount tree names the file relative to that
+        // tree: not the path the process sees, and perhaps another file of aet's view.
+        let foreign = h.walk_flags & aet_common::walk::FOREIGN_ROOT != 0;
+        if foreign && row.resolved_path.is_some() {
+            row.resolved_partial = Some(true);
+        }
         if row.resolved_partial == Some(true) {
             self.stats.partial_paths += 1;
         }
         if let Some(r) = &row.resolved_path
-            && h.mntns != self.mapper.own_ns()
-            && h.mntns != 0
+            && (foreign || h.mntns != self.mapper.own_ns() && h.mntns != 0)
         {
             let mnt = if is_object { row.mnt_id } else { None };
             // An object seen through a mount of the process's namespace: the kernel walked
@@ -542,6 +676,8 @@ impl RowMaker {
             });
             let mapped = match (from_kernel, row.dev) {
                 (Some(fsp), Some(dev)) => self.mapper.host_of(dev, &fsp),
+                // The process's mount table does not hold another namespace's mounts.
+                _ if foreign => None,
                 _ => self.mapper.map(h.mntns, h.pid, r, mnt),
             };
             match mapped {

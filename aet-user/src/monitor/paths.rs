@@ -18,6 +18,10 @@ pub enum ResolvedFrom {
     Lexical,
     /// An io record: the path under which an earlier row of the run saw the same inode.
     Inode,
+    /// An fd that arrived (`fd` rows): the fd's link in `/proc/PID/fd`, read by aet when the
+    /// row arrived and kept only when the file it names has the row's device and inode. The
+    /// path as aet's view has it.
+    FdLink,
 }
 
 impl ResolvedFrom {
@@ -28,6 +32,7 @@ impl ResolvedFrom {
             Self::Joined => "joined",
             Self::Lexical => "lexical",
             Self::Inode => "inode",
+            Self::FdLink => "fd_link",
         }
     }
 }
