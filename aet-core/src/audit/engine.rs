@@ -9,8 +9,8 @@
 use std::{os::unix::ffi::OsStrExt as _, path::Path};
 
 use arrow_array::{
-    Array, BinaryArray, Int64Array, ListArray, RecordBatch, UInt32Array, UInt64Array,
-    cast::AsArray as _,
+    Array, BinaryArray, BooleanArray, Int32Array, Int64Array, ListArray, RecordBatch, UInt32Array,
+    UInt64Array, cast::AsArray as _,
 };
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -55,6 +55,11 @@ pub const COLUMNS: &[&str] = &[
     col::INO,
     col::BYTES_READ,
     col::BYTES_WRITTEN,
+    col::FD,
+    col::FD_ORIGIN,
+    col::TARGET_PID,
+    col::TARGET_IN_RUN,
+    col::PTRACE_REQUEST,
 ];
 
 /// What a finding is.
@@ -110,6 +115,15 @@ pub struct Finding {
     pub tool_call: Option<super::transcript::ToolCallRef>,
     /// Whether a transcript mentions the path (when transcripts were given).
     pub mentioned_in_transcript: Option<bool>,
+    /// How the process reached the file: `path` (named it), or through an fd that was
+    /// `inherited` at start, `received` over a socket, `copied` from another process, handed
+    /// over by `fanotify`, or of `unknown` origin (no recorded open, arrival or start explains
+    /// it). For process findings, unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reached: Option<&'static str>,
+    /// For a finding about another process: its pid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_pid: Option<u32>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -295,6 +309,8 @@ struct Engine<'p> {
     scan: Scan,
     /// Rule index used for out-of-scope findings, by access.
     oos_rule: u32,
+    /// Findings about other processes, by (actor, target, access, outcome).
+    proc_index: FxHashMap<(u32, u32, &'static str, Outcome), usize>,
 }
 
 impl<'p> Engine<'p> {
@@ -315,7 +331,69 @@ impl<'p> Engine<'p> {
             protected_ids,
             scan: Scan::default(),
             oos_rule: u32::MAX,
+            proc_index: FxHashMap::default(),
         }
+    }
+
+    /// A finding about an access to a process outside the run.
+    fn record_process(
+        &mut self,
+        sev: Severity,
+        access: &'static str,
+        target: u32,
+        row: &RowRef<'_>,
+    ) {
+        let outcome = if row.ok {
+            Outcome::Hit
+        } else {
+            Outcome::Attempted
+        };
+        let class = match (sev, outcome) {
+            (_, Outcome::Attempted) | (Severity::Warn, _) => Class::Warning,
+            (Severity::Cheat, _) => Class::Cheat,
+            (Severity::Contaminant, _) => Class::Contaminant,
+        };
+        let key = (row.pid, target, access, outcome);
+        if let Some(&i) = self.proc_index.get(&key) {
+            self.findings[i].count += 1;
+            return;
+        }
+        let p = self.procs.get(&row.pid);
+        let f = Finding {
+            class,
+            rule: "processes.outside".into(),
+            outcome,
+            access,
+            path: format!("pid {target}"),
+            path_hex: None,
+            raw_path: row.raw.map(lossy),
+            host_path: None,
+            errno: row
+                .cols
+                .errno
+                .is_valid(row.i)
+                .then(|| lossy(row.cols.errno.value(row.i))),
+            count: 1,
+            first_seq: row.cols.seq.value(row.i),
+            first_ts_ns: row.cols.ts.value(row.i),
+            pid: row.pid,
+            uid: row.cols.uid.value(row.i),
+            comm: lossy(row.cols.comm.value(row.i)),
+            exe: p.and_then(|p| p.exe.clone()),
+            argv: p.and_then(|p| p.argv.clone()),
+            ancestry: Vec::new(),
+            tool_call: None,
+            mentioned_in_transcript: None,
+            reached: None,
+            target_pid: Some(target),
+        };
+        if matches!(class, Class::Cheat | Class::Contaminant)
+            && let Some(p) = self.procs.get_mut(&row.pid)
+        {
+            p.flagged = true;
+        }
+        self.proc_index.insert(key, self.findings.len());
+        self.findings.push(f);
     }
 
     #[inline]
@@ -435,6 +513,8 @@ impl<'p> Engine<'p> {
             ancestry: Vec::new(),
             tool_call: None,
             mentioned_in_transcript: None,
+            reached: row.reached,
+            target_pid: None,
         };
         if matches!(class, Class::Cheat | Class::Contaminant | Class::OutOfScope)
             && let Some(p) = self.procs.get_mut(&row.pid)
@@ -508,6 +588,7 @@ impl<'p> Engine<'p> {
                 if d == dev && i == ino {
                     matched_rule = true;
                     let rule = (policy.rules.len() + n) as u32;
+                    self.rule_hits[rule as usize] += 1;
                     let mask = Access::Read.bit() | Access::Write.bit() | Access::Exec.bit();
                     self.apply_rule(
                         rule,
@@ -613,6 +694,7 @@ struct RowRef<'a> {
     resolved: Option<&'a [u8]>,
     raw: Option<&'a [u8]>,
     host: Option<&'a [u8]>,
+    reached: Option<&'static str>,
 }
 
 fn is_stage(exe: &[u8], argv: Option<&[String]>) -> bool {
@@ -627,6 +709,21 @@ fn argv_at(list: &ListArray, i: usize) -> Option<Vec<String>> {
     let items = list.values().as_binary::<i32>();
     let range = list.value_offsets()[i] as usize..list.value_offsets()[i + 1] as usize;
     Some(range.map(|k| lossy(items.value(k))).collect())
+}
+
+/// How an fd arrived, with its file's identity.
+type FdOrigin = (&'static str, (u64, u64));
+
+/// What a ptrace request does to its target (`None`: nothing to report, as `PTRACE_TRACEME`,
+/// whose target is the tracer).
+fn ptrace_access(request: Option<u32>) -> Option<&'static str> {
+    Some(match request? {
+        0 => return None,
+        1..=3 | 12 | 14 | 0x4204 | 0x4209 => "read",
+        4..=6 | 13 | 15 | 0x4205 => "write",
+        16 | 0x4206 => "attach",
+        _ => "control",
+    })
 }
 
 /// What a scan read besides its findings: the ledger's metadata and how it was read.
@@ -669,6 +766,15 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
         .enumerate()
         .map(|(n, (_, p))| (p.as_os_str().as_encoded_bytes().to_vec(), n))
         .collect();
+    // How fds arrived: by (pid, fd) from the fd rows, with the file's identity; and by identity
+    // (fd rows and the fds the command started with).
+    let mut fd_origins: FxHashMap<(u32, i32), FdOrigin> = FxHashMap::default();
+    let mut ident_origins: FxHashMap<(u64, u64), &'static str> = FxHashMap::default();
+    for f in &meta.inherited_fds {
+        if f.kind == "file" || f.kind == "directory" {
+            ident_origins.insert((f.dev, f.ino), "inherited");
+        }
+    }
     let mut first = true;
     let mut last_pid = u32::MAX;
     let mut last_setup = false;
@@ -706,6 +812,11 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
         let ino = prim::<UInt64Array>(&b, col::INO);
         let bytes_read = prim::<UInt64Array>(&b, col::BYTES_READ);
         let bytes_written = prim::<UInt64Array>(&b, col::BYTES_WRITTEN);
+        let fdc = prim::<Int32Array>(&b, col::FD);
+        let fd_origin = bin_col(&b, col::FD_ORIGIN);
+        let target = prim::<UInt32Array>(&b, col::TARGET_PID);
+        let target_in = prim::<BooleanArray>(&b, col::TARGET_IN_RUN);
+        let preq = prim::<UInt32Array>(&b, col::PTRACE_REQUEST);
         // Protected files by identity need the row's dev and ino; other policies never read
         // them.
         let by_ident = !e.protected_ids.is_empty();
@@ -783,6 +894,97 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
             let Some(kind) = EventKind::from_name(k) else {
                 continue;
             };
+            let ok = match kind {
+                // Bytes moved: done.
+                EventKind::Io => true,
+                // Submitted: its result is not recorded.
+                EventKind::IoUring => false,
+                _ => ret.is_valid(i) && ret.value(i) >= 0,
+            };
+            let row_ident =
+                (dev.is_valid(i) && ino.is_valid(i)).then(|| (dev.value(i), ino.value(i)));
+            // How an fd-based row's process reached its file.
+            let reached = match kind {
+                EventKind::Fd => {
+                    let origin = match fd_origin.is_valid(i).then(|| fd_origin.value(i)) {
+                        Some(b"inherited") => "inherited",
+                        Some(b"received") => "received",
+                        Some(b"copied") => "copied",
+                        Some(b"fanotify") => "fanotify",
+                        Some(b"at_attach") => "at_attach",
+                        _ => "unknown",
+                    };
+                    if ok
+                        && fdc.is_valid(i)
+                        && let Some(id) = row_ident
+                    {
+                        fd_origins.insert((p, fdc.value(i)), (origin, id));
+                        ident_origins.entry(id).or_insert(origin);
+                    }
+                    Some(origin)
+                }
+                EventKind::Io | EventKind::Mmap | EventKind::List => {
+                    let by_fd = fdc
+                        .is_valid(i)
+                        .then(|| fd_origins.get(&(p, fdc.value(i))))
+                        .flatten()
+                        .filter(|(_, id)| Some(*id) == row_ident)
+                        .map(|(o, _)| *o);
+                    by_fd
+                        .or_else(|| row_ident.and_then(|id| ident_origins.get(&id).copied()))
+                        .or_else(|| {
+                            // Named through an earlier row that saw the file by its path.
+                            Some(if resolved.get(i).is_some() {
+                                "path"
+                            } else {
+                                "unknown"
+                            })
+                        })
+                }
+                _ => Some("path"),
+            };
+            // Accesses to processes outside the run.
+            if target.is_valid(i)
+                && !(target_in.is_valid(i) && target_in.value(i))
+                && let Some(sev) = policy.processes_outside
+            {
+                let syscall_name = syscall.is_valid(i).then(|| syscall.value(i));
+                let access = match (kind, syscall_name) {
+                    (EventKind::Process, Some(b"process_vm_readv")) => Some("read"),
+                    (EventKind::Process, Some(b"process_vm_writev")) => Some("write"),
+                    (EventKind::Process, Some(b"pidfd_open")) => Some("pidfd"),
+                    (EventKind::Process, Some(b"ptrace")) => {
+                        ptrace_access(preq.is_valid(i).then(|| preq.value(i)))
+                    }
+                    (EventKind::Fd, Some(b"pidfd_getfd")) => Some("copy_fd"),
+                    (EventKind::Open, _) => Some(
+                        match crate::access::open_accesses(if flags.is_valid(i) {
+                            flags.value(i)
+                        } else {
+                            0
+                        })
+                        .contains(Access::Write)
+                        {
+                            true => "write",
+                            false => "read",
+                        },
+                    ),
+                    _ => None,
+                };
+                if let Some(access) = access {
+                    let row = RowRef {
+                        cols: &cols,
+                        i,
+                        pid: p,
+                        ok,
+                        resolved: resolved.get(i),
+                        raw: resolved.get(i),
+                        host: None,
+                        reached: None,
+                    };
+                    e.record_process(sev, access, target.value(i), &row);
+                }
+            }
             let fields = ColFields {
                 i,
                 syscall,
@@ -796,13 +998,6 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
             if a1 == 0 && a2 == 0 {
                 continue;
             }
-            let ok = match kind {
-                // Bytes moved: done.
-                EventKind::Io => true,
-                // Submitted: its result is not recorded.
-                EventKind::IoUring => false,
-                _ => ret.is_valid(i) && ret.value(i) >= 0,
-            };
             let row = RowRef {
                 cols: &cols,
                 i,
@@ -811,9 +1006,9 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
                 resolved: resolved.get(i),
                 raw: path.get(i),
                 host: host.get(i),
+                reached,
             };
-            let ident = (by_ident && dev.is_valid(i) && ino.is_valid(i))
-                .then(|| (dev.value(i), ino.value(i)));
+            let ident = row_ident.filter(|_| by_ident);
             if a1 != 0 {
                 let mut ids = [u32::MAX; 3];
                 let mut n = 0;
@@ -827,6 +1022,20 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
                         ids[n] = id;
                         n += 1;
                     }
+                }
+                if n == 0
+                    && let Some(id) = ident
+                    && let Some(&(_, _, pn)) = e.protected_ids.iter().find(|x| (x.0, x.1) == id)
+                {
+                    // No path (an fd that arrived, bytes read through an fd nothing named):
+                    // the file by its identity, under the protected file's own path.
+                    let pp = protected_paths
+                        .iter()
+                        .find(|(_, n)| *n == pn)
+                        .map(|(pp, _)| pp.clone())
+                        .unwrap_or_default();
+                    ids[0] = e.path_id(&pp);
+                    n = 1;
                 }
                 if n > 0 {
                     // A protected file named by its path.

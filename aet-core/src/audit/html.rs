@@ -103,7 +103,11 @@ fn finding_row(out: &mut String, kind: &str, f: &Finding, t0: i64) {
         esc(&f.rule),
         esc(f.access),
         esc(outcome),
-        esc(&f.path),
+        esc(&match f.reached {
+            Some(r) if r != "path" =>
+                format!("{} (through an fd {})", f.path, super::reached_text(r)),
+            _ => f.path.clone(),
+        }),
         esc(f.errno.as_deref().unwrap_or("")),
         esc(&f.comm),
         f.pid,

@@ -367,6 +367,18 @@ fn build_report(
     }
 }
 
+/// How an fd reached the process, in words.
+pub fn reached_text(r: &str) -> &'static str {
+    match r {
+        "inherited" => "inherited at start",
+        "received" => "received over a socket",
+        "copied" => "copied from another process",
+        "fanotify" => "handed over by fanotify",
+        "at_attach" => "open when monitoring attached",
+        _ => "of unknown origin",
+    }
+}
+
 fn who(f: &Finding) -> String {
     let mut s = format!("{}[{}]", f.comm, f.pid);
     for a in f.ancestry.iter().take(3) {
@@ -433,9 +445,13 @@ pub fn render_text(r: &Report) -> String {
             } else {
                 String::new()
             };
+            let via = match f.reached {
+                Some(r) if r != "path" => format!(" (through an fd {})", reached_text(r)),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "{label:<7}{} {}{outcome} {}{count}  by {}",
+                "{label:<7}{} {}{outcome} {}{via}{count}  by {}",
                 f.rule,
                 f.access,
                 crate::util::escape_path(&f.path),

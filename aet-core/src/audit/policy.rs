@@ -68,9 +68,19 @@ struct AllowSpec {
     probe: Option<Vec<Spanned<String>>>,
 }
 
+/// `[processes]`: what an access to a process outside the run counts as.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProcessesSpec {
+    #[serde(default)]
+    outside: Option<Spanned<String>>,
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PolicySpec {
+    #[serde(default)]
+    processes: Option<ProcessesSpec>,
     #[serde(default)]
     allow: Option<AllowSpec>,
     #[serde(default)]
@@ -130,6 +140,9 @@ pub struct Policy {
     pub allow: Option<Allow>,
     /// Named protected files (name, path): matched by path and by identity.
     pub protected: Vec<(String, PathBuf)>,
+    /// What reading, writing, tracing or taking an fd of a process outside the run counts as
+    /// (`[processes] outside`, a warning by default); `None`: not reported.
+    pub processes_outside: Option<Severity>,
 }
 
 struct LineOf<'a>(&'a str, std::ops::Range<usize>);
@@ -355,12 +368,28 @@ impl Policy {
             }
             protected.push((name.clone(), PathBuf::from(p.get_ref())));
         }
+        let processes_outside = match spec.processes.and_then(|p| p.outside) {
+            None => Some(Severity::Warn),
+            Some(v) => match v.get_ref().as_str() {
+                "warn" => Some(Severity::Warn),
+                "contaminant" => Some(Severity::Contaminant),
+                "cheat" => Some(Severity::Cheat),
+                "ignore" => None,
+                other => {
+                    return Err(format!(
+                        "{}: processes.outside = {other:?}: expected \"warn\", \"contaminant\", \"cheat\" or \"ignore\"",
+                        LineOf(text, v.span())
+                    ));
+                }
+            },
+        };
         Ok(Self {
             path: path.to_owned(),
             rules,
             set,
             allow,
             protected,
+            processes_outside,
         })
     }
 }
