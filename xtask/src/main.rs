@@ -322,6 +322,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "identity",
             "audit",
             "containers",
+            "handover",
         ],
     )?;
     daemon.stop()?;
