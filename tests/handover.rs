@@ -168,7 +168,7 @@ fn a_file_given_as_stdin_is_recorded_as_inherited_and_its_read_disqualifies() {
 fn an_fd_received_over_a_unix_socket_has_a_row_and_its_read_disqualifies() {
     let f = Fixture::new();
     let sock = f.dir.path().join("fd.sock");
-    let (_server, ready) = Outside::start(
+    let (server, ready) = Outside::start(
         Command::new(helper("handover"))
             .arg("serve")
             .arg(&sock)
@@ -194,7 +194,50 @@ fn an_fd_received_over_a_unix_socket_has_a_row_and_its_read_disqualifies() {
     assert_eq!((got[0].dev, got[0].ino), (Some(id.0), Some(id.1)));
     assert_eq!(got[0].syscall.as_deref(), Some("recvmsg"));
     assert!(got[0].source_fd.is_some(), "the socket it came through");
+    // The socket's peer: the process that sent it, outside the run.
+    assert_eq!(got[0].target_pid, Some(server.pid()), "{:#?}", got[0]);
+    assert_eq!(got[0].target_in_run, Some(false));
     assert_eq!(reads_of(&rows, id), SECRET.len() as u64);
+    assert_complete(&r.ledger());
+    assert_disqualified_through(&out, &f.policy(""), "received");
+}
+
+#[test]
+fn every_fd_of_a_message_received_with_recvmmsg_has_its_row() {
+    let f = Fixture::new();
+    let other = f.dir.path().join("other.txt");
+    fs::write(&other, "other\n").unwrap();
+    let sock = f.dir.path().join("fds.sock");
+    let (server, ready) = Outside::start(
+        Command::new(helper("handover"))
+            .arg("serve")
+            .arg(&sock)
+            .arg(&other)
+            .arg(&f.key)
+            .arg(&other),
+    );
+    assert_eq!(ready.trim(), "ready");
+    let out = f.out();
+    let r = run_in(
+        &out,
+        &[],
+        &[
+            helper("handover").into_os_string(),
+            "recvmm".into(),
+            sock.into(),
+        ],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert_eq!(r.stdout(), format!("other\n{SECRET}other\n"));
+    let rows = r.rows();
+    let got = fd_rows(&rows, "received");
+    let ids: Vec<_> = got.iter().map(|r| (r.dev, r.ino)).collect();
+    let o = fs::metadata(&other).unwrap();
+    let k = f.ident();
+    let (o, k) = ((Some(o.dev()), Some(o.ino())), (Some(k.0), Some(k.1)));
+    assert_eq!(ids, vec![o, k, o], "{got:#?}");
+    assert!(got.iter().all(|r| r.syscall.as_deref() == Some("recvmmsg")
+        && r.target_pid == Some(server.pid())));
     assert_complete(&r.ledger());
     assert_disqualified_through(&out, &f.policy(""), "received");
 }
@@ -325,7 +368,7 @@ fn reading_an_outside_process_memory_is_recorded_and_reported() {
     let out = f.out();
     let h = helper("handover");
     let script = format!(
-        "{0} vmread {pid} {addr} {len} && {0} peek {pid} {addr} >/dev/null",
+        "{0} vmread {pid} {addr} {len} && {0} peek {pid} {addr} >/dev/null && {0} vmwrite {pid} {addr}",
         h.display()
     );
     let r = run_in(&out, &[], &["sh", "-c", &script]);
@@ -340,6 +383,13 @@ fn reading_an_outside_process_memory_is_recorded_and_reported() {
     assert_eq!(vm[0].target_pid, Some(holder.pid()));
     assert_eq!(vm[0].target_in_run, Some(false));
     assert_eq!(vm[0].ret, Some(SECRET.len() as i64));
+    assert!(
+        rows.iter().any(|r| r.kind == "process"
+            && r.syscall.as_deref() == Some("process_vm_writev")
+            && r.target_pid == Some(holder.pid())
+            && r.ret == Some(1)),
+        "the write"
+    );
     let requests: Vec<u32> = rows
         .iter()
         .filter(|r| r.kind == "process" && r.syscall.as_deref() == Some("ptrace"))
@@ -354,7 +404,7 @@ fn reading_an_outside_process_memory_is_recorded_and_reported() {
     let (code, v) = audit(&out, &f.policy(""));
     assert_eq!(code, 1, "flagged for review: {v:#}");
     let w = v["warnings"].as_array().unwrap();
-    for access in ["read", "attach"] {
+    for access in ["read", "attach", "write"] {
         assert!(
             w.iter().any(|x| x["rule"] == "processes.outside"
                 && x["access"] == access

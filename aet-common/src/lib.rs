@@ -154,7 +154,8 @@ pub enum EventKind {
     /// event read from a fanotify fd), or inherited at start (written by userspace). One row
     /// per fd, with the file's identity and kernel walk; `aux` is the [`fd_origin`], `aux2` the
     /// source (the socket fd, the other process's fd, the event's pid); for fanotify, `mode` is
-    /// the reader's pid namespace level.
+    /// the reader's pid namespace level; for a received fd, `open_flags` is the socket's peer
+    /// process (host pid; 0 when the socket has none).
     Fd = 14,
     /// An access to another process: `ptrace`, `process_vm_readv`/`writev`, `pidfd_open`;
     /// `aux` is the target pid as the actor named it, `aux2` the ptrace request, `mode` the
@@ -907,6 +908,13 @@ pub struct Offsets {
     /// `task_struct.thread_pid`, `pid.level` (0 in the initial pid namespace).
     pub task_thread_pid: u32,
     pub pid_level: u32,
+    /// `file.private_data` (a socket file's `struct socket`), `socket.sk`, `sock.sk_peer_pid`,
+    /// `pid.numbers`, `upid.nr`: the peer process of a unix socket, as a host pid.
+    pub file_private_data: u32,
+    pub socket_sk: u32,
+    pub sock_sk_peer_pid: u32,
+    pub pid_numbers: u32,
+    pub upid_nr: u32,
     /// `io_kiocb.opcode`, `io_kiocb.cmd`, `io_open.filename`, `io_statx.filename`,
     /// `filename.name`. 0 when the kernel has no io_uring.
     pub req_opcode: u32,
@@ -946,8 +954,8 @@ pub struct Config {
     pub _pad: u32,
 }
 
-const _: () = assert!(size_of::<Offsets>() == 284);
-const _: () = assert!(size_of::<Config>() == 300);
+const _: () = assert!(size_of::<Offsets>() == 304);
+const _: () = assert!(size_of::<Config>() == 320);
 
 /// An exec's entry, kept until `sched_process_exec` or the exec's failure (keyed by thread id).
 #[repr(C)]

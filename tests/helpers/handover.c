@@ -2,10 +2,14 @@
  * helper, run inside a monitored run (the receiving side) or outside it (the holding side).
  *
  *   handover hold FILE            open FILE, read it into memory, print "PID FD ADDR LEN", wait
- *   handover serve SOCK FILE      open FILE, send its fd to the first client of unix socket SOCK
- *   handover recv SOCK            connect to SOCK, receive one fd (SCM_RIGHTS), copy it to stdout
+ *   handover serve SOCK FILE...   open each FILE, send their fds in one message to the first client
+ *                                 of unix socket SOCK
+ *   handover recv SOCK            connect to SOCK, receive fds (recvmsg, SCM_RIGHTS), copy each to
+ *                                 stdout
+ *   handover recvmm SOCK          the same with recvmmsg
  *   handover getfd PID FD         pidfd_open + pidfd_getfd of PID's FD, copy it to stdout
  *   handover vmread PID ADDR LEN  process_vm_readv of PID's memory to stdout
+ *   handover vmwrite PID ADDR     process_vm_writev of one byte into PID's memory
  *   handover peek PID ADDR        ptrace attach, one PEEKDATA word to stdout, detach
  *   handover splice FILE          splice FILE into a pipe, copy the pipe to stdout
  *   handover fanotify DIR         watch DIR for opens, print "ready", copy the first opened
@@ -67,10 +71,14 @@ int main(int argc, char **argv) {
         for (;;)
             pause();
     }
-    if (!strcmp(mode, "serve") && argc == 4) {
-        int file = open(argv[3], O_RDONLY);
-        if (file < 0)
-            die("open");
+    if (!strcmp(mode, "serve") && argc >= 4) {
+        int files[16];
+        int n = argc - 3;
+        if (n > 16)
+            return 2;
+        for (int i = 0; i < n; i++)
+            if ((files[i] = open(argv[3 + i], O_RDONLY)) < 0)
+                die("open");
         struct sockaddr_un a;
         int s = unix_addr(argv[2], &a);
         unlink(argv[2]);
@@ -85,19 +93,19 @@ int main(int argc, char **argv) {
         struct iovec iov = {&byte, 1};
         union {
             struct cmsghdr h;
-            char buf[CMSG_SPACE(sizeof(int))];
+            char buf[CMSG_SPACE(sizeof(int) * 16)];
         } ctl;
         memset(&ctl, 0, sizeof ctl);
         struct msghdr m = {0};
         m.msg_iov = &iov;
         m.msg_iovlen = 1;
         m.msg_control = ctl.buf;
-        m.msg_controllen = sizeof ctl.buf;
+        m.msg_controllen = CMSG_SPACE(sizeof(int) * n);
         struct cmsghdr *h = CMSG_FIRSTHDR(&m);
         h->cmsg_level = SOL_SOCKET;
         h->cmsg_type = SCM_RIGHTS;
-        h->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(h), &file, sizeof file);
+        h->cmsg_len = CMSG_LEN(sizeof(int) * n);
+        memcpy(CMSG_DATA(h), files, sizeof(int) * n);
         if (sendmsg(c, &m, 0) != 1)
             die("sendmsg");
         /* Until the client is done. */
@@ -105,7 +113,7 @@ int main(int argc, char **argv) {
             ;
         return 0;
     }
-    if (!strcmp(mode, "recv") && argc == 3) {
+    if ((!strcmp(mode, "recv") || !strcmp(mode, "recvmm")) && argc == 3) {
         struct sockaddr_un a;
         int s = unix_addr(argv[2], &a);
         if (s < 0 || connect(s, (void *)&a, sizeof a))
@@ -114,22 +122,31 @@ int main(int argc, char **argv) {
         struct iovec iov = {&byte, 1};
         union {
             struct cmsghdr h;
-            char buf[CMSG_SPACE(sizeof(int))];
+            char buf[CMSG_SPACE(sizeof(int) * 16)];
         } ctl;
-        struct msghdr m = {0};
-        m.msg_iov = &iov;
-        m.msg_iovlen = 1;
-        m.msg_control = ctl.buf;
-        m.msg_controllen = sizeof ctl.buf;
-        if (recvmsg(s, &m, 0) != 1)
-            die("recvmsg");
-        struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+        struct mmsghdr mm;
+        memset(&mm, 0, sizeof mm);
+        struct msghdr *m = &mm.msg_hdr;
+        m->msg_iov = &iov;
+        m->msg_iovlen = 1;
+        m->msg_control = ctl.buf;
+        m->msg_controllen = sizeof ctl.buf;
+        if (!strcmp(mode, "recv")) {
+            if (recvmsg(s, m, 0) != 1)
+                die("recvmsg");
+        } else if (recvmmsg(s, &mm, 1, 0, NULL) != 1) {
+            die("recvmmsg");
+        }
+        struct cmsghdr *h = CMSG_FIRSTHDR(m);
         if (!h || h->cmsg_type != SCM_RIGHTS)
             die("no fd");
-        int fd;
-        memcpy(&fd, CMSG_DATA(h), sizeof fd);
-        copy_out(fd);
-        close(fd);
+        int n = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (int i = 0; i < n; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof fd);
+            copy_out(fd);
+            close(fd);
+        }
         return 0;
     }
     if (!strcmp(mode, "getfd") && argc == 4) {
@@ -154,6 +171,14 @@ int main(int argc, char **argv) {
             die("process_vm_readv");
         if (write(1, buf, n) != n)
             die("write");
+        return 0;
+    }
+    if (!strcmp(mode, "vmwrite") && argc == 4) {
+        char byte = 'a';
+        struct iovec local = {&byte, 1};
+        struct iovec remote = {(void *)strtoul(argv[3], NULL, 10), 1};
+        if (process_vm_writev(atoi(argv[2]), &local, 1, &remote, 1, 0) != 1)
+            die("process_vm_writev");
         return 0;
     }
     if (!strcmp(mode, "peek") && argc == 4) {

@@ -10,7 +10,7 @@ use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated};
 
 use super::syscall::Args;
 use crate::{
-    kernel::KPtr,
+    kernel::{KPtr, kread},
     maps::{cfg, count, offsets},
     record::{fill_header, header, scratch, send},
     task::{Task, fd_file, identity, set_identity},
@@ -33,7 +33,15 @@ const FAN_EVENTS: u32 = 32;
 /// together (0.5 s per call site, measured); userspace names the file (an earlier row of the
 /// same inode, or the fd's link while it still shows that inode).
 #[inline(always)]
-pub(crate) fn emit_fd(task: &mut Task, syscall: u16, ret: i64, fd: i32, origin: u64, source: u64) {
+pub(crate) fn emit_fd(
+    task: &mut Task,
+    syscall: u16,
+    ret: i64,
+    fd: i32,
+    origin: u64,
+    source: u64,
+    peer: u32,
+) {
     let Some(s) = scratch() else { return };
     fill_header(header(s), task, EventKind::Fd, syscall, ret);
     let h = header(s);
@@ -41,6 +49,7 @@ pub(crate) fn emit_fd(task: &mut Task, syscall: u16, ret: i64, fd: i32, origin: 
     h.aux = origin;
     h.aux2 = source;
     h.mode = task.pid_level();
+    h.open_flags = peer;
     if let Some(id) = identity(fd_file(task, fd as i64)) {
         set_identity(h, id);
     }
@@ -73,7 +82,8 @@ struct Msg {
     run: u32,
     compat: u32,
     syscall: u32,
-    _pad: u32,
+    /// The socket's peer process (host pid), 0 when it has none.
+    peer: u32,
 }
 
 extern "C" fn fd_step(i: u32, ctx: *mut c_void) -> i64 {
@@ -93,6 +103,7 @@ extern "C" fn fd_step(i: u32, ctx: *mut c_void) -> i64 {
         fd,
         fd_origin::RECEIVED,
         m.sock,
+        m.peer,
     );
     0
 }
@@ -119,10 +130,16 @@ fn parse_msghdr(m: &mut Msg) {
     if ctl == 0 || ctl_len < hdr {
         return;
     }
+    // Find the SCM_RIGHTS message first (the kernel writes every received fd into one), then
+    // record its fds: one call site for the peer and the fd loop, which the verifier checks
+    // once, where a call in the (unrolled) search loop would be checked once per unrolled step.
     let mut off = 0u64;
+    let mut rights: u64 = 0;
+    let mut rights_len: u64 = 0;
+    let mut more = false;
     for _ in 0..CMSGS {
         if off + hdr > ctl_len {
-            return;
+            break;
         }
         let at = ctl + off;
         // SAFETY: fault-tolerant reads of the control buffer the kernel just filled.
@@ -137,23 +154,31 @@ fn parse_msghdr(m: &mut Msg) {
             return;
         };
         if len < hdr || off + len > ctl_len {
-            return;
+            break;
         }
         if level == SOL_SOCKET && ty == SCM_RIGHTS {
-            let n = ((len - hdr) / 4) as u32;
-            m.fds = at + hdr;
-            let n = if n > SCM_MAX_FD { SCM_MAX_FD } else { n };
-            // SAFETY: callback and context are valid for the call.
-            unsafe {
-                generated::bpf_loop(n, fd_step as *mut c_void, m as *mut Msg as *mut c_void, 0)
-            };
+            if rights != 0 {
+                more = true;
+            } else {
+                rights = at;
+                rights_len = len;
+            }
         }
         off += (len + align) & !align;
     }
-    if off + hdr <= ctl_len {
-        // More control messages than looked at.
+    if more || off + hdr <= ctl_len {
+        // A second fd message, or more control messages than looked at.
         count(m.run, counter::FD_UNRECORDED);
     }
+    if rights == 0 {
+        return;
+    }
+    m.peer = socket_peer(m.sock);
+    m.fds = rights + hdr;
+    let n = ((rights_len - hdr) / 4) as u32;
+    let n = if n > SCM_MAX_FD { SCM_MAX_FD } else { n };
+    // SAFETY: callback and context are valid for the call.
+    unsafe { generated::bpf_loop(n, fd_step as *mut c_void, m as *mut Msg as *mut c_void, 0) };
 }
 
 extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
@@ -169,10 +194,33 @@ extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
         run: outer.run,
         compat: outer.compat,
         syscall: outer.syscall,
-        _pad: 0,
+        peer: outer.peer,
     };
     parse_msghdr(&mut m);
     0
+}
+
+/// The peer process of socket fd `fd` of the current task (a unix socket's `sk_peer_pid`, as a
+/// host pid), 0 when it has none or cannot be read. Helper reads only (no unrolled fd-table
+/// look-up: this runs once per message that carries fds, and verifying that look-up here
+/// would cost more load time than the reads cost at run time).
+#[inline(never)]
+fn socket_peer(fd: u64) -> u32 {
+    let o = offsets();
+    let files = KPtr::current_task().ptr(cfg(&o.task_files));
+    if files.is_null() {
+        return 0;
+    }
+    let fdt = files.ptr(cfg(&o.files_fdt));
+    if fdt.is_null() || fd >= fdt.read::<u32>(cfg(&o.fdt_max_fds)) as u64 {
+        return 0;
+    }
+    let array: u64 = fdt.read(cfg(&o.fdt_fd));
+    let file: u64 = kread(array, (8 * fd) as u32);
+    let sock: u64 = kread(file, cfg(&o.file_private_data));
+    let sk: u64 = kread(sock, cfg(&o.socket_sk));
+    let pid: u64 = kread(sk, cfg(&o.sock_sk_peer_pid));
+    kread::<i32>(pid, cfg(&o.pid_numbers) + cfg(&o.upid_nr)) as u32
 }
 
 /// `recvmsg`/`recvmmsg` exits: an `fd` row for every fd received with `SCM_RIGHTS`.
@@ -189,7 +237,7 @@ pub(crate) fn exit_received(args: &Args, task: &Task, syscall: u16, ret: i64) {
         run: task.run,
         compat: args.compat as u32,
         syscall: syscall as u32,
-        _pad: 0,
+        peer: 0,
     };
     // One message for recvmsg, `ret` for recvmmsg: both through the message loop, so that
     // the parse is verified once.
@@ -277,6 +325,7 @@ extern "C" fn event_step(_i: u32, ctx: *mut c_void) -> i64 {
             fd,
             fd_origin::FANOTIFY,
             pid as u32 as u64,
+            0,
         );
     }
     e.off += event_len as u64;

@@ -494,6 +494,11 @@ impl RowMaker {
                     self.set_target(&mut row, h.pid, h.aux2 as u32, h.mode);
                 } else {
                     row.source_fd = Some(h.aux2 as i32);
+                    // The socket's peer, from the kernel (a host pid).
+                    if h.open_flags != 0 {
+                        row.target_pid = Some(h.open_flags);
+                        row.target_in_run = Some(self.procs.contains_key(&h.open_flags));
+                    }
                 }
                 self.name_arrived_fd(&mut row, h);
                 return row;
