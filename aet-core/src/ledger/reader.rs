@@ -128,12 +128,13 @@ impl Ledger {
                     (Form::Unfinished, r.schema(), Box::new(r))
                 }
             };
-        check_schema(path, &schema)?;
+        let missing = check_schema(path, &schema)?;
         let batches = match columns {
             None => batches,
             Some(cols) => {
                 let projection = cols
                     .iter()
+                    .filter(|c| !missing.contains(c))
                     .map(|c| {
                         schema.index_of(c).map_err(|_| ReadError::Schema {
                             path: path.to_owned(),
@@ -161,6 +162,22 @@ impl Ledger {
                     }
                 }
             }
+        };
+        // An older ledger: the columns added since are null in every row, in their places.
+        let batches = if missing.is_empty() {
+            batches
+        } else {
+            let full = schema::schema(HashMap::new());
+            let want: Vec<Field> = match columns {
+                None => full.fields().iter().map(|f| f.as_ref().clone()).collect(),
+                Some(cols) => cols
+                    .iter()
+                    .filter_map(|c| full.field_with_name(c).ok())
+                    .map(|f| f.clone().with_data_type(bytes_type(f.data_type())))
+                    .collect(),
+            };
+            Box::new(batches.map(move |b| b.and_then(|b| fill_missing(&b, &want))))
+                as Box<dyn Iterator<Item = _>>
         };
         Ok(Self {
             path: path.to_owned(),
@@ -486,22 +503,34 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-/// Checks that `schema` is a ledger schema this build reads.
-fn check_schema(path: &Path, schema: &Schema) -> Result<(), ReadError> {
+/// Columns added by schema version 3 (null when a version 2 ledger is read).
+pub(crate) const ADDED_IN_3: [&str; 5] = [
+    schema::col::FD_ORIGIN,
+    schema::col::TARGET_PID,
+    schema::col::TARGET_IN_RUN,
+    schema::col::SOURCE_FD,
+    schema::col::PTRACE_REQUEST,
+];
+
+/// Checks that `schema` is a ledger schema this build reads; returns the columns it lacks
+/// because an older version did not have them.
+fn check_schema(path: &Path, schema: &Schema) -> Result<Vec<&'static str>, ReadError> {
     let bad = |reason: String| ReadError::Schema {
         path: path.to_owned(),
         reason,
     };
-    match schema.metadata().get(meta::SCHEMA_VERSION) {
+    let may_lack: &[&str] = match schema.metadata().get(meta::SCHEMA_VERSION) {
         None => return Err(bad(format!("no {} metadata", meta::SCHEMA_VERSION))),
-        Some(v) if v != SCHEMA_VERSION => {
+        Some(v) if v == SCHEMA_VERSION => &[],
+        Some(v) if v == "2" => &ADDED_IN_3,
+        Some(v) => {
             return Err(bad(format!(
-                "schema version {v}, this build reads version {SCHEMA_VERSION}"
+                "schema version {v}, this build reads versions 2 and {SCHEMA_VERSION}"
             )));
         }
-        Some(_) => {}
-    }
+    };
     let expected = schema::schema(HashMap::new());
+    let mut missing = Vec::new();
     for field in expected.fields() {
         match schema.field_with_name(field.name()) {
             Ok(f) if f.data_type() == field.data_type() => {}
@@ -513,10 +542,35 @@ fn check_schema(path: &Path, schema: &Schema) -> Result<(), ReadError> {
                     field.data_type()
                 )));
             }
-            Err(_) => return Err(bad(format!("column {} is missing", field.name()))),
+            Err(_) => match may_lack.iter().find(|c| **c == field.name()) {
+                Some(c) => missing.push(*c),
+                None => return Err(bad(format!("column {} is missing", field.name()))),
+            },
         }
     }
-    Ok(())
+    Ok(missing)
+}
+
+/// `b` with the columns `want` in that order: its own by name, a null column for each it lacks.
+fn fill_missing(b: &RecordBatch, want: &[Field]) -> Result<RecordBatch, ArrowError> {
+    let have = b.schema();
+    let (fields, columns): (Vec<Field>, Vec<_>) = want
+        .iter()
+        .map(|f| match have.index_of(f.name()) {
+            Ok(i) => (have.field(i).clone(), b.column(i).clone()),
+            Err(_) => (
+                f.clone().with_nullable(true),
+                arrow_array::new_null_array(f.data_type(), b.num_rows()),
+            ),
+        })
+        .unzip();
+    RecordBatch::try_new(
+        Arc::new(Schema::new_with_metadata(
+            fields,
+            b.schema().metadata().clone(),
+        )),
+        columns,
+    )
 }
 
 #[cfg(test)]
@@ -525,6 +579,40 @@ mod tests {
     use arrow_data::ArrayData;
 
     use super::*;
+
+    /// A ledger written by aet with schema version 2 (before the fd, process and watch rows):
+    /// still read, the columns added since null in every row, whole or projected.
+    #[test]
+    fn a_schema_2_ledger_reads_with_the_new_columns_null() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2-ledger.arrow");
+        let mut l = Ledger::open(&path).unwrap();
+        let m = l.meta().unwrap();
+        assert_eq!(m.schema_version.as_deref(), Some("2"));
+        let mut rows = Vec::new();
+        while let Some(b) = l.next_batch().unwrap() {
+            rows.extend(schema::rows_of(&b));
+        }
+        assert_eq!(rows.len() as u64, m.events_recorded.unwrap());
+        assert!(rows.iter().any(|r| r.kind == "exec"));
+        assert!(rows.iter().all(|r| r.fd_origin.is_none()
+            && r.target_pid.is_none()
+            && r.target_in_run.is_none()
+            && r.source_fd.is_none()
+            && r.ptrace_request.is_none()));
+        let cols = crate::audit::engine::COLUMNS;
+        let mut l = Ledger::open_columns(&path, cols).unwrap();
+        let b = l.next_batch().unwrap().unwrap();
+        let sch = b.schema();
+        let names: Vec<&str> = sch.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, cols);
+        assert_eq!(
+            b.column_by_name(schema::col::TARGET_PID)
+                .unwrap()
+                .null_count(),
+            b.num_rows()
+        );
+    }
 
     fn binary(offsets: &[i32], values: &[u8], nulls: Option<&[bool]>) -> ArrayData {
         let mut b = ArrayData::builder(DataType::Binary)

@@ -3,7 +3,8 @@
 //! the documented column list (`docs/ledger.md`, checked by a test) are all made.
 //!
 //! A change to a column's name, type or meaning bumps [`SCHEMA_VERSION`]. Readers refuse a ledger
-//! whose version they do not know.
+//! whose version they do not know; a version 2 ledger is read with the columns version 3 added
+//! null (`reader::ADDED_IN_3`).
 
 use std::{borrow::Cow, collections::HashMap, fmt::Write as _, sync::Arc};
 
@@ -32,7 +33,8 @@ macro_rules! meta_keys {
 }
 
 meta_keys! {
-    /// The schema version (`3`).
+    /// The schema version (`3`; this build also reads `2`, whose ledgers lack the fd, process
+    /// and watch columns, read as null).
     SCHEMA_VERSION = "aet.schema_version";
     /// The aet version that wrote the ledger.
     AET_VERSION = "aet.version";
@@ -331,7 +333,8 @@ columns! {
     FD_ORIGIN = fd_origin: OptName;
     /// The other process: for `process` rows the process acted on (ptrace, process_vm_readv/
     /// writev, pidfd_open), for `fd` rows the process the fd came from (`copied`: the pidfd's
-    /// process; `fanotify`: the process whose access made the event), for an open of
+    /// process; `received`: the socket's peer, for a unix socket; `fanotify`: the process whose
+    /// access made the event), for an open of
     /// `/proc/PID/mem` that PID. A host pid; a pid named inside another pid namespace is
     /// translated when aet can, else kept as named and capture bit 30 is set.
     TARGET_PID = target_pid: Opt<U32>;
