@@ -98,9 +98,25 @@ impl Client {
 
     /// Sends a request and reads its response; an `Error` response is an error.
     pub fn call(&mut self, req: &Request) -> Result<Response, DaemonError> {
-        let io = |source| DaemonError::Io {
-            socket: self.socket.clone(),
-            source,
+        // A daemon that died shows as a broken pipe or a reset as often as an end of file,
+        // whichever the request meets first: each is the daemon gone.
+        let gone = &self.gone;
+        let socket = &self.socket;
+        let io = |source: std::io::Error| {
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            ) {
+                gone.store(true, Ordering::Release);
+                DaemonError::Gone {
+                    socket: socket.clone(),
+                }
+            } else {
+                DaemonError::Io {
+                    socket: socket.clone(),
+                    source,
+                }
+            }
         };
         let mut line = serde_json::to_string(req).expect("requests serialise");
         line.push('\n');
