@@ -82,6 +82,13 @@ impl Drop for Outside {
     }
 }
 
+/// `aet run --out OUT -- handover ARGS...`.
+fn run_handover(out: &Path, args: &[&std::ffi::OsStr]) -> Run {
+    let mut cmd = vec![helper("handover").into_os_string()];
+    cmd.extend(args.iter().map(|a| a.to_os_string()));
+    run_in(out, &[], &cmd)
+}
+
 /// `aet audit RUN --policy P --json`: exit status and report.
 fn audit(run: &Path, policy: &Path) -> (i32, serde_json::Value) {
     let json = run.join(format!("audit-{}.json", unique()));
@@ -176,15 +183,7 @@ fn an_fd_received_over_a_unix_socket_has_a_row_and_its_read_disqualifies() {
     );
     assert_eq!(ready.trim(), "ready");
     let out = f.out();
-    let r = run_in(
-        &out,
-        &[],
-        &[
-            helper("handover").into_os_string(),
-            "recv".into(),
-            sock.into(),
-        ],
-    );
+    let r = run_handover(&out, &["recv".as_ref(), sock.as_os_str()]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert_eq!(r.stdout(), SECRET);
     let rows = r.rows();
@@ -218,15 +217,7 @@ fn every_fd_of_a_message_received_with_recvmmsg_has_its_row() {
     );
     assert_eq!(ready.trim(), "ready");
     let out = f.out();
-    let r = run_in(
-        &out,
-        &[],
-        &[
-            helper("handover").into_os_string(),
-            "recvmm".into(),
-            sock.into(),
-        ],
-    );
+    let r = run_handover(&out, &["recvmm".as_ref(), sock.as_os_str()]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert_eq!(r.stdout(), format!("other\n{SECRET}other\n"));
     let rows = r.rows();
@@ -250,11 +241,7 @@ fn an_fd_copied_from_an_outside_process_names_that_process_and_disqualifies() {
     let (pid, fd) = (words[0], words[1]);
     assert_eq!(pid, holder.pid().to_string());
     let out = f.out();
-    let r = run_in(
-        &out,
-        &[],
-        &[helper("handover").to_str().unwrap(), "getfd", pid, fd],
-    );
+    let r = run_handover(&out, &["getfd".as_ref(), pid.as_ref(), fd.as_ref()]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert_eq!(r.stdout(), SECRET);
     let rows = r.rows();
@@ -342,15 +329,7 @@ fn an_fd_handed_over_by_fanotify_has_a_row_and_its_read_disqualifies() {
 fn bytes_spliced_from_a_file_into_a_pipe_are_accounted_to_the_file() {
     let f = Fixture::new();
     let out = f.out();
-    let r = run_in(
-        &out,
-        &[],
-        &[
-            helper("handover").into_os_string(),
-            "splice".into(),
-            f.key.clone().into(),
-        ],
-    );
+    let r = run_handover(&out, &["splice".as_ref(), f.key.as_os_str()]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert_eq!(r.stdout(), SECRET);
     let rows = r.rows();

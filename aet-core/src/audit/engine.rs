@@ -335,6 +335,48 @@ impl<'p> Engine<'p> {
         }
     }
 
+    /// A finding's first row: the process and where the row is; the paths' other forms, how the
+    /// file was reached and the target are left for the caller.
+    fn finding(
+        &self,
+        class: Class,
+        rule: String,
+        outcome: Outcome,
+        access: &'static str,
+        path: String,
+        row: &RowRef<'_>,
+    ) -> Finding {
+        let p = self.procs.get(&row.pid);
+        Finding {
+            class,
+            rule,
+            outcome,
+            access,
+            path,
+            path_hex: None,
+            raw_path: None,
+            host_path: None,
+            errno: row
+                .cols
+                .errno
+                .is_valid(row.i)
+                .then(|| lossy(row.cols.errno.value(row.i))),
+            count: 1,
+            first_seq: row.cols.seq.value(row.i),
+            first_ts_ns: row.cols.ts.value(row.i),
+            pid: row.pid,
+            uid: row.cols.uid.value(row.i),
+            comm: lossy(row.cols.comm.value(row.i)),
+            exe: p.and_then(|p| p.exe.clone()),
+            argv: p.and_then(|p| p.argv.clone()),
+            ancestry: Vec::new(),
+            tool_call: None,
+            mentioned_in_transcript: None,
+            reached: None,
+            target_pid: None,
+        }
+    }
+
     /// A finding about an access to a process outside the run.
     fn record_process(
         &mut self,
@@ -358,34 +400,17 @@ impl<'p> Engine<'p> {
             self.findings[i].count += 1;
             return;
         }
-        let p = self.procs.get(&row.pid);
         let f = Finding {
-            class,
-            rule: "processes.outside".into(),
-            outcome,
-            access,
-            path: format!("pid {target}"),
-            path_hex: None,
             raw_path: row.raw.map(lossy),
-            host_path: None,
-            errno: row
-                .cols
-                .errno
-                .is_valid(row.i)
-                .then(|| lossy(row.cols.errno.value(row.i))),
-            count: 1,
-            first_seq: row.cols.seq.value(row.i),
-            first_ts_ns: row.cols.ts.value(row.i),
-            pid: row.pid,
-            uid: row.cols.uid.value(row.i),
-            comm: lossy(row.cols.comm.value(row.i)),
-            exe: p.and_then(|p| p.exe.clone()),
-            argv: p.and_then(|p| p.argv.clone()),
-            ancestry: Vec::new(),
-            tool_call: None,
-            mentioned_in_transcript: None,
-            reached: None,
             target_pid: Some(target),
+            ..self.finding(
+                class,
+                "processes.outside".into(),
+                outcome,
+                access,
+                format!("pid {target}"),
+                row,
+            )
         };
         if matches!(class, Class::Cheat | Class::Contaminant)
             && let Some(p) = self.procs.get_mut(&row.pid)
@@ -487,34 +512,19 @@ impl<'p> Engine<'p> {
             let (name, _) = &self.policy.protected[rule as usize - self.policy.rules.len()];
             format!("protected.{name}")
         };
-        let p = self.procs.get(&row.pid);
         let f = Finding {
-            class,
-            rule: rule_name,
-            outcome,
-            access: access.name(),
-            path: self.path_texts[path_id as usize].clone(),
             path_hex: self.path_hex[path_id as usize].clone(),
             raw_path: row.raw.filter(|r| Some(*r) != row.resolved).map(lossy),
             host_path: row.host.map(lossy),
-            errno: row
-                .cols
-                .errno
-                .is_valid(row.i)
-                .then(|| lossy(row.cols.errno.value(row.i))),
-            count: 1,
-            first_seq: row.cols.seq.value(row.i),
-            first_ts_ns: row.cols.ts.value(row.i),
-            pid: row.pid,
-            uid: row.cols.uid.value(row.i),
-            comm: lossy(row.cols.comm.value(row.i)),
-            exe: p.and_then(|p| p.exe.clone()),
-            argv: p.and_then(|p| p.argv.clone()),
-            ancestry: Vec::new(),
-            tool_call: None,
-            mentioned_in_transcript: None,
             reached: row.reached,
-            target_pid: None,
+            ..self.finding(
+                class,
+                rule_name,
+                outcome,
+                access.name(),
+                self.path_texts[path_id as usize].clone(),
+                row,
+            )
         };
         if matches!(class, Class::Cheat | Class::Contaminant | Class::OutOfScope)
             && let Some(p) = self.procs.get_mut(&row.pid)
