@@ -60,6 +60,9 @@ impl<W: Write> IpcFileWriter<W> {
         let encoded =
             generator.schema_to_bytes_with_dictionary_tracker(head_schema, &mut tracker, &options);
         let (meta, body) = write_message(&mut w, encoded, &options)?;
+        // The head reaches the file at once: a run killed before its first batch still leaves
+        // a ledger that reads (with no rows).
+        w.flush()?;
         Ok(Self {
             w,
             options,
