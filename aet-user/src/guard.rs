@@ -41,6 +41,19 @@ impl Guard {
         Ok(Self { stdin, child })
     }
 
+    /// Starts `aet __guard-thaw DIR`: if this aet dies, every cgroup a marker in `DIR` names
+    /// is thawed (see `monitor::overload`).
+    pub fn start_thaw(dir: &Path) -> io::Result<Self> {
+        let mut child = std::process::Command::new("/proc/self/exe")
+            .arg("__guard-thaw")
+            .arg(dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        Ok(Self { stdin, child })
+    }
+
     /// Tells the guard the run ended cleanly and waits for it.
     pub fn release(mut self) {
         drop(self.stdin.take());
@@ -57,6 +70,8 @@ pub fn guard_main(cgroup: &Path) -> anyhow::Result<()> {
     }
     if cgroup::populated(cgroup)? {
         let pids = cgroup::procs(cgroup)?;
+        // Thawed first: a run aet froze is never left frozen, whatever happens next.
+        cgroup::thaw(cgroup);
         std::fs::write(cgroup.join("cgroup.kill"), b"1")?;
         eprintln!(
             "aet: guard: aet run ended without finishing its run; killed {} process(es) left in {}",
@@ -76,6 +91,18 @@ pub fn guard_main(cgroup: &Path) -> anyhow::Result<()> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    Ok(())
+}
+
+/// The thaw guard: waits for its stdin to close, then thaws every cgroup a marker in `dir` names
+/// (a freeze the aet it guarded had not undone) and removes `dir`.
+pub fn thaw_main(dir: &Path) -> anyhow::Result<()> {
+    wait_for_stdin_close()?;
+    let n = cgroup::thaw_marked(dir);
+    if n > 0 {
+        eprintln!("aet: guard: aet ended with {n} run(s) frozen; thawed them");
+    }
+    let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }
 

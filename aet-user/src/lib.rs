@@ -44,7 +44,10 @@ mod tests {
                 "identity", "kernel",
             ],
         ),
-        ("session", &["daemon", "monitor", "loader"]),
+        (
+            "session",
+            &["daemon", "monitor", "loader", "guard", "sandbox"],
+        ),
         ("daemon", &["monitor", "loader", "kernel", "guard"]),
         ("guard", &["kernel"]),
         ("progress", &["monitor", "kernel"]),

@@ -89,6 +89,7 @@ pub struct RunOptions {
     pub command: Vec<OsString>,
     pub grace: Duration,
     pub ringbuf_bytes: u32,
+    pub on_overload: crate::monitor::overload::OnOverload,
     pub quiet: bool,
     /// How the command starts: in a sandbox (bwrap starts inside the run's cgroup, so its
     /// set-up is in the ledger too), as an agent identity, or as it is.
@@ -329,7 +330,15 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
     let mut head = opts.head.clone();
     head.set_json(meta::COMMAND, &command_text(&opts.command));
     head.set_json(meta::INHERITED_FDS, &inherited_fds());
-    let mut monitor = Session::start(&opts.mode, &scope, &ledger, head, true, opts.ringbuf_bytes)?;
+    let mut monitor = Session::start(
+        &opts.mode,
+        &scope,
+        &ledger,
+        head,
+        true,
+        opts.ringbuf_bytes,
+        opts.on_overload,
+    )?;
     note(
         opts.quiet,
         format_args!(
@@ -669,6 +678,13 @@ async fn drive(
 
 /// Prints the end-of-run line; an incomplete record is always printed, loudly.
 pub fn report_end(report: &MonitorReport, quiet: bool) {
+    if let Some(ov) = report
+        .overload
+        .as_ref()
+        .filter(|o| o.freezes > 0 || o.note.is_some())
+    {
+        note(quiet, format_args!("{}", ov.text()));
+    }
     if report.complete() {
         note(
             quiet,
@@ -742,6 +758,7 @@ pub struct MonitorOptions {
     pub scope: Option<ScopeKind>,
     pub out: PathBuf,
     pub ringbuf_bytes: u32,
+    pub on_overload: crate::monitor::overload::OnOverload,
     pub quiet: bool,
     /// Where the monitor comes from.
     pub mode: Mode,
@@ -818,7 +835,15 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
     head.set_json(meta::COMMAND, &Vec::<String>::new());
     let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
-    let mut monitor = Session::start(&opts.mode, &scope, &ledger, head, false, opts.ringbuf_bytes)?;
+    let mut monitor = Session::start(
+        &opts.mode,
+        &scope,
+        &ledger,
+        head,
+        false,
+        opts.ringbuf_bytes,
+        opts.on_overload,
+    )?;
     let mut reasons = Reasons::new();
     if let Target::Container(_) = &opts.target
         && let Scope::Cgroup { path, .. } = &scope

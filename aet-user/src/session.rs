@@ -20,7 +20,8 @@ use crate::{
     loader::{LoadOptions, Scope},
     monitor::{
         MonitorError, MonitorReport,
-        engine::{Engine, Progress},
+        engine::{Engine, Overload, Progress},
+        overload::OnOverload,
     },
 };
 
@@ -51,6 +52,11 @@ pub enum SessionError {
          or leave out --daemon to load the programs for this run"
     )]
     DaemonFull { socket: PathBuf, max_runs: u32 },
+    /// The guard that thaws a frozen run if aet dies could not be set up.
+    #[error(
+        "cannot set up the guard that thaws a frozen run ({0}); use --on-overload drop to run without it"
+    )]
+    ThawGuard(#[source] std::io::Error),
 }
 
 /// A run being recorded.
@@ -58,6 +64,8 @@ pub enum Session {
     Local {
         engine: Engine,
         slot: u32,
+        /// The guard that thaws what this aet froze if it dies, and its marker directory.
+        thaw: Option<(crate::guard::Guard, PathBuf)>,
     },
     Remote {
         client: Client,
@@ -66,6 +74,19 @@ pub enum Session {
         lost: Arc<AtomicBool>,
         notify: Arc<tokio::sync::Notify>,
     },
+}
+
+/// A marker directory for this aet's freezes and the guard that thaws what they name.
+fn thaw_guard() -> Result<(crate::guard::Guard, PathBuf), SessionError> {
+    let io = SessionError::ThawGuard;
+    let dir = crate::sandbox::runtime_dir().map_err(io)?.join(format!(
+        "frozen-{}-{}",
+        std::process::id(),
+        crate::util::now_ns()
+    ));
+    std::fs::create_dir(&dir).map_err(io)?;
+    let guard = crate::guard::Guard::start_thaw(&dir).map_err(io)?;
+    Ok((guard, dir))
 }
 
 impl Session {
@@ -79,6 +100,7 @@ impl Session {
         head: MetaMap,
         owned: bool,
         ringbuf_bytes: u32,
+        on_overload: OnOverload,
     ) -> Result<Self, SessionError> {
         let socket = match mode {
             Mode::Standalone => None,
@@ -92,6 +114,7 @@ impl Session {
                         ledger: ledger.to_owned(),
                         head: head.clone().into_inner(),
                         owned,
+                        on_overload,
                     })?;
                     let slot = match r {
                         Response::Started { slot } => Some(slot),
@@ -139,8 +162,17 @@ impl Session {
         }
         let engine = Engine::load(&LoadOptions { ringbuf_bytes })?;
         let quota = u64::from(engine.ringbuf_bytes());
-        let slot = engine.start_run(scope, ledger, head, quota)?;
-        Ok(Self::Local { engine, slot })
+        // A run that may be frozen gets a guard that thaws it if this aet dies.
+        let thaw = match (on_overload, scope) {
+            (OnOverload::Freeze, Scope::Cgroup { .. }) => Some(thaw_guard()?),
+            _ => None,
+        };
+        let overload = Overload {
+            on_overload,
+            marker_dir: thaw.as_ref().map(|(_, d)| d.clone()),
+        };
+        let slot = engine.start_run(scope, ledger, head, quota, &overload)?;
+        Ok(Self::Local { engine, slot, thaw })
     }
 
     /// `daemon` or `standalone`.
@@ -162,7 +194,7 @@ impl Session {
     /// Adds tasks to the run's tracked set.
     pub fn track(&mut self, tids: &[u32]) -> Result<(), SessionError> {
         match self {
-            Self::Local { engine, slot } => {
+            Self::Local { engine, slot, .. } => {
                 for &tid in tids {
                     engine.track(*slot, tid)?;
                 }
@@ -190,7 +222,7 @@ impl Session {
     /// The run's tracked tasks.
     pub fn tracked(&mut self) -> Vec<u32> {
         match self {
-            Self::Local { engine, slot } => engine.tracked(*slot),
+            Self::Local { engine, slot, .. } => engine.tracked(*slot),
             Self::Remote { client, .. } => match client.call(&Request::Tracked) {
                 Ok(Response::Tracked { tids }) => tids,
                 _ => Vec::new(),
@@ -201,7 +233,7 @@ impl Session {
     /// What the run has recorded so far.
     pub fn progress(&mut self) -> Progress {
         match self {
-            Self::Local { engine, slot } => engine.progress(*slot),
+            Self::Local { engine, slot, .. } => engine.progress(*slot),
             Self::Remote { client, .. } => match client.call(&Request::Progress) {
                 Ok(Response::Progress { progress }) => progress,
                 _ => Progress::default(),
@@ -241,9 +273,13 @@ impl Session {
     /// `reasons`.
     pub fn stop(self, extra: MetaMap, reasons: Reasons) -> Result<MonitorReport, SessionError> {
         match self {
-            Self::Local { engine, slot } => {
+            Self::Local { engine, slot, thaw } => {
                 let report = engine.stop_run(slot, extra, reasons);
                 engine.shutdown("the run ended");
+                if let Some((guard, dir)) = thaw {
+                    guard.release();
+                    let _ = std::fs::remove_dir_all(dir);
+                }
                 Ok(report?)
             }
             Self::Remote { mut client, .. } => {

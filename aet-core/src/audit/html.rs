@@ -275,6 +275,9 @@ pub fn render(r: &Report) -> String {
         }
         o.push_str("</ul>");
     }
+    if let Some(ov) = &r.run.overload {
+        let _ = write!(o, "<p>Overload: {}</p>", esc(&ov.text()));
+    }
     if !r.unused_rules.is_empty() {
         let _ = write!(
             o,

@@ -83,6 +83,9 @@ pub struct RunInfo {
     pub exit_status: Option<i32>,
     pub sandbox_verified: Option<bool>,
     pub identity_uid: Option<u32>,
+    /// How the run met overload: how often and how long it was frozen (a harness that times
+    /// agents can subtract it).
+    pub overload: Option<crate::ledger::record::OverloadRecord>,
 }
 
 /// Counts.
@@ -336,6 +339,7 @@ fn build_report(
         exit_status: m.exit_status,
         sandbox_verified: m.sandbox.as_ref().map(|s| s.verified),
         identity_uid: m.identity.as_ref().map(|i| i.uid),
+        overload: m.overload.clone(),
     };
     Report {
         format: "aet.audit",
@@ -403,6 +407,14 @@ pub fn render_text(r: &Report) -> String {
     );
     for reason in &r.incomplete_reasons {
         let _ = writeln!(s, "              - {reason}");
+    }
+    if let Some(ov) = r
+        .run
+        .overload
+        .as_ref()
+        .filter(|o| o.freezes > 0 || o.note.is_some())
+    {
+        let _ = writeln!(s, "slowed        {}", ov.text());
     }
     let _ = writeln!(s, "policy        {}", r.policy.display());
     let _ = writeln!(

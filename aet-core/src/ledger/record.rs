@@ -31,6 +31,46 @@ pub struct ProtectedFile {
     pub ino: u64,
 }
 
+/// How the run met overload (`aet.overload`): what it asked for, what it used, and how often
+/// and how long it was frozen.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct OverloadRecord {
+    /// `freeze` or `drop`, as asked (`--on-overload`).
+    pub asked: String,
+    /// What the run used: `drop` when its scope cannot be frozen.
+    pub used: String,
+    pub freezes: u64,
+    pub frozen_ms: f64,
+    pub longest_ms: f64,
+    /// Why it used another than it asked, or what went wrong.
+    pub note: Option<String>,
+}
+
+impl OverloadRecord {
+    /// One line for the summary and the audit report: how the run was slowed, if it was.
+    pub fn text(&self) -> String {
+        let mut t = if self.used == "freeze" {
+            if self.freezes == 0 {
+                "freeze on overload: never frozen".to_owned()
+            } else {
+                format!(
+                    "freeze on overload: frozen {} time{}, {:.0} ms in all (longest {:.0} ms)",
+                    self.freezes,
+                    if self.freezes == 1 { "" } else { "s" },
+                    self.frozen_ms,
+                    self.longest_ms
+                )
+            }
+        } else {
+            "drop on overload (lost events are counted)".to_owned()
+        };
+        if let Some(n) = &self.note {
+            t.push_str(&format!("; {n}"));
+        }
+        t
+    }
+}
+
 /// An fd the command was started with (`aet.inherited_fds`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct InheritedFd {
@@ -384,7 +424,7 @@ pub struct MetaError {
 }
 
 /// A ledger's metadata, typed. Keys a ledger does not have are `None` (or empty).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LedgerMeta {
     pub schema_version: Option<String>,
     pub aet_version: Option<String>,
@@ -412,6 +452,7 @@ pub struct LedgerMeta {
     pub identity: Option<IdentityRecord>,
     pub protected: BTreeMap<String, ProtectedFile>,
     pub inherited_fds: Vec<InheritedFd>,
+    pub overload: Option<OverloadRecord>,
     /// `aet.recovered` is `true`.
     pub recovered: bool,
 }
@@ -483,6 +524,7 @@ impl LedgerMeta {
             identity: json(m, meta::IDENTITY)?,
             protected: json(m, meta::PROTECTED)?.unwrap_or_default(),
             inherited_fds: json(m, meta::INHERITED_FDS)?.unwrap_or_default(),
+            overload: json(m, meta::OVERLOAD)?,
             recovered: flag(m, meta::RECOVERED),
         })
     }

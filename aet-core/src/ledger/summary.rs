@@ -92,6 +92,8 @@ pub struct Summary {
     pub complete: bool,
     pub incomplete_reasons: Vec<String>,
     pub killed: Vec<ProcessRef>,
+    /// How the run met overload (how often and how long it was frozen).
+    pub overload: Option<super::record::OverloadRecord>,
 }
 
 /// What identifies a file in the summary: its (device, inode) when the kernel said, else its
@@ -161,6 +163,7 @@ pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
         complete: false,
         incomplete_reasons: Vec::new(),
         killed: m.killed.clone(),
+        overload: m.overload.clone(),
     };
     if let (Some(a), Some(b)) = (s.started_ns, s.ended_ns) {
         s.duration_s = Some((b - a) as f64 / 1e9);
@@ -394,6 +397,9 @@ pub fn render_text(s: &Summary, list_files: bool) -> String {
         None => {
             let _ = writeln!(o, "lost events     unknown");
         }
+    }
+    if let Some(ov) = &s.overload {
+        let _ = writeln!(o, "overload        {}", ov.text());
     }
     if !s.killed.is_empty() {
         let _ = writeln!(o, "killed at end   {}", s.killed.len());

@@ -144,6 +144,16 @@ pub enum Command {
     /// Internal: kills a run's cgroup if `aet run` dies before finishing (see `guard::Guard`).
     #[command(name = "__guard", hide = true)]
     Guard { cgroup: std::path::PathBuf },
+    /// Internal: feeds a record dump (`AET_DEBUG_RECORD_DUMP`) through the consumer into a new
+    /// ledger and prints its throughput (`cargo xtask bench`).
+    #[command(name = "__replay", hide = true)]
+    Replay {
+        dump: std::path::PathBuf,
+        ledger: std::path::PathBuf,
+    },
+    /// Internal: thaws what an aet that died had frozen (see `guard::thaw_main`).
+    #[command(name = "__guard-thaw", hide = true)]
+    GuardThaw { dir: std::path::PathBuf },
     /// Internal: kills the runs of an `aet daemon` that died (see `daemon::guard_main`).
     #[command(name = "__guard-daemon", hide = true)]
     GuardDaemon { state: std::path::PathBuf },
@@ -192,6 +202,22 @@ pub fn main() -> ExitCode {
         Command::Daemon(a) => (daemon::run(a), Exit::AetFailed.code()),
         Command::Guard { cgroup } => (crate::guard::guard_main(&cgroup).map(|()| 0), 1),
         Command::GuardDaemon { state } => (crate::daemon::guard_main(&state).map(|()| 0), 1),
+        Command::GuardThaw { dir } => (crate::guard::thaw_main(&dir).map(|()| 0), 1),
+        Command::Replay { dump, ledger } => (
+            crate::monitor::engine::replay(&dump, &ledger)
+                .map(|r| {
+                    println!(
+                        "records={} rows={} cpu_ns={} wall_ns={}",
+                        r.records,
+                        r.rows,
+                        r.cpu.as_nanos(),
+                        r.wall.as_nanos()
+                    );
+                    0
+                })
+                .map_err(Into::into),
+            Exit::AetFailed.code(),
+        ),
         Command::Sandbox(c) => (
             sandbox::run(c),
             if is_sandbox_run(&args) {
@@ -268,6 +294,12 @@ pub struct MonitorArgs {
     /// Load the programs for this run, even if a daemon answers.
     #[arg(long)]
     pub standalone: bool,
+    /// When the record cannot keep up: `freeze` the run's cgroup until it has (nothing lost;
+    /// the time frozen is in the ledger), or `drop` what does not fit and count it (the run is
+    /// then incomplete). A scope that is not a cgroup (`--uid`, `--pid`) always drops, and its
+    /// ledger says so.
+    #[arg(long, value_enum, default_value_t = crate::monitor::overload::OnOverload::Freeze, value_name = "HOW")]
+    pub on_overload: crate::monitor::overload::OnOverload,
 }
 
 impl MonitorArgs {

@@ -74,6 +74,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             scope: a.scope.map(Into::into),
             out: a.out,
             ringbuf_bytes: a.ringbuf_bytes,
+            on_overload: a.monitor.on_overload,
             mode: a.monitor.mode(),
             quiet: a.quiet,
         }))

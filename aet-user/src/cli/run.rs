@@ -162,6 +162,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         command,
         grace: Duration::from_secs_f64(a.grace),
         ringbuf_bytes: a.ringbuf_bytes,
+        on_overload: a.monitor.on_overload,
         quiet: a.quiet,
         mode: a.monitor.mode(),
         progress: a.progress.mode(a.quiet),

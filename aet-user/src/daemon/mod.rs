@@ -281,6 +281,7 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
             ledger,
             head,
             owned,
+            on_overload,
         } => {
             if run.is_some() {
                 return err("this connection already has a run".into());
@@ -295,7 +296,15 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
                 *a += 1;
             }
             let quota = u64::from(d.opts.ringbuf_bytes / d.opts.max_runs);
-            match d.engine.start_run(&scope, &ledger, MetaMap(head), quota) {
+            // Freezes are marked in the state directory: the daemon's guard thaws them.
+            let overload = crate::monitor::engine::Overload {
+                on_overload,
+                marker_dir: Some(d.state.clone()),
+            };
+            match d
+                .engine
+                .start_run(&scope, &ledger, MetaMap(head), quota, &overload)
+            {
                 Ok(slot) => {
                     let cg = match (&scope, owned) {
                         (Scope::Cgroup { path, .. }, true) => Some(path.clone()),
@@ -369,6 +378,13 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
 /// the cgroup of every run listed in `DIR` (the daemon died with them still going).
 pub fn guard_main(state: &Path) -> anyhow::Result<()> {
     crate::guard::wait_for_stdin_close()?;
+    // Nothing the daemon froze stays frozen: thawed before anything is killed.
+    let thawed = crate::kernel::cgroup::thaw_marked(state);
+    if thawed > 0 {
+        eprintln!(
+            "aet: daemon guard: the aet daemon died with {thawed} run(s) frozen; thawed them"
+        );
+    }
     let Ok(entries) = std::fs::read_dir(state) else {
         return Ok(());
     };
@@ -381,6 +397,7 @@ pub fn guard_main(state: &Path) -> anyhow::Result<()> {
             String::from_utf8_lossy(&bytes).into_owned(),
         ));
         if crate::kernel::cgroup::populated(&cg).unwrap_or(false) {
+            crate::kernel::cgroup::thaw(&cg);
             let _ = std::fs::write(cg.join("cgroup.kill"), b"1");
             killed += 1;
         }

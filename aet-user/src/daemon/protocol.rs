@@ -30,6 +30,9 @@ pub enum Request {
         ledger: PathBuf,
         head: HashMap<String, String>,
         owned: bool,
+        /// What the run does when the record cannot keep up.
+        #[serde(default)]
+        on_overload: crate::monitor::overload::OnOverload,
     },
     /// Add tasks to the run's tracked set.
     Track { tids: Vec<u32> },

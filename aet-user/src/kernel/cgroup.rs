@@ -98,6 +98,47 @@ pub fn procs(path: &Path) -> Result<Vec<u32>, CgroupError> {
     Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
 }
 
+/// Thaws a cgroup (`cgroup.freeze` = 0) if it has the file; errors are ignored (a cgroup that
+/// is gone is not frozen).
+pub fn thaw(path: &Path) {
+    let f = path.join("cgroup.freeze");
+    if f.exists() {
+        let _ = fs::write(f, b"0");
+    }
+}
+
+/// The name prefix of the files that say a cgroup is frozen by aet: each holds the path of the
+/// cgroup's `cgroup.freeze` (see `monitor::overload`).
+pub const FREEZE_MARKER_PREFIX: &str = "frozen-";
+
+/// Thaws every cgroup a marker in `dir` names (a guard's first step when the aet it guards died:
+/// nothing it froze stays frozen). Returns how many.
+pub fn thaw_marked(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in entries.flatten() {
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .starts_with(FREEZE_MARKER_PREFIX)
+        {
+            continue;
+        }
+        if let Ok(bytes) = fs::read(e.path()) {
+            let file = PathBuf::from(std::ffi::OsString::from(
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ));
+            if fs::write(&file, b"0").is_ok() {
+                n += 1;
+            }
+        }
+        let _ = fs::remove_file(e.path());
+    }
+    n
+}
+
 /// Does the cgroup (or a descendant) hold any process? A removed cgroup holds none.
 pub fn populated(path: &Path) -> Result<bool, CgroupError> {
     let p = path.join("cgroup.events");
@@ -185,6 +226,7 @@ impl RunCgroup {
     /// Kills every process in the cgroup (`cgroup.kill`, or SIGKILL to each pid on kernels
     /// without it) and waits until it is empty.
     pub fn kill_all(&self) -> Result<(), CgroupError> {
+        thaw(&self.path);
         let kill = self.path.join("cgroup.kill");
         if kill.exists() {
             let mut f = fs::OpenOptions::new()

@@ -23,7 +23,9 @@ use aet_common::{EventKind, HEADER_SIZE, counter, runs};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    FLUSH_INTERVAL, IDLE_POLL, MonitorError, MonitorReport, RowMaker, STALL_ENV, decode,
+    DUMP_ENV, FLUSH_INTERVAL, IDLE_POLL, MonitorError, MonitorReport, RowMaker, SLOW_ENV,
+    STALL_ENV, decode,
+    overload::{Freezer, OnOverload},
     source::{EventSource, RingSource},
 };
 use crate::{
@@ -36,6 +38,14 @@ use crate::{
     loader::{Counters, LoadError, LoadOptions, Programs, Scope},
     util::{WallClock, now_ns},
 };
+
+/// How a run meets overload: what it asked for, and where its freezes are marked for the guard
+/// that thaws them if aet dies.
+#[derive(Clone, Debug, Default)]
+pub struct Overload {
+    pub on_overload: OnOverload,
+    pub marker_dir: Option<std::path::PathBuf>,
+}
 
 /// What a run has recorded so far, for a live status line.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +85,7 @@ struct Sink {
     error: Option<WriteError>,
     progress: Progress,
     started_ns: i64,
+    freezer: Freezer,
 }
 
 impl Sink {
@@ -220,15 +231,44 @@ impl Engine {
                 "aet: warning: {STALL_ENV} is set: the consumer starts {stall:?} late (fault injection for tests)"
             );
         }
+        let slow = std::env::var(SLOW_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_micros)
+            .unwrap_or_default();
+        if !slow.is_zero() {
+            eprintln!(
+                "aet: warning: {SLOW_ENV} is set: the consumer sleeps {slow:?} every {ACCOUNT_EVERY} records (fault injection for tests)"
+            );
+        }
         let s2 = shared.clone();
         let p2 = programs.clone();
         let consumer = std::thread::Builder::new()
             .name("aet-consumer".into())
             .spawn(move || {
-                let mut tell = |slot, consumed, quota| {
-                    let _ = lock(&p2).set_consumed(slot, consumed, quota);
-                };
-                consume(RingSource::new(ring), &s2, stall, &mut tell);
+                // The record comes before the run: when both want a CPU, the consumer gets it
+                // (a consumer that waits for a CPU lets the ring fill; root may raise it).
+                // SAFETY: plain syscalls on this thread.
+                unsafe {
+                    let tid = libc::gettid();
+                    libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, CONSUMER_NICE);
+                }
+                let mut kernel = KernelSide(p2);
+                let source = RingSource::new(ring);
+                match std::env::var_os(DUMP_ENV).map(|p| std::fs::File::create(&p)) {
+                    Some(Ok(f)) => {
+                        let dump = Dump {
+                            inner: source,
+                            out: std::io::BufWriter::new(f),
+                        };
+                        consume(dump, &s2, (stall, slow), &mut kernel);
+                    }
+                    Some(Err(e)) => {
+                        eprintln!("aet: warning: {DUMP_ENV}: {e}; not dumping");
+                        consume(source, &s2, (stall, slow), &mut kernel);
+                    }
+                    None => consume(source, &s2, (stall, slow), &mut kernel),
+                }
                 s2.consumer_done.store(true, Ordering::Release);
                 s2.emptied_cv.notify_all();
             })
@@ -258,6 +298,7 @@ impl Engine {
         ledger: &Path,
         mut head: MetaMap,
         quota: u64,
+        overload: &Overload,
     ) -> Result<u32, MonitorError> {
         if self.consumer_failed() {
             return Err(MonitorError::ConsumerStopped);
@@ -294,6 +335,12 @@ impl Engine {
                 error: None,
                 progress: Progress::default(),
                 started_ns,
+                freezer: Freezer::new(
+                    overload.on_overload,
+                    scope,
+                    overload.marker_dir.as_deref(),
+                    slot,
+                ),
             },
         );
         Ok(slot)
@@ -375,11 +422,12 @@ impl Engine {
         if !self.shared.barrier(Duration::from_secs(10)) {
             reasons.push(Incomplete::ConsumerStopped);
         }
-        let sink = self
+        let mut sink = self
             .shared
             .lock_sinks()
             .remove(&slot)
             .ok_or(MonitorError::NoRun(slot))?;
+        sink.freezer.thaw();
         let counters = {
             let mut programs = self.lock_programs();
             let c = programs.counters(slot);
@@ -499,6 +547,7 @@ fn finish(
         .map(|(i, n)| (*n, counters.get(i as u32)))
         .collect();
     extra
+        .set_json(meta::OVERLOAD, &sink.freezer.record())
         .set(meta::HOST_MNTNS, sink.maker.host_mntns())
         .set(meta::ENDED_NS, now_ns())
         .set(meta::EVENTS_LOST, lost)
@@ -508,8 +557,10 @@ fn finish(
         .set(meta::COMPLETE, reasons.is_empty())
         .set_json(meta::INCOMPLETE_REASONS, &reasons);
     let rows = sink.writer.rows();
+    let overload = sink.freezer.record();
     let ledger = sink.writer.finish(extra.into_inner())?;
     Ok(MonitorReport {
+        overload: Some(overload),
         ledger,
         rows,
         lost,
@@ -527,13 +578,190 @@ fn slot_of(bytes: &[u8]) -> Option<u32> {
         .then(|| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes")))
 }
 
+/// What the consumer asks of the kernel side about each run.
+trait RunAccounting {
+    /// Tells the programs how much of the run's records was read.
+    fn tell(&mut self, slot: u32, consumed: u64, quota: u64);
+    /// What the programs have put in the ring for the run, in ring bytes.
+    fn produced(&mut self, slot: u32) -> Option<u64>;
+}
+
+/// A source whose records are also written to a file (see [`DUMP_ENV`]).
+struct Dump<S> {
+    inner: S,
+    out: std::io::BufWriter<std::fs::File>,
+}
+
+impl<S: EventSource> EventSource for Dump<S> {
+    fn drain(&mut self, f: &mut dyn FnMut(&[u8])) -> bool {
+        use std::io::Write as _;
+        let out = &mut self.out;
+        let emptied = self.inner.drain(&mut |bytes| {
+            let _ = out.write_all(&(bytes.len() as u32).to_ne_bytes());
+            let _ = out.write_all(bytes);
+            f(bytes)
+        });
+        let _ = out.flush();
+        emptied
+    }
+}
+
+/// What the consumer's replay measured.
+#[derive(Debug)]
+pub struct Replay {
+    pub records: u64,
+    pub rows: u64,
+    /// CPU time of the consuming thread.
+    pub cpu: Duration,
+    pub wall: Duration,
+}
+
+/// Feeds the records of a dump (see [`DUMP_ENV`]) through the consumer into a new ledger at
+/// `ledger`, as one run: decoding, rows, Arrow building and writing, on this thread.
+pub fn replay(dump: &Path, ledger: &Path) -> Result<Replay, MonitorError> {
+    let bytes = std::fs::read(dump).map_err(MonitorError::Thread)?;
+    let mut records = std::collections::VecDeque::new();
+    let mut at = 0;
+    while at + 4 <= bytes.len() {
+        let n = u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+        if at + 4 + n > bytes.len() {
+            break;
+        }
+        let mut r = bytes[at + 4..at + 4 + n].to_vec();
+        // Every record goes to the one run replayed.
+        if r.len() >= HEADER_SIZE {
+            let o = std::mem::offset_of!(aet_common::EventHeader, run);
+            r[o..o + 4].copy_from_slice(&0u32.to_ne_bytes());
+        }
+        records.push_back(r);
+        at += 4 + n;
+    }
+    let n = records.len() as u64;
+    let sink = Sink {
+        maker: RowMaker::new(WallClock::now()),
+        writer: LedgerWriter::create(ledger, HashMap::new())?,
+        scope: Scope::Pid(1),
+        consumed: 0,
+        told: 0,
+        quota: u64::MAX,
+        decode_errors: 0,
+        error: None,
+        progress: Progress::default(),
+        started_ns: 0,
+        freezer: Freezer::new(OnOverload::Drop, &Scope::Pid(1), None, 0),
+    };
+    let shared = Shared {
+        sinks: Mutex::new(HashMap::from([(0, sink)])),
+        stop: AtomicBool::new(true),
+        emptied: Mutex::new(0),
+        emptied_cv: Condvar::new(),
+        wake: Mutex::new(false),
+        wake_cv: Condvar::new(),
+        consumer_done: AtomicBool::new(false),
+    };
+    struct Nothing;
+    impl RunAccounting for Nothing {
+        fn tell(&mut self, _: u32, _: u64, _: u64) {}
+        fn produced(&mut self, _: u32) -> Option<u64> {
+            None
+        }
+    }
+    let cpu = || {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes the struct it is given.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    };
+    let (c0, w0) = (cpu(), Instant::now());
+    consume(
+        crate::monitor::source::VecSource { records },
+        &shared,
+        (Duration::ZERO, Duration::ZERO),
+        &mut Nothing,
+    );
+    let mut sinks = shared.sinks.into_inner().unwrap_or_else(|p| p.into_inner());
+    let sink = sinks.remove(&0).expect("the replayed run");
+    if let Some(e) = sink.error {
+        return Err(e.into());
+    }
+    let rows = sink.writer.rows();
+    sink.writer.finish(HashMap::new())?;
+    Ok(Replay {
+        records: n,
+        rows,
+        cpu: cpu() - c0,
+        wall: w0.elapsed(),
+    })
+}
+
+/// The programs' maps.
+struct KernelSide(Arc<Mutex<Programs>>);
+
+impl RunAccounting for KernelSide {
+    fn tell(&mut self, slot: u32, consumed: u64, quota: u64) {
+        let _ = lock(&self.0).set_consumed(slot, consumed, quota);
+    }
+    fn produced(&mut self, slot: u32) -> Option<u64> {
+        lock(&self.0).produced(slot).ok()
+    }
+}
+
+/// The consumer thread's nice value.
+const CONSUMER_NICE: libc::c_int = -10;
+
+/// Records between two updates of what the kernel knows was read of each run, and two looks at
+/// the runs that may be frozen (each a map access per run): often enough that a run's share of
+/// the ring frees up as it is read (telling it once per drain, up to 64 Ki records, made the
+/// kernel drop records of a ring userspace had mostly read) and that a run is frozen well
+/// before its share is full.
+const ACCOUNT_EVERY: usize = 256;
+
+/// Flushes every ledger's rows so far to its file.
+fn flush_all(sinks: &mut HashMap<u32, Sink>) {
+    for sink in sinks.values_mut() {
+        if sink.error.is_none()
+            && let Err(e) = sink.writer.flush()
+        {
+            sink.error = Some(e);
+        }
+    }
+}
+
+/// Tells the kernel what was read of each run, so its share frees up.
+fn tell_consumed(sinks: &mut HashMap<u32, Sink>, kernel: &mut dyn RunAccounting) {
+    for (slot, sink) in sinks.iter_mut() {
+        if sink.consumed != sink.told {
+            kernel.tell(*slot, sink.consumed, sink.quota);
+            sink.told = sink.consumed;
+        }
+    }
+}
+
+/// Freezes the runs whose unread records pass their high-water mark and thaws those read down
+/// below their low-water mark.
+fn check_freezers(sinks: &mut HashMap<u32, Sink>, kernel: &mut dyn RunAccounting) {
+    for (slot, sink) in sinks.iter_mut() {
+        if !sink.freezer.active() {
+            continue;
+        }
+        if let Some(produced) = kernel.produced(*slot) {
+            let unread = produced.saturating_sub(sink.consumed);
+            sink.freezer.check(unread, sink.quota);
+        }
+    }
+}
+
 /// The consumer: drains the ring, routes records to their runs' sinks, tells the kernel what it
-/// has read of each run, and flushes every ledger at least every [`FLUSH_INTERVAL`].
+/// has read of each run, freezes the runs the record cannot keep up with (and thaws them), and
+/// flushes every ledger at least every [`FLUSH_INTERVAL`].
 fn consume(
     mut source: impl EventSource,
     shared: &Shared,
-    stall: Duration,
-    tell: &mut dyn FnMut(u32, u64, u64),
+    (stall, slow): (Duration, Duration),
+    kernel: &mut dyn RunAccounting,
 ) {
     std::thread::sleep(stall);
     let mut last_flush = Instant::now();
@@ -545,8 +773,23 @@ fn consume(
         let emptied;
         {
             let mut sinks = shared.lock_sinks();
+            let any_freezer = sinks.values().any(|s| s.freezer.active());
             emptied = source.drain(&mut |bytes| {
                 n += 1;
+                if n.is_multiple_of(ACCOUNT_EVERY) {
+                    if !slow.is_zero() {
+                        std::thread::sleep(slow);
+                    }
+                    tell_consumed(&mut sinks, kernel);
+                    if any_freezer {
+                        check_freezers(&mut sinks, kernel);
+                    }
+                    // A long drain still flushes on time (a killed aet leaves a readable ledger).
+                    if last_flush.elapsed() >= FLUSH_INTERVAL {
+                        flush_all(&mut sinks);
+                        last_flush = Instant::now();
+                    }
+                }
                 let cost = runs::ring_cost(bytes.len() as u64);
                 match decode::decode(bytes) {
                     // A record of a run no longer served (made as it ended) has no sink: its
@@ -572,23 +815,14 @@ fn consume(
                     },
                 }
             });
-            // Tell the kernel what was read of each run, so its share frees up.
             if n > 0 {
-                for (slot, sink) in sinks.iter_mut() {
-                    if sink.consumed != sink.told {
-                        tell(*slot, sink.consumed, sink.quota);
-                        sink.told = sink.consumed;
-                    }
-                }
+                tell_consumed(&mut sinks, kernel);
+            }
+            if any_freezer {
+                check_freezers(&mut sinks, kernel);
             }
             if last_flush.elapsed() >= FLUSH_INTERVAL {
-                for sink in sinks.values_mut() {
-                    if sink.error.is_none()
-                        && let Err(e) = sink.writer.flush()
-                    {
-                        sink.error = Some(e);
-                    }
-                }
+                flush_all(&mut sinks);
                 last_flush = Instant::now();
             }
         }
@@ -625,6 +859,19 @@ mod tests {
             error: None,
             progress: Progress::default(),
             started_ns: 0,
+            freezer: Freezer::new(OnOverload::Drop, &Scope::Pid(1), None, 0),
+        }
+    }
+
+    /// The consumer's view of the kernel in tests: what it was told, and a fixed production.
+    struct Recorded(Vec<(u32, u64)>);
+
+    impl RunAccounting for Recorded {
+        fn tell(&mut self, slot: u32, consumed: u64, _quota: u64) {
+            self.0.push((slot, consumed));
+        }
+        fn produced(&mut self, _slot: u32) -> Option<u64> {
+            None
         }
     }
 
@@ -669,10 +916,14 @@ mod tests {
             wake_cv: Condvar::new(),
             consumer_done: AtomicBool::new(false),
         };
-        let mut told = Vec::new();
-        consume(source, &shared, Duration::ZERO, &mut |slot, c, _| {
-            told.push((slot, c))
-        });
+        let mut kernel = Recorded(Vec::new());
+        consume(
+            source,
+            &shared,
+            (Duration::ZERO, Duration::ZERO),
+            &mut kernel,
+        );
+        let mut told = kernel.0;
         let mut sinks = shared.sinks.into_inner().unwrap();
         let s0 = sinks.remove(&0).unwrap();
         let s1 = sinks.remove(&1).unwrap();

@@ -9,6 +9,7 @@
 
 pub mod decode;
 pub mod engine;
+pub mod overload;
 pub mod paths;
 pub mod source;
 
@@ -42,6 +43,16 @@ pub const IDLE_POLL: Duration = Duration::from_millis(2);
 /// so that a small ring buffer overflows for real and the loss accounting can be checked end to
 /// end. Never set it for a real run.
 pub const STALL_ENV: &str = "AET_DEBUG_CONSUMER_STALL_MS";
+
+/// Fault injection for tests: the consumer sleeps this many microseconds after every 256 records
+/// it reads, as a consumer behind a slow disk would, so that a run outpaces it for real. Never set
+/// it for a real run.
+pub const SLOW_ENV: &str = "AET_DEBUG_CONSUMER_SLOW_US";
+
+/// For the consumer's benchmark: every record the consumer reads is also appended to this file
+/// (a native-endian u32 length, then the record), for `aet __replay` to feed back through the
+/// consumer. Never set it for a real run.
+pub const DUMP_ENV: &str = "AET_DEBUG_RECORD_DUMP";
 
 /// Errors of the monitor.
 #[derive(Debug, thiserror::Error)]
@@ -730,6 +741,9 @@ pub struct MonitorReport {
     pub stats: RowStats,
     /// Why the record is incomplete (empty when complete).
     pub incomplete: Reasons,
+    /// How the run met overload.
+    #[serde(default)]
+    pub overload: Option<crate::ledger::record::OverloadRecord>,
 }
 
 impl MonitorReport {
