@@ -24,6 +24,10 @@ impl Daemon {
     }
 
     fn start_with(args: &[&str]) -> Self {
+        Self::start_env(args, &[])
+    }
+
+    fn start_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let socket = PathBuf::from(format!(
             "/run/aet/daemon-test-{}-{}.sock",
             std::process::id(),
@@ -33,6 +37,7 @@ impl Daemon {
             .args(["daemon", "-q", "--socket"])
             .arg(&socket)
             .args(args)
+            .envs(env.iter().copied())
             .spawn()
             .expect("aet daemon");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -282,6 +287,49 @@ fn a_busy_run_cannot_make_a_quiet_one_incomplete() {
         let by: serde_json::Value = serde_json::from_str(&m["aet.events_lost_by_reason"]).unwrap();
         assert!(by["quota_full"].as_u64().unwrap() > 0, "{by}");
     }
+}
+
+/// Backpressure is per run: with a consumer too slow for one run's storm, that run is frozen
+/// (and loses nothing) while a quiet run beside it is never frozen.
+#[test]
+fn only_the_run_that_fills_its_share_is_frozen() {
+    let d = Daemon::start_env(
+        &["--ringbuf-mb", "8", "--max-runs", "2"],
+        &[("AET_DEBUG_CONSUMER_SLOW_US", "2000")],
+    );
+    let dir = tempdir();
+    let quiet = Attached::spawn(
+        d.aet()
+            .args(["run", "--daemon", "--out"])
+            .arg(dir.path().join("quiet"))
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "for i in $(seq 15); do cat /etc/hostname > /dev/null; sleep 0.1; done",
+            ]),
+    );
+    let busy = d
+        .aet()
+        .args(["run", "--daemon", "--out"])
+        .arg(dir.path().join("busy"))
+        .arg("--")
+        .arg(helper("openstorm"))
+        .args(["100000", "/etc/hostname"])
+        .output()
+        .unwrap();
+    assert_eq!(busy.status.code(), Some(0), "{}", text(&busy.stderr));
+    let (status, stderr) = quiet.wait();
+    assert!(status.success(), "{stderr}");
+    let overload = |run: &str| -> serde_json::Value {
+        let m = meta(&dir.path().join(run).join("ledger.arrow"));
+        serde_json::from_str(&m["aet.overload"]).unwrap()
+    };
+    assert_complete(&dir.path().join("busy/ledger.arrow"));
+    assert_complete(&dir.path().join("quiet/ledger.arrow"));
+    let (b, q) = (overload("busy"), overload("quiet"));
+    assert!(b["freezes"].as_u64().unwrap() > 0, "busy: {b}");
+    assert_eq!(q["freezes"], 0, "quiet: {q}");
 }
 
 /// A daemon serving as many runs as it may refuses another before anything starts: a plain

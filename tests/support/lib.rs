@@ -249,6 +249,11 @@ impl Attached {
         Self { child, rest, head }
     }
 
+    /// What aet wrote to stderr up to and including its "monitoring" line.
+    pub fn head(&self) -> &str {
+        &self.head
+    }
+
     /// Waits for aet to end; its exit status and everything it wrote to stderr.
     pub fn wait(mut self) -> (std::process::ExitStatus, String) {
         let status = self.child.wait().unwrap();
