@@ -14,6 +14,7 @@ use anyhow::{Context as _, bail};
 
 use crate::root;
 
+mod overload;
 mod resident;
 
 #[derive(clap::Args)]
@@ -39,6 +40,12 @@ pub struct Args {
     /// Rows of the ledger the audit benchmark classifies.
     #[arg(long, default_value_t = 10_000_000)]
     audit_rows: u64,
+    /// Opens in each storm of the overload benchmark.
+    #[arg(long, default_value_t = 1_000_000)]
+    overload_opens: u64,
+    /// Runs of each mode in the overload benchmark.
+    #[arg(long, default_value_t = 3)]
+    overload_runs: usize,
 }
 
 /// A git repository of `files` files over 50 directories, committed, for the git workload.
@@ -348,6 +355,8 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
         args.runs
     );
     resident::run(aet, &timeit, &storm, &args)?;
+    overload::run(aet, &storm, &args)?;
+    overload::consumer(aet, &storm, &args)?;
     if args.only.as_deref().is_none_or(|o| "audit".contains(o)) {
         audit_bench(aet, &args)?;
     }
