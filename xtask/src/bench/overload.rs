@@ -47,7 +47,7 @@ pub fn consumer(aet: &Path, storm: &Path, args: &Args) -> anyhow::Result<()> {
         }
         let mut rates = Vec::new();
         let mut records = 0;
-        for k in 0..args.overload_runs.max(3) {
+        for k in 0..args.overload_runs.max(5) {
             let ledger = dir.join(format!("replay-{k}.arrow"));
             let o = std::process::Command::new(aet)
                 .arg("__replay")
@@ -73,9 +73,10 @@ pub fn consumer(aet: &Path, storm: &Path, args: &Args) -> anyhow::Result<()> {
         }
         println!();
         println!(
-            "consumer replay: {records} records, {:.2} M records per CPU-second (median of {};              decode, rows, Arrow building and writing on one thread; target >= 1 M/s)",
+            "consumer replay: {records} records, {:.2} M records per CPU-second (median of {}; \
+             decode, rows, Arrow building and writing on one thread; target >= 1 M/s)",
             median(rates) as f64 / 1e6,
-            args.overload_runs.max(3)
+            args.overload_runs.max(5)
         );
         Ok(())
     })();
