@@ -911,3 +911,62 @@ fn argv_prints_the_exact_bwrap_command_line() {
     assert!(hand.status.success(), "{}", text(&hand.stderr));
     assert_eq!(text(&hand.stdout), "");
 }
+
+/// io_uring is closed in the sandbox by default (a seccomp filter: EPERM), so a run that tries it
+/// still has a complete record; `io_uring = "allow"` opens it, and the record is incomplete.
+#[test]
+fn io_uring_is_closed_in_the_sandbox_unless_the_spec_allows_it() {
+    let f = Fixture::new();
+    let uring = helper("uring_open");
+    let data = f.p("repo/inputs/data.txt");
+    let run = |extra: Option<(&'static str, &str)>, name: &str| {
+        let mut entries = f.seed();
+        entries.insert(
+            "extra_binds",
+            format!("[\"{}\"]", uring.parent().unwrap().display()),
+        );
+        if let Some((k, v)) = extra {
+            entries.insert(k, v.to_owned());
+        }
+        let spec = f.spec(&entries);
+        let out = f.p(name);
+        let r = aet()
+            .args(["run", "--out"])
+            .arg(&out)
+            .arg("--sandbox")
+            .arg(&spec)
+            .arg("--")
+            .arg(&uring)
+            .arg(&data)
+            .output()
+            .unwrap();
+        (r, out.join("ledger.arrow"))
+    };
+    let (closed, ledger) = run(None, "closed");
+    assert_eq!(closed.status.code(), Some(1), "{}", text(&closed.stderr));
+    assert!(
+        text(&closed.stderr).contains("io_uring_setup: Operation not permitted"),
+        "{}",
+        text(&closed.stderr)
+    );
+    assert!(
+        text(&closed.stderr).contains("io_uring closed"),
+        "{}",
+        text(&closed.stderr)
+    );
+    assert_complete(&ledger);
+    let rows = rows(&ledger);
+    let setup = rows
+        .iter()
+        .find(|x| x.syscall.as_deref() == Some("io_uring_setup"))
+        .expect("the attempt is recorded");
+    assert_eq!(setup.errno.as_deref(), Some("EPERM"));
+    let sb: serde_json::Value = serde_json::from_str(&meta(&ledger)["aet.sandbox"]).unwrap();
+    assert!(sb.to_string().contains("io_uring_setup"), "{sb}");
+
+    let (open, ledger) = run(Some(("io_uring", "\"allow\"")), "open");
+    assert_eq!(open.status.code(), Some(0), "{}", text(&open.stderr));
+    let m = meta(&ledger);
+    assert_eq!(m["aet.complete"], "false");
+    assert!(m["aet.incomplete_reasons"].contains("io_uring"));
+}

@@ -163,6 +163,10 @@ pub struct Plan {
     /// tests can see the read-back refuse the run.
     #[serde(default)]
     pub debug_skip_setuid: bool,
+    /// Close io_uring to the command (a seccomp filter: `io_uring_setup`, `io_uring_enter` and
+    /// `io_uring_register` fail with EPERM, native and 32-bit), so the record stays complete.
+    #[serde(default)]
+    pub close_io_uring: bool,
 }
 
 /// Is the `AET_DEBUG_SKIP_SETUID` fault injection asked for?
@@ -199,6 +203,9 @@ pub struct Report {
     /// What the command runs with, as read back after dropping privileges.
     #[serde(default)]
     pub privileges: Option<String>,
+    /// io_uring as the command finds it, as tried after the filter was loaded.
+    #[serde(default)]
+    pub io_uring: Option<String>,
 }
 
 /// One probe result (`aet sandbox probe`).

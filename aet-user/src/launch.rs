@@ -150,6 +150,7 @@ impl Launch {
                 view: false,
                 new_session: true,
                 debug_skip_setuid: crate::sandbox::plan::debug_skip_setuid(),
+                close_io_uring: false,
             };
             std::fs::write(
                 dir.path().join(build::PLAN_FILE),

@@ -393,9 +393,14 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
                 note(
                     opts.quiet,
                     format_args!(
-                        "sandbox {} verified from inside: {} checks",
+                        "sandbox {} verified from inside: {} checks{}",
                         sb.spec_path.display(),
-                        r.checks.len()
+                        r.checks.len(),
+                        if r.io_uring.is_some() {
+                            "; io_uring closed (seccomp)"
+                        } else {
+                            ""
+                        }
                     ),
                 );
             }

@@ -18,7 +18,9 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// and the demo; git for the benchmark; chromium for the test that opens the HTML report; attr
 /// (setfattr) for the test that changes a file's extended attributes; Docker, Podman (with runc:
 /// crun refuses this machine's hybrid cgroups) and a static busybox for the container tests, whose
-/// images are made here and never pulled; bpftool for the benchmark's program statistics.
+/// images are made here and never pulled; bpftool for the benchmark's program statistics;
+/// libseccomp-dev to link the seccomp filter that closes io_uring in the sandbox (an entry whose
+/// first field is a path is checked by that file, the others by `command -v`).
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bwrap", "bubblewrap"),
     ("setfattr", "attr"),
@@ -31,6 +33,7 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("make", "make"),
     ("git", "git"),
     ("chromium", "chromium"),
+    ("/usr/include/seccomp.h", "libseccomp-dev"),
 ];
 /// Python packages the tests use to check that notebooks read ledgers as they are.
 const PIP_PACKAGES: &[(&str, &str)] = &[
@@ -86,7 +89,13 @@ pub fn setup() -> anyhow::Result<()> {
 fn apt() -> anyhow::Result<()> {
     let missing: Vec<&str> = APT_PACKAGES
         .iter()
-        .filter(|(bin, _)| !ok(Command::new("sh").args(["-c", &format!("command -v {bin}")])))
+        .filter(|(bin, _)| {
+            if bin.starts_with('/') {
+                !std::path::Path::new(bin).exists()
+            } else {
+                !ok(Command::new("sh").args(["-c", &format!("command -v {bin}")]))
+            }
+        })
         .map(|(_, pkg)| *pkg)
         .collect();
     if missing.is_empty() {

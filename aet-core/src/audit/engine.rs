@@ -894,7 +894,10 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
                         }
                     }
                 }
-                b"io_uring" => e.scan.io_uring_rows += 1,
+                // Used, not refused (see the summary's count).
+                b"io_uring" if !syscall.is_valid(i) || ret.is_valid(i) && ret.value(i) >= 0 => {
+                    e.scan.io_uring_rows += 1
+                }
                 _ => {}
             }
             if setup {

@@ -84,7 +84,8 @@ pub struct Summary {
     pub failed_opens_by_errno: BTreeMap<String, u64>,
     /// Rows whose resolved path is partial.
     pub partial_paths: u64,
-    /// io_uring rows (set-ups, entries, submitted requests).
+    /// io_uring rows that used it: submitted requests, and set-ups, entries and registrations
+    /// that worked.
     pub io_uring: u64,
     /// `None` when the ledger does not say (unfinished).
     pub events_lost: Option<u64>,
@@ -313,7 +314,9 @@ fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
                 t.written.entry(key).or_default().0 += 1;
             }
         }
-        "io_uring" => s.io_uring += 1,
+        // A channel the record does not see: a submitted request, or a set-up, entry or
+        // registration that worked (one refused, as by the sandbox's filter, opens none).
+        "io_uring" if r.syscall.is_none() || r.ret.is_some_and(|v| v >= 0) => s.io_uring += 1,
         _ => {}
     }
 }

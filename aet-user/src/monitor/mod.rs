@@ -541,7 +541,11 @@ impl RowMaker {
                 return row;
             }
             EventKind::IoUring => {
-                self.stats.io_uring += 1;
+                // A channel the record does not see: a submitted request, or a set-up, entry
+                // or registration that worked (one refused, as by the sandbox's filter, is none).
+                if ev.syscall == aet_common::Syscall::None || h.ret >= 0 {
+                    self.stats.io_uring += 1;
+                }
                 if ev.syscall == aet_common::Syscall::None {
                     row.io_uring_op = Some(h.aux as u32);
                     if !ev.path.is_empty() {

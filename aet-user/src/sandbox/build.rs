@@ -570,6 +570,7 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
         view: true,
         new_session: false,
         debug_skip_setuid: super::plan::debug_skip_setuid(),
+        close_io_uring: spec.io_uring == super::spec::IoUring::Deny,
     });
     let command = match &plan {
         Some(_) => {

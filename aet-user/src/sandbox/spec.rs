@@ -66,6 +66,20 @@ pub struct SandboxSpec {
     /// The base layer.
     #[serde(default)]
     pub base: Base,
+    /// io_uring for the command: `deny` (the default: a seccomp filter makes its syscalls fail
+    /// with EPERM, so every read and open goes through syscalls the record sees) or `allow`
+    /// (requests are recorded as submitted and the record is incomplete).
+    #[serde(default)]
+    pub io_uring: IoUring,
+}
+
+/// What the sandbox does about io_uring.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum IoUring {
+    #[default]
+    Deny,
+    Allow,
 }
 
 fn default_true() -> bool {

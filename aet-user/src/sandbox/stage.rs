@@ -455,6 +455,16 @@ pub fn stage_main(dir: Option<&Path>, command: &[OsString]) -> i32 {
                 code = EXIT_PRIVILEGES;
             }
         }
+        if code == 0 && plan.close_io_uring {
+            match close_io_uring() {
+                Ok(found) => report.io_uring = Some(found),
+                Err(e) => {
+                    eprintln!("aet: cannot close io_uring, the command was not run: {e}");
+                    report.failures.push(format!("io_uring: {e}"));
+                    code = EXIT_VERIFY_FAILED;
+                }
+            }
+        }
     }
     report.identity = plan.identity.clone();
     report.ok = report.failures.is_empty() && out.is_some();
@@ -481,6 +491,35 @@ pub fn stage_main(dir: Option<&Path>, command: &[OsString]) -> i32 {
         }
         Mode::Exec => exec(command),
     }
+}
+
+/// Makes `io_uring_setup`, `io_uring_enter` and `io_uring_register` fail with EPERM for this
+/// process and everything it runs (a seccomp filter, native and 32-bit ABIs; no_new_privs is set
+/// already), then checks it: `io_uring_setup` must fail with EPERM.
+fn close_io_uring() -> Result<String, String> {
+    use libseccomp::{ScmpAction, ScmpArch, ScmpFilterContext, ScmpSyscall};
+    let mut f = ScmpFilterContext::new(ScmpAction::Allow).map_err(|e| e.to_string())?;
+    if ScmpArch::native() == ScmpArch::X8664 {
+        f.add_arch(ScmpArch::X86).map_err(|e| e.to_string())?;
+    }
+    for name in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
+        let sc = ScmpSyscall::from_name(name).map_err(|e| format!("{name}: {e}"))?;
+        f.add_rule(ScmpAction::Errno(libc::EPERM), sc)
+            .map_err(|e| format!("{name}: {e}"))?;
+    }
+    f.load().map_err(|e| format!("loading the filter: {e}"))?;
+    // SAFETY: io_uring_setup with no parameters: fails, and must fail with EPERM.
+    let r = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1, std::ptr::null_mut::<u8>()) };
+    let errno = Errno::last();
+    if r != -1 || errno != Errno::EPERM {
+        return Err(format!(
+            "io_uring_setup still answers ({r}, {errno}) after the filter was loaded"
+        ));
+    }
+    Ok(
+        "closed: io_uring_setup, io_uring_enter and io_uring_register fail with EPERM (seccomp)"
+            .into(),
+    )
 }
 
 /// What the process is after [`drop_privileges`], for the report.
