@@ -163,6 +163,10 @@ pub enum EventKind {
     Process = 15,
     /// A watch on the file system: `fanotify_init`, `fanotify_mark`, `inotify_add_watch`.
     Watch = 16,
+    /// Network use: `connect`, `bind`, `listen`, `accept`/`accept4` and `sendto`/`sendmsg` with a
+    /// destination. The section [`section::PATH`] holds the socket address as the process passed
+    /// it (for accept, as the kernel wrote the peer's), raw bytes; `fd` is the socket.
+    Net = 17,
 }
 
 impl EventKind {
@@ -185,12 +189,13 @@ impl EventKind {
             14 => Self::Fd,
             15 => Self::Process,
             16 => Self::Watch,
+            17 => Self::Net,
             _ => return None,
         })
     }
 
     /// Every kind, in number order.
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 17] = [
         Self::Open,
         Self::Exec,
         Self::Fork,
@@ -207,6 +212,7 @@ impl EventKind {
         Self::Fd,
         Self::Process,
         Self::Watch,
+        Self::Net,
     ];
 
     /// The kind a ledger's `kind` column names.
@@ -228,6 +234,7 @@ impl EventKind {
             b"fd" => Self::Fd,
             b"process" => Self::Process,
             b"watch" => Self::Watch,
+            b"net" => Self::Net,
             _ => return None,
         })
     }
@@ -251,6 +258,7 @@ impl EventKind {
             Self::Fd => "fd",
             Self::Process => "process",
             Self::Watch => "watch",
+            Self::Net => "net",
         }
     }
 }
@@ -589,7 +597,17 @@ syscalls! {
     FanotifyInit = 100, "fanotify_init", sh(Watch, N, N, 0, N);
     FanotifyMark = 101, "fanotify_mark", with_fd(sh(Watch, 3, 4, 1, N), 0);
     InotifyAddWatch = 102, "inotify_add_watch", with_fd(sh(Watch, N, 1, N, N), 0);
+    Connect = 103, "connect", with_fd(sh(Net, N, N, N, N), 0);
+    Bind = 104, "bind", with_fd(sh(Net, N, N, N, N), 0);
+    Listen = 105, "listen", with_fd(sh(Net, N, N, N, N), 0);
+    Accept = 106, "accept", with_fd(sh(Net, N, N, N, N), 0);
+    Accept4 = 107, "accept4", with_fd(sh(Net, N, N, 3, N), 0);
+    Sendto = 108, "sendto", with_fd(sh(Net, N, N, 3, N), 0);
+    Sendmsg = 109, "sendmsg", with_fd(sh(Net, N, N, 2, N), 0);
 }
+
+/// Most bytes of a socket address a `net` record holds (`struct sockaddr_un` is 110).
+pub const SOCKADDR_CAP: usize = 112;
 
 /// Bits of [`EventHeader::flags`].
 pub mod flags {

@@ -40,15 +40,19 @@ pub enum Access {
     Probe,
     /// A directory listed (or opened read-only as a directory).
     List,
+    /// A connection or a datagram to a network endpoint (`net` rows of connect, sendto and
+    /// sendmsg), matched by its endpoint: `ADDRESS:PORT`, `[ADDRESS]:PORT`, `unix:PATH`.
+    Connect,
 }
 
 impl Access {
-    pub const ALL: [Access; 5] = [
+    pub const ALL: [Access; 6] = [
         Access::Read,
         Access::Write,
         Access::Exec,
         Access::Probe,
         Access::List,
+        Access::Connect,
     ];
 
     pub const fn bit(self) -> u8 {
@@ -62,6 +66,7 @@ impl Access {
             Self::Exec => "exec",
             Self::Probe => "probe",
             Self::List => "list",
+            Self::Connect => "connect",
         }
     }
 }
@@ -77,6 +82,7 @@ impl Accesses {
     pub const EXEC: Self = Self::one(Access::Exec);
     pub const PROBE: Self = Self::one(Access::Probe);
     pub const LIST: Self = Self::one(Access::List);
+    pub const CONNECT: Self = Self::one(Access::Connect);
 
     pub const fn one(a: Access) -> Self {
         Self(a.bit())
@@ -101,7 +107,7 @@ impl Accesses {
     }
 
     pub const fn from_bits(bits: u8) -> Self {
-        Self(bits & 0x1f)
+        Self(bits & 0x3f)
     }
 
     /// The accesses in the set, in [`Access::ALL`] order.
@@ -214,8 +220,9 @@ pub fn classify(kind: EventKind, row: &impl RowFields) -> Accessed {
         // An fd that arrived holds the file open (what is read through it is in io rows); a
         // watch learns what happens at a path.
         EventKind::Fd | EventKind::Watch => Accesses::PROBE,
-        // Another process, not a file (the audit judges its target).
-        EventKind::Process => Accesses::NONE,
+        // Another process, not a file (the audit judges its target); a socket address (the
+        // audit judges its endpoint).
+        EventKind::Process | EventKind::Net => Accesses::NONE,
         EventKind::Memfd | EventKind::Fork | EventKind::Exit => Accesses::NONE,
     };
     let first = if verbatim(shape::PATH_VERBATIM) {
@@ -450,6 +457,13 @@ mod tests {
             (FanotifyInit, &[P], none),
             (FanotifyMark, &[P], none),
             (InotifyAddWatch, &[P], none),
+            (Connect, none, none),
+            (Bind, none, none),
+            (Listen, none, none),
+            (Accept, none, none),
+            (Accept4, none, none),
+            (Sendto, none, none),
+            (Sendmsg, none, none),
         ];
         let mut seen = [false; SYSCALL_COUNT];
         for &(sc, first, second) in table {

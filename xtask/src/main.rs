@@ -323,6 +323,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "audit",
             "containers",
             "handover",
+            "network",
         ],
     )?;
     daemon.stop()?;

@@ -60,6 +60,10 @@ pub const COLUMNS: &[&str] = &[
     col::TARGET_PID,
     col::TARGET_IN_RUN,
     col::PTRACE_REQUEST,
+    col::NET_FAMILY,
+    col::NET_ADDRESS,
+    col::NET_ADDRESS_RAW,
+    col::NET_PORT,
 ];
 
 /// What a finding is.
@@ -465,6 +469,9 @@ impl<'p> Engine<'p> {
             if probe {
                 allowed |= Access::Probe.bit() | Access::List.bit();
             }
+            if a.connect.as_ref().is_some_and(|c| c.is_match(path)) {
+                allowed |= Access::Connect.bit();
+            }
         }
         self.infos.push(PathInfo {
             rules,
@@ -624,8 +631,10 @@ impl<'p> Engine<'p> {
             let counts = match access {
                 Access::Read | Access::Write | Access::Exec => true,
                 Access::Probe | Access::List => allow.probe.is_some(),
+                Access::Connect => allow.connect.is_some(),
             };
-            if counts && !allowed && !info.pseudo {
+            // An endpoint is not a path: judged by `allow.connect` alone.
+            if counts && !allowed && (!info.pseudo || access == Access::Connect) {
                 self.record(
                     Class::OutOfScope,
                     self.oos_rule,
@@ -723,6 +732,34 @@ fn argv_at(list: &ListArray, i: usize) -> Option<Vec<String>> {
 
 /// How an fd arrived, with its file's identity.
 type FdOrigin = (&'static str, (u64, u64));
+
+/// A `net` row's endpoint as the policy names endpoints: `ADDRESS:PORT`, `[ADDRESS]:PORT` (IPv6)
+/// or `unix:PATH` (`unix:@NAME` for an abstract socket).
+pub fn endpoint(
+    family: Option<&[u8]>,
+    address: Option<&[u8]>,
+    port: Option<u32>,
+) -> Option<Vec<u8>> {
+    let address = address?;
+    let mut ep = Vec::with_capacity(address.len() + 8);
+    match family? {
+        b"inet" => {
+            ep.extend_from_slice(address);
+            ep.extend_from_slice(format!(":{}", port?).as_bytes());
+        }
+        b"inet6" => {
+            ep.push(b'[');
+            ep.extend_from_slice(address);
+            ep.extend_from_slice(format!("]:{}", port?).as_bytes());
+        }
+        b"unix" => {
+            ep.extend_from_slice(b"unix:");
+            ep.extend_from_slice(address);
+        }
+        _ => return None,
+    }
+    Some(ep)
+}
 
 /// What a ptrace request does to its target (`None`: nothing to report, as `PTRACE_TRACEME`,
 /// whose target is the tracer).
@@ -827,6 +864,9 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
         let target = prim::<UInt32Array>(&b, col::TARGET_PID);
         let target_in = prim::<BooleanArray>(&b, col::TARGET_IN_RUN);
         let preq = prim::<UInt32Array>(&b, col::PTRACE_REQUEST);
+        let net_family = bin_col(&b, col::NET_FAMILY);
+        let net_address = Bytes::new(&b, col::NET_ADDRESS, col::NET_ADDRESS_RAW);
+        let net_port = prim::<UInt32Array>(&b, col::NET_PORT);
         // Protected files by identity need the row's dev and ino; other policies never read
         // them.
         let by_ident = !e.protected_ids.is_empty();
@@ -997,6 +1037,29 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
                     };
                     e.record_process(sev, access, target.value(i), &row);
                 }
+            }
+            // Network endpoints: connects and addressed sends, by `ADDRESS:PORT`,
+            // `[ADDRESS]:PORT` or `unix:PATH`, against the rules and `allow.connect`.
+            if kind == EventKind::Net {
+                let outgoing = syscall.is_valid(i)
+                    && matches!(syscall.value(i), b"connect" | b"sendto" | b"sendmsg");
+                let family = net_family.is_valid(i).then(|| net_family.value(i));
+                let port = net_port.is_valid(i).then(|| net_port.value(i));
+                if outgoing && let Some(ep) = endpoint(family, net_address.get(i), port) {
+                    let id = e.path_id(&ep);
+                    let row = RowRef {
+                        cols: &cols,
+                        i,
+                        pid: p,
+                        ok,
+                        resolved: None,
+                        raw: None,
+                        host: None,
+                        reached: None,
+                    };
+                    e.classify(&row, Access::Connect, &[id], None);
+                }
+                continue;
             }
             let fields = ColFields {
                 i,

@@ -66,6 +66,8 @@ struct AllowSpec {
     exec: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     probe: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    connect: Option<Vec<Spanned<String>>>,
 }
 
 /// `[processes]`: what an access to a process outside the run counts as.
@@ -127,6 +129,8 @@ pub struct Allow {
     pub write: GlobSet,
     pub exec: Option<GlobSet>,
     pub probe: Option<GlobSet>,
+    /// Network endpoints the run may connect or send to (when given).
+    pub connect: Option<GlobSet>,
     pub patterns: BTreeMap<&'static str, Vec<String>>,
 }
 
@@ -160,11 +164,11 @@ impl fmt::Display for LineOf<'_> {
 fn defaults(sev: Severity) -> (Vec<Access>, Attempts) {
     match sev {
         Severity::Cheat => (
-            vec![Access::Read, Access::Write, Access::Exec],
+            vec![Access::Read, Access::Write, Access::Exec, Access::Connect],
             Attempts::Warn,
         ),
         Severity::Contaminant => (
-            vec![Access::Read, Access::Write, Access::Exec],
+            vec![Access::Read, Access::Write, Access::Exec, Access::Connect],
             Attempts::Ignore,
         ),
         Severity::Warn => (Access::ALL.to_vec(), Attempts::Same),
@@ -209,6 +213,42 @@ fn rule_fields(v: &toml::Value, sev: Severity) -> Result<(String, Vec<Access>, A
 }
 
 /// Compiles globs; a pattern without glob characters is a path prefix (itself and below).
+/// `allow.connect`: endpoint globs, `ADDRESS:PORT` (`127.0.0.1:*`, `[::1]:443`) or
+/// `unix:PATH` (`unix:/run/*.sock`); `*` matches within a path component.
+fn endpoint_globs(text: &str, list: &[Spanned<String>]) -> Result<(GlobSet, Vec<String>), String> {
+    let mut b = GlobSetBuilder::new();
+    let mut shown = Vec::new();
+    for (i, g) in list.iter().enumerate() {
+        let p = g.get_ref();
+        let at = LineOf(text, g.span());
+        let ok = match p.strip_prefix("unix:") {
+            Some(path) => path.starts_with('/') || path.starts_with('@'),
+            None => p.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && !port.is_empty() && !host.contains('/')
+            }),
+        };
+        if !ok {
+            return Err(format!(
+                "{at}: allow.connect[{i}] = {p:?}: not an endpoint (ADDRESS:PORT, [ADDRESS]:PORT or unix:PATH)"
+            ));
+        }
+        // The brackets of an IPv6 endpoint are literal, not a glob's character class.
+        let pat = match p.strip_prefix('[') {
+            Some(rest) => format!("\\[{}", rest.replacen("]:", "\\]:", 1)),
+            None => p.clone(),
+        };
+        let glob = GlobBuilder::new(&pat)
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build()
+            .map_err(|e| format!("{at}: allow.connect[{i}] = {p:?}: {e}"))?;
+        b.add(glob);
+        shown.push(p.clone());
+    }
+    let set = b.build().map_err(|e| format!("allow.connect: {e}"))?;
+    Ok((set, shown))
+}
+
 fn globs(
     text: &str,
     key: &str,
@@ -348,7 +388,16 @@ impl Policy {
                     }
                     None => None,
                 };
+                let connect = match &a.connect {
+                    Some(l) => {
+                        let (s, c) = endpoint_globs(text, l)?;
+                        shown.insert("connect", c);
+                        Some(s)
+                    }
+                    None => None,
+                };
                 Some(Allow {
+                    connect,
                     read,
                     write,
                     exec,
@@ -477,5 +526,36 @@ oracle_src = 'oracle\.py'
         )
         .unwrap_err();
         assert!(e.contains("line 2"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod endpoint_tests {
+    use super::*;
+
+    #[test]
+    fn connect_globs_match_endpoints_and_bad_ones_are_refused() {
+        let p = Policy::parse(
+            "[allow]\nread = [\"/usr\"]\nwrite = []\nconnect = [\"127.0.0.1:*\", \"[::1]:443\", \"unix:/run/*.sock\"]\n",
+            Path::new("p.toml"),
+        )
+        .unwrap();
+        let c = p.allow.as_ref().unwrap().connect.as_ref().unwrap();
+        for (ep, want) in [
+            ("127.0.0.1:8080", true),
+            ("127.0.0.2:8080", false),
+            ("[::1]:443", true),
+            ("[::1]:80", false),
+            ("unix:/run/x.sock", true),
+            ("unix:/run/a/x.sock", false),
+        ] {
+            assert_eq!(c.is_match(ep), want, "{ep}");
+        }
+        let e = Policy::parse(
+            "[allow]\nread = []\nwrite = []\nconnect = [\"github.com\"]\n",
+            Path::new("p.toml"),
+        )
+        .unwrap_err();
+        assert!(e.contains("line 4") && e.contains("not an endpoint"), "{e}");
     }
 }

@@ -504,7 +504,11 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// Columns added by schema version 3 (null when a version 2 ledger is read).
-pub(crate) const ADDED_IN_3: [&str; 5] = [
+pub(crate) const ADDED_IN_3: [&str; 9] = [
+    schema::col::NET_FAMILY,
+    schema::col::NET_ADDRESS,
+    schema::col::NET_ADDRESS_RAW,
+    schema::col::NET_PORT,
     schema::col::FD_ORIGIN,
     schema::col::TARGET_PID,
     schema::col::TARGET_IN_RUN,

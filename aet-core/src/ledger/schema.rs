@@ -227,8 +227,8 @@ columns! {
     /// an offset measured at start).
     TS_NS = ts_ns: Req<I64>;
     /// What the row is: `open`, `exec`, `fork`, `exit`, `stat`, `modify`, `chdir`, `mmap`,
-    /// `list`, `io`, `io_uring`, `mount`, `memfd`, `fd`, `process`, `watch` (see "Kinds of
-    /// rows").
+    /// `list`, `io`, `io_uring`, `mount`, `memfd`, `fd`, `process`, `watch`, `net` (see "Kinds
+    /// of rows").
     KIND = kind: Name;
     /// The syscall's name; null for fork, exit, io and io_uring requests.
     SYSCALL = syscall: OptName;
@@ -349,6 +349,15 @@ columns! {
     /// For `fd` rows: the fd the new one came through (`received`: the socket; `copied`: the
     /// fd's number in the other process).
     SOURCE_FD = source_fd: Opt<I32>;
+    /// For `net` rows: the socket address's family (`inet`, `inet6`, `unix`, `netlink`,
+    /// `packet`, `unspec`, `other`).
+    NET_FAMILY = net_family: OptName;
+    /// For `net` rows: the address (an IPv4 or IPv6 address; for `unix`, the socket's path, or
+    /// `@` and the name of an abstract socket). The endpoint the audit matches is
+    /// `ADDRESS:PORT`, `[ADDRESS]:PORT` or `unix:PATH`.
+    NET_ADDRESS / NET_ADDRESS_RAW = net_address: Path;
+    /// For `net` rows of `inet`/`inet6`: the port.
+    NET_PORT = net_port: Opt<U32>;
     /// For `ptrace` rows: the request (`PTRACE_*` number: 16 attach, 0x4206 seize, 1-3
     /// peeks, 4-6 pokes, ...).
     PTRACE_REQUEST = ptrace_request: Opt<U32>;

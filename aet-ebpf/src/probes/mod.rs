@@ -4,5 +4,6 @@ pub(crate) mod exec;
 pub(crate) mod fileio;
 pub(crate) mod handover;
 pub(crate) mod io_uring;
+pub(crate) mod net;
 pub(crate) mod sched;
 pub(crate) mod syscall;

@@ -17,6 +17,7 @@ use super::{
     exec::exit_exec,
     fileio::{exit_io, fileio_key},
     handover::exit_received,
+    net::exit_net,
 };
 use crate::{
     kernel::KPtr,
@@ -128,6 +129,8 @@ pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
         exit_exec(&args, task, syscall, ret);
     } else if syscall == Syscall::Recvmsg as u16 || syscall == Syscall::Recvmmsg as u16 {
         exit_received(&args, &task, syscall, ret);
+    } else if shape.kind == EventKind::Net as u8 {
+        exit_net(&args, &mut task, syscall, ret);
     } else if shape.kind != 0 {
         exit_event(&args, task, &shape, syscall, ret);
     }

@@ -109,6 +109,13 @@ pub const NATIVE: &[(i64, Syscall)] = &[
     (300, FanotifyInit),
     (301, FanotifyMark),
     (254, InotifyAddWatch),
+    (42, Connect),
+    (49, Bind),
+    (50, Listen),
+    (43, Accept),
+    (288, Accept4),
+    (44, Sendto),
+    (46, Sendmsg),
 ];
 /// i386 numbers. The 16- and 32-bit-uid variants of chown map to the same syscall; the
 /// 64-bit-offset and old-layout stat variants too (their buffers are not read for identity).
@@ -231,6 +238,12 @@ pub const COMPAT: &[(i64, Syscall)] = &[
     (26, Ptrace),
     (338, FanotifyInit),
     (292, InotifyAddWatch),
+    (362, Connect),
+    (361, Bind),
+    (363, Listen),
+    (364, Accept4),
+    (369, Sendto),
+    (370, Sendmsg),
 ];
 /// `pt_regs` members holding the syscall number and arguments 0..5 (native, then compat).
 pub const REGS_NR: &str = "orig_ax";

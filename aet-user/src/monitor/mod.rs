@@ -249,6 +249,46 @@ fn proc_info_from_procfs(pid: u32) -> ProcInfo {
     info
 }
 
+/// A socket address's family, address and port (raw bytes as the process passed them).
+fn sockaddr(b: &[u8]) -> (Option<&'static str>, Option<Vec<u8>>, Option<u32>) {
+    if b.len() < 2 {
+        return (None, None, None);
+    }
+    let family = u16::from_ne_bytes([b[0], b[1]]) as i32;
+    let port = || (b.len() >= 4).then(|| u32::from(u16::from_be_bytes([b[2], b[3]])));
+    match family {
+        libc::AF_UNIX => {
+            let p = &b[2..];
+            let addr = match p.first() {
+                // Abstract: the name is every byte given, NULs included.
+                Some(0) => {
+                    let mut a = b"@".to_vec();
+                    a.extend_from_slice(&p[1..]);
+                    a
+                }
+                _ => p[..p.iter().position(|&c| c == 0).unwrap_or(p.len())].to_vec(),
+            };
+            (Some("unix"), (!addr.is_empty()).then_some(addr), None)
+        }
+        libc::AF_INET if b.len() >= 8 => {
+            let ip = std::net::Ipv4Addr::new(b[4], b[5], b[6], b[7]);
+            (Some("inet"), Some(ip.to_string().into_bytes()), port())
+        }
+        libc::AF_INET6 if b.len() >= 24 => {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&b[8..24]);
+            let ip = std::net::Ipv6Addr::from(o);
+            (Some("inet6"), Some(ip.to_string().into_bytes()), port())
+        }
+        libc::AF_INET => (Some("inet"), None, None),
+        libc::AF_INET6 => (Some("inet6"), None, None),
+        libc::AF_NETLINK => (Some("netlink"), None, None),
+        libc::AF_PACKET => (Some("packet"), None, None),
+        libc::AF_UNSPEC => (Some("unspec"), None, None),
+        _ => (Some("other"), None, None),
+    }
+}
+
 /// The pid of a `/proc/PID/mem` (or `/proc/PID/task/TID/mem`) path, as named.
 fn proc_mem_pid(path: &[u8]) -> Option<u32> {
     let rest = path.strip_prefix(b"/proc/")?;
@@ -512,6 +552,26 @@ impl RowMaker {
                     }
                 }
                 self.name_arrived_fd(&mut row, h);
+                return row;
+            }
+            EventKind::Net => {
+                row.fd = Some(h.fd);
+                row.set_ret(h.ret);
+                if shape.flags >= 0 {
+                    row.flags = Some(h.open_flags);
+                }
+                let (family, address, port) = sockaddr(ev.path);
+                row.net_family = family;
+                row.net_port = port;
+                if let Some(a) = address {
+                    // A unix socket's path is a path too: the file rules see it.
+                    if family == Some("unix") && a.first() == Some(&b'/') {
+                        row.path = Some(a.clone().into());
+                        row.resolved_path = Some(a.clone().into());
+                        row.resolved_from = Some(ResolvedFrom::Lexical.name());
+                    }
+                    row.net_address = Some(a.into());
+                }
                 return row;
             }
             EventKind::Process => {
