@@ -94,6 +94,8 @@ pub enum Expect {
     /// A symbolic link to a masked object: it leads to an empty read-only object (a directory
     /// when `dir`), or to nothing.
     MaskedOrAbsent { dir: bool },
+    /// The network namespace has no interface but loopback (`network = "none"`).
+    LoopbackOnly,
 }
 
 impl Expect {
@@ -107,6 +109,7 @@ impl Expect {
             Self::EmptyFile => "an empty read-only file",
             Self::Absent => "nothing, and nothing can be created there",
             Self::MaskedOrAbsent { .. } => "a link to a masked object, or nothing",
+            Self::LoopbackOnly => "no network interface but loopback",
         }
     }
 }

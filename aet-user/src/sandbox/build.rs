@@ -280,6 +280,13 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
 
     // Spec grants first in this list so they take precedence over the base at the same path.
     let mut checks = Vec::new();
+    if !spec.network {
+        checks.push(Check {
+            entry: "network = \"none\"".into(),
+            path: PathBuf::from("/").into(),
+            expect: Expect::LoopbackOnly,
+        });
+    }
     let mut writable: Vec<PPath> = Vec::new();
     for e in spec.entries() {
         let path = norm(&e.path);

@@ -60,8 +60,9 @@ pub struct SandboxSpec {
     /// Make name resolution work inside (bind the host's real resolver configuration).
     #[serde(default)]
     pub dns: bool,
-    /// Share the host's network (`false`: a private network namespace with only loopback).
-    #[serde(default = "default_true")]
+    /// `"host"` (or `true`, the default): the host's network; `"none"` (or `false`): a private
+    /// network namespace with only loopback, checked from inside before the command starts.
+    #[serde(default = "default_true", deserialize_with = "network_value")]
     pub network: bool,
     /// The base layer.
     #[serde(default)]
@@ -84,6 +85,24 @@ pub enum IoUring {
 
 fn default_true() -> bool {
     true
+}
+
+/// `network`: `"host"`/`"none"`, or the older `true`/`false`.
+fn network_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Value {
+        Bool(bool),
+        Text(String),
+    }
+    match Value::deserialize(d)? {
+        Value::Bool(b) => Ok(b),
+        Value::Text(t) if t == "host" => Ok(true),
+        Value::Text(t) if t == "none" => Ok(false),
+        Value::Text(t) => Err(serde::de::Error::custom(format!(
+            "network = {t:?}: expected \"host\" or \"none\""
+        ))),
+    }
 }
 
 /// A spec that cannot be used.

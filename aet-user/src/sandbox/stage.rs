@@ -67,6 +67,16 @@ fn check_one(c: &Check) -> (bool, String) {
     };
     let ro = || read_only(p).unwrap_or(false);
     match &c.expect {
+        Expect::LoopbackOnly => match nix::net::if_::if_nameindex() {
+            Ok(list) => {
+                let names: Vec<String> = list
+                    .iter()
+                    .map(|i| i.name().to_string_lossy().into_owned())
+                    .collect();
+                (names == ["lo"], format!("interfaces {}", names.join(", ")))
+            }
+            Err(e) => (false, format!("cannot list interfaces ({e})")),
+        },
         Expect::ReadOnly { dev, ino } | Expect::Writable { dev, ino } => {
             let m = match meta {
                 Ok(m) => m,
