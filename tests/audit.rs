@@ -641,3 +641,56 @@ fn every_way_to_change_a_file_outside_the_write_list_is_an_out_of_scope_write() 
     }
     assert!(!written.contains(&f.s("task/data/read.txt").as_str()));
 }
+
+/// `aet policy draft`: a policy drafted from a run of the built-in example passes a second run
+/// of it (clean), and names what the first run touched.
+#[test]
+fn a_policy_drafted_from_a_run_passes_a_second_run_of_the_same_command() {
+    let dir = tempdir();
+    let agent = root().join("examples/demo/agent.sh");
+    let first = run_in(&dir.path().join("first"), &[], &[&agent]);
+    assert_eq!(first.code(), 0, "{}", first.stderr());
+    let policy = dir.path().join("drafted.toml");
+    let d = aet()
+        .args(["policy", "draft"])
+        .arg(&first.out)
+        .arg("-o")
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert!(d.status.success(), "{}", text(&d.stderr));
+    let drafted = fs::read_to_string(&policy).unwrap();
+    assert!(drafted.contains("[allow]"), "{drafted}");
+    assert!(
+        drafted.contains("examples/demo/task/README.md"),
+        "{drafted}"
+    );
+    // The draft is a draft: it says what it allows, answer key included.
+    assert!(
+        drafted.contains("examples/demo/answers/key.txt"),
+        "{drafted}"
+    );
+    // A second draft never overwrites the first.
+    let again = aet()
+        .args(["policy", "draft"])
+        .arg(&first.out)
+        .arg("-o")
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(
+        text(&again.stderr).contains("drafted.toml"),
+        "{}",
+        text(&again.stderr)
+    );
+    let second = run_in(
+        &dir.path().join("second"),
+        &["--policy", policy.to_str().unwrap()],
+        &[&agent],
+    );
+    assert_eq!(second.code(), 0, "{}", second.stderr());
+    let v: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(second.out.join("audit.json")).unwrap()).unwrap();
+    assert_eq!(v["verdict"], "clean", "{v:#}");
+}

@@ -9,6 +9,7 @@
 //! warnings), `disqualified` 2 (a cheat hit), `inconclusive` 3 (the record is incomplete and no
 //! cheat was found). Usage and input errors are 4.
 
+pub mod draft;
 pub mod engine;
 pub mod html;
 pub mod policy;

@@ -8,6 +8,7 @@ mod daemon;
 mod doctor;
 mod ledger;
 mod monitor;
+mod policy;
 mod run;
 mod sandbox;
 
@@ -130,6 +131,9 @@ pub enum Command {
     /// Read ledgers.
     #[command(subcommand)]
     Ledger(ledger::Command),
+    /// Policies: draft one from a run.
+    #[command(subcommand)]
+    Policy(policy::Command),
     /// Audit a run against a policy: disqualified (2), flagged (1), clean (0) or inconclusive
     /// (3), with JSON and HTML reports.
     Audit(audit::Args),
@@ -197,6 +201,7 @@ pub fn main() -> ExitCode {
         Command::Run(a) => (run::run(a), Exit::AetFailed.code()),
         Command::Monitor(a) => (monitor::run(a), Exit::AetFailed.code()),
         Command::Ledger(c) => (ledger::run(c), Exit::Usage.code()),
+        Command::Policy(c) => (policy::run(c), Exit::Usage.code()),
         Command::Audit(a) => (audit::run(a), Exit::Usage.code()),
         Command::Doctor(a) => (doctor::run(a), Exit::Usage.code()),
         Command::Daemon(a) => (daemon::run(a), Exit::AetFailed.code()),

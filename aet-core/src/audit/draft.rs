@@ -1,0 +1,274 @@
+//! `aet policy draft`: an allow-list policy written from what a run did, for a person to review.
+//!
+//! The run's ledger is scanned against an empty allow-list (read, write, exec and connect), so
+//! that every successful access of the run (aet's own set-up left out, as in an audit) is "out
+//! of scope"; those accesses become the lists. Reads and executions are collapsed to a directory
+//! where the run touched several entries under it; writes are allowed by directory (a run that
+//! makes a temporary file or directory makes another name the next time), and what a run may
+//! write it may read and run back. `/proc`, `/sys` and `/dev` are allowed whole.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt::Write as _,
+    path::Path,
+};
+
+use super::{
+    engine::{Class, Outcome, scan},
+    policy::Policy,
+};
+use crate::ledger::reader::ReadError;
+
+/// Entries under one directory from which the directory is allowed instead.
+const COLLAPSE_AT: usize = 3;
+
+/// Pseudo file systems allowed whole.
+const WHOLE: &[&str] = &["/proc", "/sys", "/dev"];
+
+/// What a drafted policy allows, before it is written out.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Draft {
+    pub read: BTreeSet<String>,
+    pub write: BTreeSet<String>,
+    pub exec: BTreeSet<String>,
+    pub connect: BTreeSet<String>,
+    /// Paths left out because a policy cannot name them (not UTF-8).
+    pub skipped: usize,
+    pub rows: u64,
+}
+
+/// The parent directory of an absolute path (`None` for `/`).
+fn parent(p: &str) -> Option<&str> {
+    let t = p.trim_end_matches('/');
+    let i = t.rfind('/')?;
+    Some(if i == 0 { "/" } else { &t[..i] })
+}
+
+/// Is `p` `dir` or below it?
+fn under(p: &str, dir: &str) -> bool {
+    dir == "/" || p == dir || p.starts_with(dir) && p.as_bytes().get(dir.len()) == Some(&b'/')
+}
+
+/// The pseudo file system `p` is in, if any.
+fn whole(p: &str) -> Option<&'static str> {
+    WHOLE.iter().copied().find(|w| under(p, w))
+}
+
+/// Drops the entries an ancestor in the set already covers.
+fn minimal(set: BTreeSet<String>) -> BTreeSet<String> {
+    let mut out: BTreeSet<String> = BTreeSet::new();
+    for p in set {
+        // Sorted: an ancestor comes before its descendants.
+        if !out.iter().any(|d| under(&p, d)) {
+            out.insert(p);
+        }
+    }
+    out
+}
+
+/// Replaces the entries of every directory (two levels deep or more) that holds
+/// [`COLLAPSE_AT`] or more of them by the directory, until nothing changes.
+fn collapse(paths: BTreeSet<String>) -> BTreeSet<String> {
+    let mut set: BTreeSet<String> = paths
+        .into_iter()
+        .map(|p| whole(&p).map_or(p, str::to_owned))
+        .collect();
+    loop {
+        let mut by_parent: BTreeMap<String, usize> = BTreeMap::new();
+        for p in &set {
+            if let Some(d) = parent(p)
+                && d.matches('/').count() >= 2
+            {
+                *by_parent.entry(d.to_owned()).or_default() += 1;
+            }
+        }
+        let dirs: Vec<String> = by_parent
+            .into_iter()
+            .filter(|(_, n)| *n >= COLLAPSE_AT)
+            .map(|(d, _)| d)
+            .collect();
+        if dirs.is_empty() {
+            return minimal(set);
+        }
+        set.retain(|p| !dirs.iter().any(|d| under(p, d) && p != d));
+        set.extend(dirs);
+    }
+}
+
+/// Drafts a policy from the ledger at `ledger` (a file or a run directory's ledger).
+pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
+    let empty = Policy::parse(
+        "[allow]\nread = []\nwrite = []\nexec = []\nconnect = []\n",
+        Path::new("(draft)"),
+    )
+    .expect("the empty allow-list parses");
+    let (scan, _) = scan(ledger, &empty)?;
+    let mut d = Draft {
+        rows: scan.rows,
+        ..Draft::default()
+    };
+    let (mut read, mut write, mut exec) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+    for f in &scan.findings {
+        if f.class != Class::OutOfScope || f.outcome != Outcome::Hit {
+            continue;
+        }
+        if f.path_hex.is_some() {
+            d.skipped += 1;
+            continue;
+        }
+        let p = f.path.clone();
+        match f.access {
+            "read" => {
+                read.insert(p);
+            }
+            "write" => {
+                // The directory: the next run's temporary names differ.
+                // (A file right under `/` stays itself.)
+                let dir = match (whole(&p), parent(&p)) {
+                    (Some(w), _) => w.to_owned(),
+                    (None, Some(d)) if d != "/" => d.to_owned(),
+                    _ => p,
+                };
+                write.insert(dir);
+            }
+            "exec" => {
+                exec.insert(p);
+            }
+            "connect" => {
+                d.connect.insert(p);
+            }
+            _ => {}
+        }
+    }
+    d.write = minimal(write);
+    // What the run may write it may read and run back.
+    read.extend(d.write.iter().cloned());
+    exec.extend(d.write.iter().cloned());
+    d.read = collapse(read);
+    d.exec = collapse(exec);
+    Ok(d)
+}
+
+/// The drafted policy as TOML, with a header saying where it comes from.
+pub fn to_toml(d: &Draft, source: &Path) -> String {
+    // Paths are globs in a policy: their glob characters are escaped.
+    let escape = |p: &str| {
+        let mut e = String::with_capacity(p.len());
+        for c in p.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\') {
+                e.push('\\');
+            }
+            e.push(c);
+        }
+        e
+    };
+    let list = |set: &BTreeSet<String>, esc: bool| {
+        let items: Vec<String> = set
+            .iter()
+            .map(|p| {
+                let p = if esc { escape(p) } else { p.clone() };
+                format!("  {},", toml::Value::String(p))
+            })
+            .collect();
+        if items.is_empty() {
+            "[]".to_owned()
+        } else {
+            format!("[\n{}\n]", items.join("\n"))
+        }
+    };
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# Drafted by `aet policy draft` from {} ({} rows): what the run read, wrote, executed\n\
+         # and connected to, directories allowed where it touched {COLLAPSE_AT} or more entries under one,\n\
+         # writes allowed by directory. It allows everything this run did, answer keys included:\n\
+         # review it, and add [cheats] and [protected] before you use it.",
+        source.display(),
+        d.rows
+    );
+    if d.skipped > 0 {
+        let _ = writeln!(
+            o,
+            "# {} path(s) left out: not UTF-8, a policy cannot name them.",
+            d.skipped
+        );
+    }
+    let _ = writeln!(o, "\n[allow]");
+    let _ = writeln!(o, "read = {}", list(&d.read, true));
+    let _ = writeln!(o, "write = {}", list(&d.write, true));
+    let _ = writeln!(o, "exec = {}", list(&d.exec, true));
+    if !d.connect.is_empty() {
+        let _ = writeln!(o, "connect = {}", list(&d.connect, false));
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(xs: &[&str]) -> BTreeSet<String> {
+        xs.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn directories_with_many_entries_are_collapsed_and_pseudo_file_systems_allowed_whole() {
+        let got = collapse(set(&[
+            "/usr/lib/a.so",
+            "/usr/lib/b.so",
+            "/usr/lib/c.so",
+            "/usr/share/x/one",
+            "/etc/hostname",
+            "/proc/123/status",
+            "/dev/null",
+            "/task/README.md",
+        ]));
+        assert_eq!(
+            got,
+            set(&[
+                "/dev",
+                "/etc/hostname",
+                "/proc",
+                "/task/README.md",
+                "/usr/lib",
+                "/usr/share/x/one"
+            ])
+        );
+        // Collapsing goes up while a directory holds enough, never to a top-level one.
+        let got = collapse(set(&[
+            "/a/b/c1/x",
+            "/a/b/c2/x",
+            "/a/b/c3/x",
+            "/a/b/c3/y",
+            "/a/b/c3/z",
+        ]));
+        assert_eq!(got, set(&["/a/b/c1/x", "/a/b/c2/x", "/a/b/c3"]));
+        let got = collapse(set(&[
+            "/a/b/c1/x",
+            "/a/b/c1/y",
+            "/a/b/c1/z",
+            "/a/b/c2/x",
+            "/a/b/c2/y",
+            "/a/b/c2/z",
+            "/a/b/c3/x",
+            "/a/b/c3/y",
+            "/a/b/c3/z",
+        ]));
+        assert_eq!(got, set(&["/a/b"]));
+    }
+
+    #[test]
+    fn the_draft_parses_as_a_policy() {
+        let d = Draft {
+            read: set(&["/usr", "/a \"quoted\" path [1]*"]),
+            write: set(&["/tmp"]),
+            exec: set(&["/usr/bin"]),
+            connect: set(&["127.0.0.1:8080"]),
+            skipped: 1,
+            rows: 10,
+        };
+        let text = to_toml(&d, Path::new("run/ledger.arrow"));
+        Policy::parse(&text, Path::new("draft.toml")).unwrap();
+        assert!(text.contains("127.0.0.1:8080"));
+    }
+}
