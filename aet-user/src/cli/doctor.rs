@@ -191,6 +191,11 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         Some(v) => checks.push(note("bubblewrap", v)),
         None => checks.push(note("bubblewrap", "not installed (needed for sandboxes)")),
     }
+    checks.push(note("landlock", landlock_abi()));
+    checks.push(note(
+        "seccomp",
+        "io_uring is closed in sandboxes by a seccomp filter (libseccomp) unless the spec says io_uring = \"allow\"",
+    ));
     let ok = checks.iter().all(|c| c.status != "missing");
     if a.json {
         let v = serde_json::json!({ "ok": ok, "checks": checks });
@@ -208,6 +213,26 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         super::print_out(&out)?;
     }
     Ok(if ok { Exit::Success } else { Exit::Negative }.code())
+}
+
+/// The kernel's Landlock ABI version (`landlock_create_ruleset(NULL, 0,
+/// LANDLOCK_CREATE_RULESET_VERSION)`), or why there is none.
+fn landlock_abi() -> String {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: the version query takes no ruleset and writes nothing.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if r > 0 {
+        format!("ABI {r} (not used yet: aet records and judges; enforcement is planned)")
+    } else {
+        format!("not available ({})", std::io::Error::last_os_error())
+    }
 }
 
 fn which_bwrap() -> Option<String> {
