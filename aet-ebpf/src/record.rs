@@ -165,6 +165,19 @@ pub(crate) fn send(s: &mut Scratch) {
     }
 }
 
+/// Reads a pointer-sized word of the process (4 bytes through the compat ABI).
+#[inline(always)]
+pub(crate) fn user_word(addr: u64, compat: bool) -> Option<u64> {
+    // SAFETY: fault-tolerant reads of the caller's memory.
+    unsafe {
+        if compat {
+            bpf_probe_read_user(addr as *const u32).ok().map(u64::from)
+        } else {
+            bpf_probe_read_user(addr as *const u64).ok()
+        }
+    }
+}
+
 /// Where a string is read from.
 pub(crate) const USER: bool = true;
 pub(crate) const KERNEL: bool = false;

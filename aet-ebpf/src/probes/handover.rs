@@ -12,7 +12,7 @@ use super::syscall::Args;
 use crate::{
     kernel::{KPtr, kread},
     maps::{cfg, count, offsets},
-    record::{fill_header, header, scratch, send},
+    record::{fill_header, header, scratch, send, user_word},
     task::{Task, fd_file, identity, set_identity},
 };
 
@@ -54,19 +54,6 @@ pub(crate) fn emit_fd(
         set_identity(h, id);
     }
     send(s);
-}
-
-/// Reads a pointer-sized word of the process (4 bytes through the compat ABI).
-#[inline(always)]
-fn user_word(addr: u64, compat: bool) -> Option<u64> {
-    // SAFETY: fault-tolerant reads of the caller's memory.
-    unsafe {
-        if compat {
-            bpf_probe_read_user(addr as *const u32).ok().map(u64::from)
-        } else {
-            bpf_probe_read_user(addr as *const u64).ok()
-        }
-    }
 }
 
 /// The state of one message's parse, shared with the `bpf_loop` callbacks.

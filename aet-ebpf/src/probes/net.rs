@@ -10,22 +10,9 @@ use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 
 use super::syscall::Args;
 use crate::{
-    record::{fill_header, header, scratch, section_start, send},
+    record::{fill_header, header, scratch, section_start, send, user_word},
     task::Task,
 };
-
-/// Reads a pointer-sized word of the process (4 bytes through the compat ABI).
-#[inline(always)]
-fn user_word(addr: u64, compat: bool) -> u64 {
-    // SAFETY: fault-tolerant reads of the caller's memory.
-    unsafe {
-        if compat {
-            bpf_probe_read_user(addr as *const u32).map_or(0, u64::from)
-        } else {
-            bpf_probe_read_user(addr as *const u64).unwrap_or(0)
-        }
-    }
-}
 
 /// `net` syscall exits.
 #[inline(always)]
@@ -41,7 +28,7 @@ pub(crate) fn exit_net(args: &Args, task: &mut Task, syscall: u16, ret: i64) {
         let at = if args.compat { 4 } else { 8 };
         // SAFETY: a fault-tolerant read of the caller's msghdr.
         let namelen: u32 = unsafe { bpf_probe_read_user((m + at) as *const u32) }.unwrap_or(0);
-        (user_word(m, args.compat), namelen as u64)
+        (user_word(m, args.compat).unwrap_or(0), namelen as u64)
     } else if syscall == Syscall::Accept as u16 || syscall == Syscall::Accept4 as u16 {
         // The peer's address, as the kernel wrote it (its length through the pointer).
         let lenp = args.get(2);
