@@ -150,9 +150,9 @@ pub enum EventKind {
     /// `memfd_create`: an anonymous file that can be written and executed.
     Memfd = 13,
     /// An fd that came into the run from elsewhere: received over a socket (`recvmsg` with
-    /// `SCM_RIGHTS`), copied from another process (`pidfd_getfd`), handed over by fanotify (an
-    /// event read from a fanotify fd), or inherited at start (written by userspace). One row
-    /// per fd, with the file's identity and kernel walk; `aux` is the [`fd_origin`], `aux2` the
+    /// `SCM_RIGHTS`), copied from another process (`pidfd_getfd`), or handed over by fanotify
+    /// (an event read from a fanotify fd). One row per fd, with the file's identity (and, for
+    /// `pidfd_getfd`, the kernel walk of the new fd); `aux` is the [`fd_origin`], `aux2` the
     /// source (the socket fd, the other process's fd, the event's pid); for fanotify, `mode` is
     /// the reader's pid namespace level; for a received fd, `open_flags` is the socket's peer
     /// process (host pid; 0 when the socket has none).
@@ -307,24 +307,20 @@ pub mod io {
 
 /// Where the fd of an [`EventKind::Fd`] row came from ([`EventHeader::aux`]).
 pub mod fd_origin {
-    /// Open in the command when it started (recorded by userspace at start).
-    pub const INHERITED: u64 = 1;
+    // 1 is not used: the fds a command starts with are in the ledger's metadata
+    // (`aet.inherited_fds`), not in rows.
     /// Received over a socket (`recvmsg`/`recvmmsg` with `SCM_RIGHTS`).
     pub const RECEIVED: u64 = 2;
     /// Copied from another process (`pidfd_getfd`).
     pub const COPIED: u64 = 3;
     /// Handed over by fanotify: an event read from a fanotify fd carried it.
     pub const FANOTIFY: u64 = 4;
-    /// Open in a process when monitoring attached to it (`aet monitor --pid`).
-    pub const AT_ATTACH: u64 = 5;
     /// The name of an origin, as the ledger's `fd_origin` column has it.
     pub const fn name(o: u64) -> Option<&'static str> {
         Some(match o {
-            INHERITED => "inherited",
             RECEIVED => "received",
             COPIED => "copied",
             FANOTIFY => "fanotify",
-            AT_ATTACH => "at_attach",
             _ => return None,
         })
     }

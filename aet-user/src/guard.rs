@@ -17,11 +17,12 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// Starts `aet __guard CGROUP` (this same binary).
-    pub fn start(cgroup: &Path) -> io::Result<Self> {
+    /// Starts `aet SUBCOMMAND ARG` (this same binary) with a pipe on its stdin that only this
+    /// process holds.
+    fn spawn(subcommand: &str, arg: &Path) -> io::Result<Self> {
         let mut child = std::process::Command::new("/proc/self/exe")
-            .arg("__guard")
-            .arg(cgroup)
+            .arg(subcommand)
+            .arg(arg)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .spawn()?;
@@ -29,29 +30,20 @@ impl Guard {
         Ok(Self { stdin, child })
     }
 
+    /// Starts `aet __guard CGROUP`.
+    pub fn start(cgroup: &Path) -> io::Result<Self> {
+        Self::spawn("__guard", cgroup)
+    }
+
     /// Starts `aet __guard-daemon DIR` for a daemon (see `daemon::guard_main`).
     pub fn start_for_daemon(state: &Path) -> io::Result<Self> {
-        let mut child = std::process::Command::new("/proc/self/exe")
-            .arg("__guard-daemon")
-            .arg(state)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn()?;
-        let stdin = child.stdin.take();
-        Ok(Self { stdin, child })
+        Self::spawn("__guard-daemon", state)
     }
 
     /// Starts `aet __guard-thaw DIR`: if this aet dies, every cgroup a marker in `DIR` names
     /// is thawed (see `monitor::overload`).
     pub fn start_thaw(dir: &Path) -> io::Result<Self> {
-        let mut child = std::process::Command::new("/proc/self/exe")
-            .arg("__guard-thaw")
-            .arg(dir)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn()?;
-        let stdin = child.stdin.take();
-        Ok(Self { stdin, child })
+        Self::spawn("__guard-thaw", dir)
     }
 
     /// Tells the guard the run ended cleanly and waits for it.

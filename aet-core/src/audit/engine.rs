@@ -960,11 +960,9 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
             let reached = match kind {
                 EventKind::Fd => {
                     let origin = match fd_origin.is_valid(i).then(|| fd_origin.value(i)) {
-                        Some(b"inherited") => "inherited",
                         Some(b"received") => "received",
                         Some(b"copied") => "copied",
                         Some(b"fanotify") => "fanotify",
-                        Some(b"at_attach") => "at_attach",
                         _ => "unknown",
                     };
                     if ok

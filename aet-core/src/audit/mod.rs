@@ -379,7 +379,6 @@ pub fn reached_text(r: &str) -> &'static str {
         "received" => "received over a socket",
         "copied" => "copied from another process",
         "fanotify" => "handed over by fanotify",
-        "at_attach" => "open when monitoring attached",
         _ => "of unknown origin",
     }
 }

@@ -332,10 +332,9 @@ columns! {
     PROT = prot: Opt<U32>;
     /// For a submitted io_uring request: its opcode (`IORING_OP_*`).
     IO_URING_OP = io_uring_op: Opt<U32>;
-    /// For `fd` rows: how the fd came into the run: `inherited` (open in the command when it
-    /// started), `received` (over a socket, `SCM_RIGHTS`), `copied` (from another process,
-    /// `pidfd_getfd`), `fanotify` (carried by a fanotify event the run read), `at_attach` (open
-    /// in a process `aet monitor --pid` attached to).
+    /// For `fd` rows: how the fd came into the run: `received` (over a socket, `SCM_RIGHTS`),
+    /// `copied` (from another process, `pidfd_getfd`), `fanotify` (carried by a fanotify event
+    /// the run read). The fds the command started with are in `aet.inherited_fds`.
     FD_ORIGIN = fd_origin: OptName;
     /// The other process: for `process` rows the process acted on (ptrace, process_vm_readv/
     /// writev, pidfd_open), for `fd` rows the process the fd came from (`copied`: the pidfd's

@@ -221,26 +221,12 @@ impl Engine {
             wake_cv: Condvar::new(),
             consumer_done: AtomicBool::new(false),
         });
-        let stall = std::env::var(STALL_ENV)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_millis)
-            .unwrap_or_default();
-        if !stall.is_zero() {
-            eprintln!(
-                "aet: warning: {STALL_ENV} is set: the consumer starts {stall:?} late (fault injection for tests)"
-            );
-        }
-        let slow = std::env::var(SLOW_ENV)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_micros)
-            .unwrap_or_default();
-        if !slow.is_zero() {
-            eprintln!(
-                "aet: warning: {SLOW_ENV} is set: the consumer sleeps {slow:?} every {ACCOUNT_EVERY} records (fault injection for tests)"
-            );
-        }
+        let stall = debug_duration(STALL_ENV, Duration::from_millis, "the consumer starts late");
+        let slow = debug_duration(
+            SLOW_ENV,
+            Duration::from_micros,
+            "the consumer sleeps after every 256 records",
+        );
         let s2 = shared.clone();
         let p2 = programs.clone();
         let consumer = std::thread::Builder::new()
@@ -576,6 +562,19 @@ fn slot_of(bytes: &[u8]) -> Option<u32> {
     let at = std::mem::offset_of!(aet_common::EventHeader, run);
     (bytes.len() >= HEADER_SIZE)
         .then(|| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes")))
+}
+
+/// A fault-injection setting of the environment (`var`, a number in `unit`), said aloud when set.
+fn debug_duration(var: &str, unit: fn(u64) -> Duration, what: &str) -> Duration {
+    let d = std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(unit)
+        .unwrap_or_default();
+    if !d.is_zero() {
+        eprintln!("aet: warning: {var} is set: {what} ({d:?}; fault injection for tests)");
+    }
+    d
 }
 
 /// What the consumer asks of the kernel side about each run.
