@@ -185,6 +185,13 @@ pub(crate) fn walk_one(st: &mut WalkState) -> bool {
         }
         if d.addr() == st.root_dentry && m.addr() == st.root_mnt {
             c.flags |= walk::REACHED_ROOT as u32;
+            if c.split == u32::MAX {
+                // No mount crossed: the file is on the process's root mount. Its file-system
+                // walk starts at that mount's root, so that (in another mount namespace) the
+                // host's path can be told without the process's mount table.
+                c.split = c.off;
+                c.fs_dentry = d.addr();
+            }
             return false;
         }
         if c.first == 1 {
