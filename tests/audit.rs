@@ -694,3 +694,89 @@ fn a_policy_drafted_from_a_run_passes_a_second_run_of_the_same_command() {
         serde_json::from_str(&fs::read_to_string(second.out.join("audit.json")).unwrap()).unwrap();
     assert_eq!(v["verdict"], "clean", "{v:#}");
 }
+
+/// Rules on what a process ran: `{ argv = 'regex' }` matches the exec's argument vector joined
+/// with spaces, whoever ran it (a script on the agent's behalf included), and names the process.
+#[test]
+fn argv_rules_match_what_a_process_ran_and_name_it() {
+    let dir = tempdir();
+    let repo = dir.path().join("repo");
+    fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let o = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
+    };
+    git(&["init", "-q"]);
+    git(&[
+        "-c",
+        "user.name=a",
+        "-c",
+        "user.email=a@b",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "x",
+    ]);
+    let script = dir.path().join("helper.sh");
+    write_script(
+        &script,
+        &format!(
+            "#!/bin/sh\ngit -C {} log --all --oneline > /dev/null\ngit -C {} status > /dev/null\n",
+            repo.display(),
+            repo.display()
+        ),
+    );
+    let r = run_in(&dir.path().join("run"), &[], &[&script]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let policy = dir.path().join("p.toml");
+    fs::write(
+        &policy,
+        "[warns]\nhistory = { argv = '^git .*\\blog\\b.*--all' }\nstatus = { argv = 'never-run-this' }\n",
+    )
+    .unwrap();
+    let (out, v) = audit(&r.out, &policy, &[]);
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    let w = v["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 1, "{v:#}");
+    assert_eq!(w[0]["rule"], "warns.history");
+    assert_eq!(w[0]["access"], "exec");
+    assert!(
+        w[0]["path"].as_str().unwrap().contains("log --all"),
+        "{v:#}"
+    );
+    assert_eq!(w[0]["comm"], "git");
+    assert!(
+        w[0]["ancestry"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["comm"] == "helper.sh"),
+        "{v:#}"
+    );
+    assert!(
+        v["unused_rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "warns.status"),
+        "{v:#}"
+    );
+    // The same rule as a cheat disqualifies; a rule cannot have both `pattern` and `argv`.
+    fs::write(&policy, "[cheats]\nhistory = { argv = 'log --all' }\n").unwrap();
+    let (out, v) = audit(&r.out, &policy, &[]);
+    assert_eq!(out.status.code(), Some(2), "{v:#}");
+    fs::write(&policy, "[cheats]\nx = { argv = 'a', pattern = 'b' }\n").unwrap();
+    let (out, _) = audit(&r.out, &policy, &[]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(
+        text(&out.stderr).contains("line 2"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -315,6 +315,8 @@ struct Engine<'p> {
     oos_rule: u32,
     /// Findings about other processes, by (actor, target, access, outcome).
     proc_index: FxHashMap<(u32, u32, &'static str, Outcome), usize>,
+    /// Findings of argv rules, by (rule, process, outcome).
+    argv_index: FxHashMap<(usize, u32, Outcome), usize>,
 }
 
 impl<'p> Engine<'p> {
@@ -336,6 +338,7 @@ impl<'p> Engine<'p> {
             scan: Scan::default(),
             oos_rule: u32::MAX,
             proc_index: FxHashMap::default(),
+            argv_index: FxHashMap::default(),
         }
     }
 
@@ -379,6 +382,35 @@ impl<'p> Engine<'p> {
             reached: None,
             target_pid: None,
         }
+    }
+
+    /// A finding of an argv rule: the process ran a command line the rule names.
+    fn record_argv(&mut self, rule: usize, line: &[u8], row: &RowRef<'_>) {
+        let r = &self.policy.rules[rule];
+        let class = match r.severity {
+            Severity::Cheat => Class::Cheat,
+            Severity::Contaminant => Class::Contaminant,
+            Severity::Warn => Class::Warning,
+        };
+        let outcome = Outcome::Hit;
+        let key = (rule, row.pid, outcome);
+        if let Some(&i) = self.argv_index.get(&key) {
+            self.findings[i].count += 1;
+            return;
+        }
+        let f = Finding {
+            path_hex: std::str::from_utf8(line)
+                .is_err()
+                .then(|| crate::util::hex(line)),
+            ..self.finding(class, r.name.clone(), outcome, "exec", lossy(line), row)
+        };
+        if matches!(class, Class::Cheat | Class::Contaminant)
+            && let Some(p) = self.procs.get_mut(&row.pid)
+        {
+            p.flagged = true;
+        }
+        self.argv_index.insert(key, self.findings.len());
+        self.findings.push(f);
     }
 
     /// A finding about an access to a process outside the run.
@@ -943,6 +975,39 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
             if setup {
                 e.scan.setup_rows += 1;
                 continue;
+            }
+            // Rules on what a process ran: its argument vector, joined with spaces (a failed exec
+            // ran nothing: a shell's search of PATH fails at every directory but one).
+            if k == b"exec"
+                && !e.policy.argv_rules.is_empty()
+                && argv.is_valid(i)
+                && ret.is_valid(i)
+                && ret.value(i) >= 0
+            {
+                let items = argv.values().as_binary::<i32>();
+                let range = argv.value_offsets()[i] as usize..argv.value_offsets()[i + 1] as usize;
+                let mut line = Vec::new();
+                for (n, k) in range.enumerate() {
+                    if n > 0 {
+                        line.push(b' ');
+                    }
+                    line.extend_from_slice(items.value(k));
+                }
+                let row = RowRef {
+                    cols: &cols,
+                    i,
+                    pid: p,
+                    ok: true,
+                    resolved: None,
+                    raw: None,
+                    host: None,
+                    reached: None,
+                };
+                for m in e.policy.argv_set.matches(&line).iter() {
+                    let r = e.policy.argv_rules[m];
+                    e.rule_hits[r] += 1;
+                    e.record_argv(r, &line, &row);
+                }
             }
             let Some(kind) = EventKind::from_name(k) else {
                 continue;

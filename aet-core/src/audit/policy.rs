@@ -120,6 +120,7 @@ pub struct Rule {
     #[serde(skip)]
     pub access_mask: u8,
     pub attempts: Attempts,
+    pub target: Target,
 }
 
 /// The allow-list, compiled.
@@ -141,6 +142,9 @@ pub struct Policy {
     pub path: PathBuf,
     pub rules: Vec<Rule>,
     pub set: RegexSet,
+    /// The argv rules' patterns, and each one's index in `rules`.
+    pub argv_set: RegexSet,
+    pub argv_rules: Vec<usize>,
     pub allow: Option<Allow>,
     /// Named protected files (name, path): matched by path and by identity.
     pub protected: Vec<(String, PathBuf)>,
@@ -175,23 +179,44 @@ fn defaults(sev: Severity) -> (Vec<Access>, Attempts) {
     }
 }
 
-/// A rule's pattern, accesses and attempts, from `'regex'` or `{ pattern, access, attempts }`.
-fn rule_fields(v: &toml::Value, sev: Severity) -> Result<(String, Vec<Access>, Attempts), String> {
+/// What a rule's pattern is matched against.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// Every path of a row (and a `net` row's endpoint).
+    Path,
+    /// An exec's argument vector, joined with spaces.
+    Argv,
+}
+
+/// A rule's pattern, accesses, attempts and target, from `'regex'` or
+/// `{ pattern | argv, access, attempts }`.
+fn rule_fields(
+    v: &toml::Value,
+    sev: Severity,
+) -> Result<(String, Vec<Access>, Attempts, Target), String> {
     let (def_access, def_attempts) = defaults(sev);
     match v {
-        toml::Value::String(p) => Ok((p.clone(), def_access, def_attempts)),
+        toml::Value::String(p) => Ok((p.clone(), def_access, def_attempts, Target::Path)),
         toml::Value::Table(t) => {
             for k in t.keys() {
-                if !["pattern", "access", "attempts"].contains(&k.as_str()) {
+                if !["pattern", "argv", "access", "attempts"].contains(&k.as_str()) {
                     return Err(format!(
-                        "unknown key `{k}` (expected `pattern`, `access`, `attempts`)"
+                        "unknown key `{k}` (expected `pattern` or `argv`, `access`, `attempts`)"
                     ));
                 }
             }
-            let pattern = match t.get("pattern") {
-                Some(toml::Value::String(p)) => p.clone(),
-                Some(_) => return Err("`pattern` must be a string".into()),
-                None => return Err("missing `pattern`".into()),
+            let (pattern, target) = match (t.get("pattern"), t.get("argv")) {
+                (Some(toml::Value::String(p)), None) => (p.clone(), Target::Path),
+                (None, Some(toml::Value::String(p))) => (p.clone(), Target::Argv),
+                (Some(_), Some(_)) => {
+                    return Err(
+                        "`pattern` and `argv` together: a rule matches one or the other".into(),
+                    );
+                }
+                (Some(_), None) => return Err("`pattern` must be a string".into()),
+                (None, Some(_)) => return Err("`argv` must be a string".into()),
+                (None, None) => return Err("missing `pattern` (or `argv`)".into()),
             };
             let access = match t.get("access") {
                 None => def_access,
@@ -206,11 +231,22 @@ fn rule_fields(v: &toml::Value, sev: Severity) -> Result<(String, Vec<Access>, A
                     "`attempts` must be \"ignore\", \"warn\" or \"same\"".to_owned()
                 })?,
             };
-            Ok((pattern, access, attempts))
+            // An argv rule is about running something.
+            let access = if target == Target::Argv && t.get("access").is_none() {
+                vec![Access::Exec]
+            } else {
+                access
+            };
+            Ok((pattern, access, attempts, target))
         }
-        _ => Err("expected a regular expression or a table { pattern, access, attempts }".into()),
+        _ => Err(
+            "expected a regular expression or a table { pattern | argv, access, attempts }".into(),
+        ),
     }
 }
+
+/// A regular expression that matches nothing (the path set's entry for an argv rule).
+const NEVER: &str = r"[^\s\S]";
 
 /// Compiles globs; a pattern without glob characters is a path prefix (itself and below).
 /// `allow.connect`: endpoint globs, `ADDRESS:PORT` (`127.0.0.1:*`, `[::1]:443`) or
@@ -329,6 +365,7 @@ impl Policy {
             toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
         let mut rules = Vec::new();
         let mut patterns = Vec::new();
+        let (mut argv_patterns, mut argv_rules) = (Vec::new(), Vec::new());
         for (sev, table) in [
             (Severity::Cheat, &spec.cheats),
             (Severity::Contaminant, &spec.contaminants),
@@ -337,7 +374,7 @@ impl Policy {
             for (name, r) in table {
                 let full = format!("{}.{name}", sev.key());
                 let at = LineOf(text, r.span());
-                let (pat, access, attempts) =
+                let (pat, access, attempts, target) =
                     rule_fields(r.get_ref(), sev).map_err(|e| format!("{at}: {full}: {e}"))?;
                 if let Err(e) = regex::bytes::Regex::new(&pat) {
                     let first = e.to_string();
@@ -352,7 +389,16 @@ impl Policy {
                     ));
                 }
                 let access_mask = access.iter().fold(0u8, |m, a| m | a.bit());
-                patterns.push(pat.clone());
+                // The path set keeps one entry per rule (its index is the rule's): an argv
+                // rule's is one that matches nothing, and its pattern goes to the argv set.
+                match target {
+                    Target::Path => patterns.push(pat.clone()),
+                    Target::Argv => {
+                        patterns.push(NEVER.into());
+                        argv_patterns.push(pat.clone());
+                        argv_rules.push(rules.len());
+                    }
+                }
                 rules.push(Rule {
                     name: full,
                     severity: sev,
@@ -360,10 +406,12 @@ impl Policy {
                     access,
                     access_mask,
                     attempts,
+                    target,
                 });
             }
         }
         let set = RegexSet::new(&patterns).map_err(|e| format!("rules: {e}"))?;
+        let argv_set = RegexSet::new(&argv_patterns).map_err(|e| format!("argv rules: {e}"))?;
         let allow = match &spec.allow {
             None => None,
             Some(a) => {
@@ -436,6 +484,8 @@ impl Policy {
             path: path.to_owned(),
             rules,
             set,
+            argv_set,
+            argv_rules,
             allow,
             protected,
             processes_outside,
