@@ -780,3 +780,65 @@ fn argv_rules_match_what_a_process_ran_and_name_it() {
         text(&out.stderr)
     );
 }
+
+/// The repository-benchmark preset flags history mining by a helper script: `git log --all`,
+/// `git reflog` and a read of `.git/logs/HEAD`, and nothing for a plain `git status`.
+#[test]
+fn the_swe_bench_preset_flags_history_mining() {
+    let dir = tempdir();
+    let repo = dir.path().join("repo");
+    fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let o = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
+    };
+    git(&["init", "-q"]);
+    git(&[
+        "-c",
+        "user.name=a",
+        "-c",
+        "user.email=a@b",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "x",
+    ]);
+    git(&["tag", "future"]);
+    let plain = dir.path().join("plain.sh");
+    write_script(
+        &plain,
+        &format!("#!/bin/sh\ngit -C {} status > /dev/null\n", repo.display()),
+    );
+    let mining = dir.path().join("mining.sh");
+    write_script(
+        &mining,
+        &format!(
+            "#!/bin/sh\ncd {}\ngit log --all --oneline > /dev/null\ngit reflog > /dev/null\ncat .git/logs/HEAD > /dev/null\n",
+            repo.display()
+        ),
+    );
+    let policy = root().join("policies/swe-bench.toml");
+    let p = run_in(&dir.path().join("plain"), &[], &[&plain]);
+    assert_eq!(p.code(), 0, "{}", p.stderr());
+    let (out, v) = audit(&p.out, &policy, &[]);
+    assert_eq!(out.status.code(), Some(0), "a plain status is clean: {v:#}");
+    let m = run_in(&dir.path().join("mining"), &[], &[&mining]);
+    assert_eq!(m.code(), 0, "{}", m.stderr());
+    let (out, v) = audit(&m.out, &policy, &[]);
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    let rules: Vec<&str> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["rule"].as_str().unwrap())
+        .collect();
+    for want in ["warns.git_log_all", "warns.git_reflog", "warns.git_reflogs"] {
+        assert!(rules.contains(&want), "{want}: {rules:?}");
+    }
+}
