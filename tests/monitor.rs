@@ -758,6 +758,17 @@ fn monitor_follows_a_pid_and_its_descendants_until_they_are_gone() {
     assert_eq!(ok_opens(&rows, &m1).len(), 1);
     assert_eq!(ok_opens(&rows, &m2).len(), 1, "grandchild recorded");
     assert_eq!(meta(&ledger)["aet.scope"], "pid");
+    // A process tree is not a cgroup aet can freeze: it says so, and the ledger too.
+    assert!(stderr.contains("not a cgroup aet can freeze"), "{stderr}");
+    let ov: serde_json::Value = serde_json::from_str(&meta(&ledger)["aet.overload"]).unwrap();
+    assert_eq!(
+        (ov["asked"].as_str(), ov["used"].as_str()),
+        (Some("freeze"), Some("drop"))
+    );
+    assert!(
+        ov["note"].as_str().unwrap().contains("not a cgroup"),
+        "{ov}"
+    );
 }
 
 #[test]

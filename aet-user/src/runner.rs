@@ -849,6 +849,15 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
         opts.ringbuf_bytes,
         opts.on_overload,
     )?;
+    if opts.on_overload == crate::monitor::overload::OnOverload::Freeze
+        && !matches!(scope, Scope::Cgroup { .. })
+    {
+        note(
+            opts.quiet,
+            "this scope is not a cgroup aet can freeze: if the record cannot keep up, events are \
+             dropped and counted (--on-overload drop)",
+        );
+    }
     let mut reasons = Reasons::new();
     if let Target::Container(_) = &opts.target
         && let Scope::Cgroup { path, .. } = &scope
