@@ -695,34 +695,36 @@ fn a_policy_drafted_from_a_run_passes_a_second_run_of_the_same_command() {
     assert_eq!(v["verdict"], "clean", "{v:#}");
 }
 
+/// `git -C REPO ARGS`, which must succeed.
+fn git(repo: &Path, args: &[&str]) {
+    let o = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
+}
+
+/// A git repository with one commit, in `dir/repo`.
+fn git_repo(dir: &Path) -> PathBuf {
+    let repo = dir.join("repo");
+    fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    let id = ["-c", "user.name=a", "-c", "user.email=a@b"];
+    git(
+        &repo,
+        &[&id[..], &["commit", "-q", "--allow-empty", "-m", "x"]].concat(),
+    );
+    repo
+}
+
 /// Rules on what a process ran: `{ argv = 'regex' }` matches the exec's argument vector joined
 /// with spaces, whoever ran it (a script on the agent's behalf included), and names the process.
 #[test]
 fn argv_rules_match_what_a_process_ran_and_name_it() {
     let dir = tempdir();
-    let repo = dir.path().join("repo");
-    fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let o = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
-    };
-    git(&["init", "-q"]);
-    git(&[
-        "-c",
-        "user.name=a",
-        "-c",
-        "user.email=a@b",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-m",
-        "x",
-    ]);
+    let repo = git_repo(dir.path());
     let script = dir.path().join("helper.sh");
     write_script(
         &script,
@@ -786,30 +788,8 @@ fn argv_rules_match_what_a_process_ran_and_name_it() {
 #[test]
 fn the_swe_bench_preset_flags_history_mining() {
     let dir = tempdir();
-    let repo = dir.path().join("repo");
-    fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let o = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
-    };
-    git(&["init", "-q"]);
-    git(&[
-        "-c",
-        "user.name=a",
-        "-c",
-        "user.email=a@b",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-m",
-        "x",
-    ]);
-    git(&["tag", "future"]);
+    let repo = git_repo(dir.path());
+    git(&repo, &["tag", "future"]);
     let plain = dir.path().join("plain.sh");
     write_script(
         &plain,
