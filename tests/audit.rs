@@ -5,10 +5,9 @@ use std::{
     fs,
     os::unix::{ffi::OsStringExt as _, fs::PermissionsExt as _},
     path::{Path, PathBuf},
-    process::Output,
 };
 
-use aet_tests::*;
+use aet_tests::{audit_json as audit, *};
 
 /// A task directory, a cheat file, a contaminant, and an agent script.
 struct Fixture {
@@ -100,24 +99,6 @@ oracle_src = 'oracle\.py'
         assert_eq!(r.code(), 0, "{}", r.stderr());
         out
     }
-}
-
-fn audit(run: &Path, policy: &Path, extra: &[&str]) -> (Output, serde_json::Value) {
-    let json = run.join(format!("audit-{}.json", unique()));
-    let out = aet()
-        .arg("audit")
-        .arg(run)
-        .arg("--policy")
-        .arg(policy)
-        .arg("--json")
-        .arg(&json)
-        .args(extra)
-        .output()
-        .unwrap();
-    let v = fs::read_to_string(&json)
-        .map(|t| serde_json::from_str(&t).unwrap())
-        .unwrap_or(serde_json::Value::Null);
-    (out, v)
 }
 
 #[test]

@@ -91,17 +91,7 @@ fn run_handover(out: &Path, args: &[&std::ffi::OsStr]) -> Run {
 
 /// `aet audit RUN --policy P --json`: exit status and report.
 fn audit(run: &Path, policy: &Path) -> (i32, serde_json::Value) {
-    let json = run.join(format!("audit-{}.json", unique()));
-    let out = aet()
-        .arg("audit")
-        .arg(run)
-        .arg("--policy")
-        .arg(policy)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let v = serde_json::from_str(&fs::read_to_string(&json).unwrap()).unwrap();
+    let (out, v) = audit_json(run, policy, &[]);
     (out.status.code().unwrap_or(-1), v)
 }
 

@@ -12,20 +12,11 @@ fn net_rows<'a>(rows: &'a [LedgerRow], syscall: &str) -> Vec<&'a LedgerRow> {
         .collect()
 }
 
+/// `aet audit RUN` with a policy of this text: exit status and report.
 fn audit(run: &Path, policy: &str) -> (i32, serde_json::Value) {
     let p = run.join(format!("policy-{}.toml", unique()));
     fs::write(&p, policy).unwrap();
-    let json = run.join(format!("audit-{}.json", unique()));
-    let out = aet()
-        .arg("audit")
-        .arg(run)
-        .arg("--policy")
-        .arg(&p)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let v = serde_json::from_str(&fs::read_to_string(&json).unwrap()).unwrap();
+    let (out, v) = audit_json(run, &p, &[]);
     (out.status.code().unwrap_or(-1), v)
 }
 

@@ -84,18 +84,8 @@ fn a_storm_that_loses_events_when_dropping_loses_none_when_frozen() {
     assert_eq!(s["overload"]["freezes"], ov["freezes"]);
     let policy = dir.path().join("p.toml");
     fs::write(&policy, "[cheats]\nx = 'nothing-here'\n").unwrap();
-    let json = dir.path().join("audit.json");
-    let a = aet()
-        .arg("audit")
-        .arg(&frozen.out)
-        .arg("--policy")
-        .arg(&policy)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
+    let (a, v) = audit_json(&frozen.out, &policy, &[]);
     assert!(text(&a.stdout).contains("slowed"), "{}", text(&a.stdout));
-    let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["run"]["overload"]["freezes"], ov["freezes"]);
 }
 

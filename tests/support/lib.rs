@@ -281,3 +281,23 @@ pub fn assert_audit_inconclusive(run: &Path) {
         text(&a.stdout)
     );
 }
+
+/// `aet audit RUN --policy POLICY --json FILE [EXTRA...]`: its output and the JSON report (null
+/// when none was written).
+pub fn audit_json(run: &Path, policy: &Path, extra: &[&str]) -> (Output, serde_json::Value) {
+    let json = run.join(format!("audit-{}.json", unique()));
+    let out = aet()
+        .arg("audit")
+        .arg(run)
+        .arg("--policy")
+        .arg(policy)
+        .arg("--json")
+        .arg(&json)
+        .args(extra)
+        .output()
+        .unwrap();
+    let v = std::fs::read_to_string(&json)
+        .map(|t| serde_json::from_str(&t).unwrap())
+        .unwrap_or(serde_json::Value::Null);
+    (out, v)
+}

@@ -146,6 +146,20 @@ struct Shared {
 }
 
 impl Shared {
+    /// The state shared with a consumer serving `sinks`; `stop`: the consumer ends once the
+    /// source is empty (a replay, a test).
+    fn new(sinks: HashMap<u32, Sink>, stop: bool) -> Self {
+        Self {
+            sinks: Mutex::new(sinks),
+            stop: AtomicBool::new(stop),
+            emptied: Mutex::new(0),
+            emptied_cv: Condvar::new(),
+            wake: Mutex::new(false),
+            wake_cv: Condvar::new(),
+            consumer_done: AtomicBool::new(false),
+        }
+    }
+
     fn lock_sinks(&self) -> MutexGuard<'_, HashMap<u32, Sink>> {
         self.sinks.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -212,15 +226,7 @@ impl Engine {
             .take_events()
             .ok_or(LoadError::MissingMap("EVENTS"))?;
         let programs = Arc::new(Mutex::new(programs));
-        let shared = Arc::new(Shared {
-            sinks: Mutex::new(HashMap::new()),
-            stop: AtomicBool::new(false),
-            emptied: Mutex::new(0),
-            emptied_cv: Condvar::new(),
-            wake: Mutex::new(false),
-            wake_cv: Condvar::new(),
-            consumer_done: AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared::new(HashMap::new(), false));
         let stall = debug_duration(STALL_ENV, Duration::from_millis, "the consumer starts late");
         let slow = debug_duration(
             SLOW_ENV,
@@ -666,15 +672,7 @@ pub fn replay(dump: &Path, ledger: &Path) -> Result<Replay, MonitorError> {
         started_ns: 0,
         freezer: Freezer::new(OnOverload::Drop, &Scope::Pid(1), None, 0),
     };
-    let shared = Shared {
-        sinks: Mutex::new(HashMap::from([(0, sink)])),
-        stop: AtomicBool::new(true),
-        emptied: Mutex::new(0),
-        emptied_cv: Condvar::new(),
-        wake: Mutex::new(false),
-        wake_cv: Condvar::new(),
-        consumer_done: AtomicBool::new(false),
-    };
+    let shared = Shared::new(HashMap::from([(0, sink)]), true);
     struct Nothing;
     impl RunAccounting for Nothing {
         fn tell(&mut self, _: u32, _: u64, _: u64) {}
@@ -936,15 +934,7 @@ mod tests {
         let mut sinks = HashMap::new();
         sinks.insert(0, sink(&dir.path().join("0.arrow")));
         sinks.insert(1, sink(&dir.path().join("1.arrow")));
-        let shared = Shared {
-            sinks: Mutex::new(sinks),
-            stop: AtomicBool::new(true),
-            emptied: Mutex::new(0),
-            emptied_cv: Condvar::new(),
-            wake: Mutex::new(false),
-            wake_cv: Condvar::new(),
-            consumer_done: AtomicBool::new(false),
-        };
+        let shared = Shared::new(sinks, true);
         let mut kernel = Recorded(Vec::new());
         consume(
             source,
