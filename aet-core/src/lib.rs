@@ -6,6 +6,7 @@
 //! checked anywhere. The `aet` crate (`aet-user`) adds the monitor, the sandbox and the CLI.
 pub mod access;
 pub mod audit;
+pub mod barrier;
 pub mod docgen;
 pub mod ledger;
 pub mod stage;

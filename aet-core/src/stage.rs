@@ -170,6 +170,13 @@ pub struct Plan {
     /// `io_uring_register` fail with EPERM, native and 32-bit), so the record stays complete.
     #[serde(default)]
     pub close_io_uring: bool,
+    /// Keep aet's capabilities (a run with neither sandbox nor identity that has a stage only
+    /// for its barrier): only no_new_privs is set.
+    #[serde(default)]
+    pub keep_capabilities: bool,
+    /// The barrier to build (`--mode shadow`) and apply (`--mode enforce`).
+    #[serde(default)]
+    pub barrier: Option<crate::barrier::BarrierPlan>,
 }
 
 /// Is the `AET_DEBUG_SKIP_SETUID` fault injection asked for?
@@ -209,6 +216,9 @@ pub struct Report {
     /// io_uring as the command finds it, as tried after the filter was loaded.
     #[serde(default)]
     pub io_uring: Option<String>,
+    /// The barrier as built (and applied, under enforce).
+    #[serde(default)]
+    pub barrier: Option<crate::barrier::BarrierReport>,
 }
 
 /// One probe result (`aet sandbox probe`).

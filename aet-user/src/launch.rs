@@ -47,6 +47,9 @@ pub struct LaunchOptions {
     /// The run directory (the agent's home defaults to `RUN_DIR/agent-home`).
     pub run_dir: PathBuf,
     pub mode: Mode,
+    /// The barrier (`--mode shadow|enforce`): built by the stage; a run with neither sandbox
+    /// nor identity gets a stage for it.
+    pub barrier: Option<crate::barrier::BarrierPlan>,
 }
 
 /// An agent identity, set up.
@@ -64,8 +67,6 @@ pub struct IdentityRun {
     /// The sandbox's `rw_binds`, handed over too (writable state the agent needs, e.g. its CLI's).
     pub rw_binds_handover: Vec<(PathBuf, HandOver)>,
     pub grader_root: Option<GraderRoot>,
-    /// Without a sandbox: the private directory of the stage that drops the identity.
-    stage_dir: Option<tempfile::TempDir>,
 }
 
 /// A prepared launch.
@@ -74,6 +75,9 @@ pub struct Launch {
     pub identity: Option<IdentityRun>,
     /// What runs (after the sandbox's or identity's stage): the command, behind the env prefix.
     command: Vec<OsString>,
+    /// Without a sandbox: the private directory of the stage that drops the identity or builds
+    /// the barrier.
+    stage_dir: Option<tempfile::TempDir>,
 }
 
 fn absolute(p: &Path) -> std::io::Result<PathBuf> {
@@ -91,6 +95,7 @@ impl Launch {
             sandbox: None,
             identity: None,
             command,
+            stage_dir: None,
         }
     }
 
@@ -121,6 +126,7 @@ impl Launch {
                         .as_ref()
                         .map(|i| vec![i.home.clone()])
                         .unwrap_or_default(),
+                    barrier: opts.barrier.clone(),
                 },
             )?),
             None => None,
@@ -130,33 +136,40 @@ impl Launch {
             sandbox,
             identity,
             command,
+            stage_dir: None,
         };
-        if launch.sandbox.is_none()
-            && let Some(id) = launch.identity.as_mut()
-        {
-            // No sandbox: aet's stage still drops the identity and checks it before the exec.
+        if launch.sandbox.is_none() && (launch.identity.is_some() || opts.barrier.is_some()) {
+            // No sandbox: aet's stage still drops the identity (and checks it) or builds the
+            // barrier before the exec.
             let dir = tempfile::Builder::new()
                 .prefix("stage-")
                 .tempdir_in(sandbox::runtime_dir()?)?;
+            let id = launch.identity.as_ref();
+            let workspace = match id {
+                Some(id) => id.workspace.clone(),
+                None => std::env::current_dir()?,
+            };
             let plan = Plan {
                 version: PLAN_VERSION,
-                workspace: PPath(id.workspace.clone()),
+                workspace: PPath(workspace),
                 checks: Vec::new(),
                 writable: Vec::new(),
                 report: PPath(dir.path().join(build::REPORT_FILE)),
                 unmount: Vec::new(),
-                identity: Some(identity::plan_identity(id.uid, id.gid)),
+                identity: id.map(|i| identity::plan_identity(i.uid, i.gid)),
                 mode: opts.mode.clone(),
                 view: false,
-                new_session: true,
+                new_session: id.is_some(),
                 debug_skip_setuid: crate::sandbox::plan::debug_skip_setuid(),
                 close_io_uring: false,
+                keep_capabilities: id.is_none(),
+                barrier: opts.barrier.clone(),
             };
             std::fs::write(
                 dir.path().join(build::PLAN_FILE),
                 serde_json::to_vec(&plan).expect("a plan serialises"),
             )?;
-            id.stage_dir = Some(dir);
+            launch.stage_dir = Some(dir);
         }
         Ok(launch)
     }
@@ -168,19 +181,19 @@ impl Launch {
         if let Some(sb) = &self.sandbox {
             return (sb.command(), Some(sb.args_fd()));
         }
-        if let Some(id) = &self.identity
-            && let Some(dir) = &id.stage_dir
-        {
+        if let Some(dir) = &self.stage_dir {
             let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
             let mut c = std::process::Command::new(exe);
             c.arg("__stage")
                 .arg("--dir")
                 .arg(dir.path())
                 .arg("--")
-                .args(command)
-                .current_dir(&id.workspace)
-                .env_clear()
-                .envs(id.env.vars.iter().map(|(k, v)| (k, v)));
+                .args(command);
+            if let Some(id) = &self.identity {
+                c.current_dir(&id.workspace)
+                    .env_clear()
+                    .envs(id.env.vars.iter().map(|(k, v)| (k, v)));
+            }
             return (c, None);
         }
         let mut c = std::process::Command::new(&command[0]);
@@ -193,7 +206,7 @@ impl Launch {
         if let Some(sb) = &self.sandbox {
             return Some(sb.report());
         }
-        let dir = self.identity.as_ref()?.stage_dir.as_ref()?;
+        let dir = self.stage_dir.as_ref()?;
         Some(sandbox::read_report(dir.path()))
     }
 }
@@ -272,7 +285,6 @@ fn prepare_identity(
         home_handover,
         rw_binds_handover,
         grader_root,
-        stage_dir: None,
     })
 }
 

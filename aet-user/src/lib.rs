@@ -5,7 +5,7 @@
 pub mod cli;
 
 /// The pure logic, from `aet-core`.
-pub use aet_core::{access, audit, docgen, ledger, stage, util};
+pub use aet_core::{access, audit, barrier, docgen, ledger, stage, util};
 
 pub mod daemon;
 pub mod guard;
@@ -58,7 +58,9 @@ mod tests {
         ("loader", &["kernel"]),
         ("kernel", &[]),
     ];
-    const CORE: &[&str] = &["ledger", "audit", "access", "docgen", "stage", "util"];
+    const CORE: &[&str] = &[
+        "ledger", "audit", "access", "barrier", "docgen", "stage", "util",
+    ];
 
     /// The `crate::X` modules a source text names, grouped `use crate::{X, Y::…}` included.
     fn uses(text: &str) -> BTreeSet<String> {

@@ -407,6 +407,49 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
             if let Some(p) = &r.privileges {
                 note(opts.quiet, format_args!("the command ran as {p}"));
             }
+            if let Some(b) = &r.barrier {
+                note(
+                    opts.quiet,
+                    format_args!(
+                        "barrier ({}): {} Landlock rules{}, {} file(s) left out, {} entries walked{}",
+                        b.mode.name(),
+                        b.rules.len(),
+                        match &b.enforced {
+                            Some(e) => format!(" {e} (ABI {})", b.abi),
+                            None => " built, not applied".into(),
+                        },
+                        b.excluded.len(),
+                        b.walked,
+                        if b.scoped.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; {} scoped to the run", b.scoped.join(" and "))
+                        }
+                    ),
+                );
+                if !b.partial_dirs.is_empty() {
+                    let shown: Vec<String> = b
+                        .partial_dirs
+                        .iter()
+                        .take(3)
+                        .map(|d| d.0.display().to_string())
+                        .collect();
+                    note(
+                        opts.quiet,
+                        format_args!(
+                            "barrier: {} director(ies) hold a left-out file below them, so only their \
+                             existing entries are granted (nothing new can be made in them): {}{}",
+                            b.partial_dirs.len(),
+                            shown.join(", "),
+                            if b.partial_dirs.len() > 3 {
+                                ", ..."
+                            } else {
+                                ""
+                            }
+                        ),
+                    );
+                }
+            }
         }
         Some(Ok(r)) => {
             eprintln!(
@@ -423,6 +466,9 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
         }
     }
     let report_ok = stage.as_ref().and_then(|r| r.as_ref().ok());
+    if let Some(b) = report_ok.and_then(|r| r.barrier.as_ref()) {
+        extra.set_json(meta::BARRIER, b);
+    }
     if let Some(sb) = &opts.launch.sandbox {
         extra.set_json(meta::SANDBOX, &sb.record(report_ok));
     }

@@ -1,11 +1,12 @@
 /* Network calls for the tests, each reported on stdout as "ok" or the errno's text:
  *
  *   netprobe tcp ADDRESS PORT    connect(2) to an IPv4 address
- *   netprobe unix PATH           connect(2) to a unix socket
+ *   netprobe unix PATH           connect(2) to a unix socket (@NAME: an abstract one)
  *   netprobe udp6 PORT           sendto(2) one datagram to [::1]:PORT
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,13 @@ int main(int argc, char **argv) {
         int s = socket(AF_UNIX, SOCK_STREAM, 0);
         struct sockaddr_un a = {0};
         a.sun_family = AF_UNIX;
+        if (argv[2][0] == '@') {
+            size_t n = strlen(argv[2] + 1);
+            if (n > sizeof a.sun_path - 1)
+                n = sizeof a.sun_path - 1;
+            memcpy(a.sun_path + 1, argv[2] + 1, n);
+            return report(connect(s, (void *)&a, offsetof(struct sockaddr_un, sun_path) + 1 + n));
+        }
         strncpy(a.sun_path, argv[2], sizeof a.sun_path - 1);
         return report(connect(s, (void *)&a, sizeof a));
     }

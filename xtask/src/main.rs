@@ -324,6 +324,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "containers",
             "handover",
             "network",
+            "barrier",
         ],
     )?;
     daemon.stop()?;

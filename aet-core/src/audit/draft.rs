@@ -132,6 +132,11 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
                 write.insert(dir);
             }
             "exec" => {
+                // A script's exec row is resolved to its interpreter: the script is the path
+                // the process passed (when absolute).
+                if let Some(raw) = f.raw_path.as_ref().filter(|r| r.starts_with('/')) {
+                    exec.insert(raw.clone());
+                }
                 exec.insert(p);
             }
             "connect" => {

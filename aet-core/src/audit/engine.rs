@@ -76,6 +76,10 @@ pub enum Outcome {
     Attempted,
     /// A cheat path was only probed or listed.
     Probed,
+    /// `--mode enforce`: the barrier denied it (EACCES).
+    Blocked,
+    /// `--mode shadow`: the barrier would have denied it.
+    WouldBlock,
 }
 
 /// Where a finding belongs in the verdict.
@@ -86,6 +90,8 @@ pub enum Class {
     Contaminant,
     OutOfScope,
     Warning,
+    /// What the barrier blocked (or would have): no effect on the verdict.
+    Barrier,
 }
 
 /// One finding: a rule, an outcome, an access, a process and a path; the first occurrence and
@@ -179,6 +185,10 @@ struct PathInfo {
     allowed: u8,
     /// Not a file-system path (pipe:[..], anon_inode:..., a memfd): never out of scope.
     pseudo: bool,
+    /// Access bits the barrier allows (all when there is none); `barrier_change`: whether it
+    /// allows creating or removing at the path (a right of its parent directory).
+    barrier: u8,
+    barrier_change: bool,
 }
 
 /// A text column (read as bytes) that may have a `_raw` twin holding the exact bytes; either is
@@ -317,6 +327,8 @@ struct Engine<'p> {
     proc_index: FxHashMap<(u32, u32, &'static str, Outcome), usize>,
     /// Findings of argv rules, by (rule, process, outcome).
     argv_index: FxHashMap<(usize, u32, Outcome), usize>,
+    /// The run's barrier (`--mode shadow|enforce`), as the stage built it.
+    barrier: Option<crate::barrier::Model>,
 }
 
 impl<'p> Engine<'p> {
@@ -339,6 +351,7 @@ impl<'p> Engine<'p> {
             oos_rule: u32::MAX,
             proc_index: FxHashMap::default(),
             argv_index: FxHashMap::default(),
+            barrier: None,
         }
     }
 
@@ -505,10 +518,22 @@ impl<'p> Engine<'p> {
                 allowed |= Access::Connect.bit();
             }
         }
+        let (barrier, barrier_change) = match &self.barrier {
+            None => (u8::MAX, true),
+            Some(m) => (
+                Access::ALL
+                    .iter()
+                    .filter(|a| m.allows(p, **a, false))
+                    .fold(0, |b, a| b | a.bit()),
+                m.allows(p, Access::Write, true),
+            ),
+        };
         self.infos.push(PathInfo {
             rules,
             allowed,
             pseudo,
+            barrier,
+            barrier_change,
         });
         self.path_texts.push(lossy(p));
         self.path_hex
@@ -545,6 +570,8 @@ impl<'p> Engine<'p> {
         }
         let rule_name = if rule == self.oos_rule {
             format!("out_of_scope.{}", access.name())
+        } else if rule == BARRIER_RULE {
+            format!("barrier.{}", access.name())
         } else if (rule as usize) < self.policy.rules.len() {
             self.policy.rules[rule as usize].name.clone()
         } else {
@@ -572,6 +599,40 @@ impl<'p> Engine<'p> {
         }
         self.index.insert(key, self.findings.len());
         self.findings.push(f);
+    }
+
+    /// Lists an access the barrier blocked (enforce: it failed with EACCES and the rules deny
+    /// it) or would have blocked (shadow: it succeeded, or was refused by permissions, and the
+    /// rules deny it).
+    fn check_barrier(
+        &mut self,
+        row: &RowRef<'_>,
+        errno: Option<&[u8]>,
+        access: Access,
+        id: u32,
+        change: bool,
+    ) {
+        let Some(mode) = self.barrier.as_ref().map(|m| m.mode) else {
+            return;
+        };
+        let info = &self.infos[id as usize];
+        let allowed = if change && access == Access::Write {
+            info.barrier_change
+        } else {
+            info.barrier & access.bit() != 0
+        };
+        if allowed {
+            return;
+        }
+        let denied = errno == Some(b"EACCES");
+        let outcome = match mode {
+            crate::barrier::BarrierMode::Enforce if denied => Outcome::Blocked,
+            crate::barrier::BarrierMode::Shadow if row.ok || denied || errno == Some(b"EPERM") => {
+                Outcome::WouldBlock
+            }
+            _ => return,
+        };
+        self.record(Class::Barrier, BARRIER_RULE, outcome, access, id, row);
     }
 
     /// Classifies one access of a row at a path.
@@ -726,6 +787,9 @@ impl<'p> Engine<'p> {
     }
 }
 
+/// The rule index of barrier findings.
+const BARRIER_RULE: u32 = u32::MAX - 1;
+
 /// The columns a finding's first row is described with (read only for new findings).
 struct Cols<'a> {
     seq: &'a UInt64Array,
@@ -818,7 +882,7 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
     let meta = ledger.meta()?;
     let form = ledger.form();
     // aet's own set-up precedes the command when a stage ran (sandbox or identity).
-    let audit_setup = meta.sandbox.is_some() || meta.identity.is_some();
+    let audit_setup = meta.sandbox.is_some() || meta.identity.is_some() || meta.barrier.is_some();
     let mut protected_ids = Vec::new();
     for (n, (name, path)) in policy.protected.iter().enumerate() {
         // The identity taken at run start when the run recorded it, else now.
@@ -839,6 +903,7 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
         }
     }
     let mut e = Engine::new(policy, protected_ids);
+    e.barrier = meta.barrier.as_ref().map(crate::barrier::Model::new);
     let protected_paths: Vec<(Vec<u8>, usize)> = policy
         .protected
         .iter()
@@ -974,6 +1039,25 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
             }
             if setup {
                 e.scan.setup_rows += 1;
+                // The stage's exec of the command is the command's first access.
+                if k == b"exec"
+                    && e.barrier.is_some()
+                    && errno.is_valid(i)
+                    && let Some(p1) = resolved.get(i).or(path.get(i))
+                {
+                    let row = RowRef {
+                        cols: &cols,
+                        i,
+                        pid: p,
+                        ok: false,
+                        resolved: resolved.get(i),
+                        raw: path.get(i),
+                        host: None,
+                        reached: None,
+                    };
+                    let id = e.path_id(p1);
+                    e.check_barrier(&row, Some(errno.value(i)), Access::Exec, id, false);
+                }
                 continue;
             }
             // Rules on what a process ran: its argument vector, joined with spaces (a failed exec
@@ -1148,6 +1232,38 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
                 reached,
             };
             let ident = row_ident.filter(|_| by_ident);
+            // What Landlock governs: opens, execs, listings and changes by path.
+            let governed = e.barrier.is_some()
+                && matches!(
+                    kind,
+                    EventKind::Open | EventKind::Exec | EventKind::List | EventKind::Modify
+                );
+            let change = kind == EventKind::Modify;
+            let err = (!ok && errno.is_valid(i)).then(|| errno.value(i));
+            if governed && let Some(p1) = row.resolved.or(row.raw) {
+                let id = e.path_id(p1);
+                for a in Access::ALL {
+                    if a1 & a.bit() != 0 {
+                        e.check_barrier(&row, err, a, id, change);
+                    }
+                }
+                if a2 != 0
+                    && let Some(p2) = resolved2.get(i).or(path2.get(i))
+                {
+                    let id = e.path_id(p2);
+                    let row2 = RowRef {
+                        resolved: resolved2.get(i),
+                        raw: path2.get(i),
+                        host: None,
+                        ..row
+                    };
+                    for a in Access::ALL {
+                        if a2 & a.bit() != 0 {
+                            e.check_barrier(&row2, err, a, id, true);
+                        }
+                    }
+                }
+            }
             if a1 != 0 {
                 let mut ids = [u32::MAX; 3];
                 let mut n = 0;

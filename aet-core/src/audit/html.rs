@@ -72,6 +72,7 @@ fn class_of(kind: &str) -> &'static str {
         "cheat" => "cheat",
         "contaminant" => "contaminant",
         "out_of_scope" => "out_of_scope",
+        "blocked" => "blocked",
         _ => "warning",
     }
 }
@@ -81,6 +82,8 @@ fn finding_row(out: &mut String, kind: &str, f: &Finding, t0: i64) {
         Outcome::Hit => "hit",
         Outcome::Attempted => "attempted",
         Outcome::Probed => "probed",
+        Outcome::Blocked => "blocked",
+        Outcome::WouldBlock => "would be blocked",
     };
     let ancestry: Vec<String> = f
         .ancestry
@@ -321,6 +324,36 @@ pub fn render(r: &Report) -> String {
         }
     }
     o.push_str("</tbody></table></section>\n");
+
+    if let Some(b) = &r.barrier {
+        let _ = write!(
+            o,
+            "<section><h2>Barrier ({})</h2><p>{} Landlock rules built from the policy's allow-lists{}; \
+             {} file(s) left out of them: {}.</p>",
+            esc(b.mode.name()),
+            b.rules,
+            b.enforced
+                .as_ref()
+                .map(|e| format!(", {} (ABI {})", esc(e), b.abi))
+                .unwrap_or_else(|| ", built and not applied (shadow)".into()),
+            b.excluded.len(),
+            esc(&b.excluded.join(", "))
+        );
+        let what = if b.enforced.is_some() {
+            "Blocked"
+        } else {
+            "Would be blocked"
+        };
+        let _ = write!(
+            o,
+            "<h3>{what}: {}</h3><table><thead><tr><th>class</th><th>rule</th><th>access</th><th>path</th><th>errno</th><th>process</th><th>ancestry</th><th>at</th><th>rows</th><th>tool call</th></tr></thead><tbody>",
+            r.blocked.len()
+        );
+        for f in &r.blocked {
+            finding_row(&mut o, "blocked", f, t0);
+        }
+        o.push_str("</tbody></table></section>\n");
+    }
 
     o.push_str("<section><h2>Process tree</h2><p class=\"muted\">&#9873; marks a process with a cheat, contaminant or out-of-scope access; grey: aet's own set-up.</p>");
     tree(&mut o, &r.processes);

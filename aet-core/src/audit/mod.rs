@@ -151,10 +151,26 @@ pub struct Report {
     pub contaminant_hits: Vec<Finding>,
     pub out_of_scope: Vec<Finding>,
     pub warnings: Vec<Finding>,
+    /// `--mode shadow|enforce`: the barrier the run had.
+    pub barrier: Option<BarrierInfo>,
+    /// Accesses the barrier blocked (`enforce`, outcome `blocked`) or would have blocked
+    /// (`shadow`, outcome `would_block`); they do not change the verdict.
+    pub blocked: Vec<Finding>,
     /// Rules that matched no row: they may be typos.
     pub unused_rules: Vec<String>,
     pub processes: Vec<Proc>,
     pub transcripts: Option<Transcripts>,
+}
+
+/// The run's barrier, in short (the whole of it is the ledger's `aet.barrier`).
+#[derive(Clone, Debug, Serialize)]
+pub struct BarrierInfo {
+    pub mode: crate::barrier::BarrierMode,
+    pub abi: i32,
+    pub rules: usize,
+    /// Files left out of the grants (cheats, protected files).
+    pub excluded: Vec<String>,
+    pub enforced: Option<String>,
 }
 
 /// Audit options.
@@ -289,6 +305,7 @@ fn build_report(
     let mut contaminant_hits = Vec::new();
     let mut out_of_scope = Vec::new();
     let mut warnings = Vec::new();
+    let mut blocked = Vec::new();
     let nfind = scan.findings.len();
     for f in std::mem::take(&mut scan.findings) {
         match (f.class, f.outcome) {
@@ -296,9 +313,11 @@ fn build_report(
             (Class::Cheat, _) | (Class::Warning, _) => warnings.push(f),
             (Class::Contaminant, _) => contaminant_hits.push(f),
             (Class::OutOfScope, _) => out_of_scope.push(f),
+            (Class::Barrier, _) => blocked.push(f),
         }
     }
     for v in [
+        &mut blocked,
         &mut cheat_hits,
         &mut contaminant_hits,
         &mut out_of_scope,
@@ -366,6 +385,18 @@ fn build_report(
         contaminant_hits,
         out_of_scope,
         warnings,
+        barrier: m.barrier.as_ref().map(|b| BarrierInfo {
+            mode: b.mode,
+            abi: b.abi,
+            rules: b.rules.len(),
+            excluded: b
+                .excluded
+                .iter()
+                .map(|x| x.path.as_path().display().to_string())
+                .collect(),
+            enforced: b.enforced.clone(),
+        }),
+        blocked,
         unused_rules,
         processes: scan.processes,
         transcripts,
@@ -430,12 +461,39 @@ pub fn render_text(r: &Report) -> String {
         r.out_of_scope.len(),
         r.warnings.len()
     );
+    if let Some(b) = &r.barrier {
+        let _ = writeln!(
+            s,
+            "barrier       {} ({} rules{}, {} file(s) left out): {} access(es) {}",
+            b.mode.name(),
+            b.rules,
+            b.enforced
+                .as_ref()
+                .map(|e| format!(", {e}, Landlock ABI {}", b.abi))
+                .unwrap_or_default(),
+            b.excluded.len(),
+            r.blocked.len(),
+            if b.enforced.is_some() {
+                "blocked"
+            } else {
+                "would be blocked"
+            }
+        );
+    }
     let mut lines = 0;
     for (label, list) in [
         ("CHEAT", &r.cheat_hits),
         ("CONTAM", &r.contaminant_hits),
         ("SCOPE", &r.out_of_scope),
         ("WARN", &r.warnings),
+        (
+            if r.barrier.as_ref().is_some_and(|b| b.enforced.is_some()) {
+                "DENIED"
+            } else {
+                "SHADOW"
+            },
+            &r.blocked,
+        ),
     ] {
         for (i, f) in list.iter().enumerate() {
             if lines >= 14 || i >= 6 {
@@ -451,6 +509,8 @@ pub fn render_text(r: &Report) -> String {
                 Outcome::Hit => "",
                 Outcome::Attempted => " (attempted)",
                 Outcome::Probed => " (probed)",
+                Outcome::Blocked => " (blocked)",
+                Outcome::WouldBlock => " (would be blocked)",
             };
             let count = if f.count > 1 {
                 format!(" x{}", f.count)

@@ -453,6 +453,7 @@ pub struct LedgerMeta {
     pub protected: BTreeMap<String, ProtectedFile>,
     pub inherited_fds: Vec<InheritedFd>,
     pub overload: Option<OverloadRecord>,
+    pub barrier: Option<crate::barrier::BarrierReport>,
     /// `aet.recovered` is `true`.
     pub recovered: bool,
 }
@@ -525,6 +526,7 @@ impl LedgerMeta {
             protected: json(m, meta::PROTECTED)?.unwrap_or_default(),
             inherited_fds: json(m, meta::INHERITED_FDS)?.unwrap_or_default(),
             overload: json(m, meta::OVERLOAD)?,
+            barrier: json(m, meta::BARRIER)?,
             recovered: flag(m, meta::RECOVERED),
         })
     }

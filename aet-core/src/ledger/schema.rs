@@ -102,6 +102,12 @@ meta_keys! {
     /// it), `freezes`, `frozen_ms` (total), `longest_ms`, and a `note` when the run used
     /// another than it asked (a scope that is not a cgroup) or freezing failed.
     OVERLOAD = "aet.overload";
+    /// `aet run --mode shadow|enforce`: the barrier as the stage built it, a JSON object:
+    /// `mode`, `abi` (the kernel's Landlock ABI), `rules` (`{path, rights, entry}`), `excluded`
+    /// (`{path, rule}`: files a cheat pattern or a protected identity keeps out of the grants),
+    /// `partial_dirs`, `missing` (grants with nothing at their path), `walked`, `enforced`,
+    /// `scoped`.
+    BARRIER = "aet.barrier";
     /// `true` on a ledger rebuilt by `aet ledger recover`.
     RECOVERED = "aet.recovered";
 }

@@ -215,23 +215,14 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     Ok(if ok { Exit::Success } else { Exit::Negative }.code())
 }
 
-/// The kernel's Landlock ABI version (`landlock_create_ruleset(NULL, 0,
-/// LANDLOCK_CREATE_RULESET_VERSION)`), or why there is none.
+/// The kernel's Landlock ABI, and whether `--mode enforce` can run on it.
 fn landlock_abi() -> String {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // SAFETY: the version query takes no ruleset and writes nothing.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    if r > 0 {
-        format!("ABI {r} (not used yet: aet records and judges; enforcement is planned)")
-    } else {
-        format!("not available ({})", std::io::Error::last_os_error())
+    let abi = crate::sandbox::barrier::kernel_abi();
+    match crate::sandbox::barrier::cannot_enforce() {
+        None => format!(
+            "ABI {abi}: aet run --mode enforce can build its barrier (files, signals, abstract sockets)"
+        ),
+        Some(why) => why,
     }
 }
 

@@ -27,6 +27,14 @@ impl Progress {
     }
 }
 
+/// `--mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PolicyMode {
+    Record,
+    Shadow,
+    Enforce,
+}
+
 #[derive(Debug, clap::Args)]
 #[command(trailing_var_arg = true)]
 pub struct Args {
@@ -80,6 +88,12 @@ pub struct Args {
     /// summary (aet run still exits with the command's status).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+    /// What the policy does while the command runs: `record` (judged afterwards), `shadow` (the
+    /// audit also lists every access the barrier would have blocked) or `enforce` (a Landlock
+    /// barrier built from the policy's `[allow]` lists, without its cheats and protected files:
+    /// every process of the run gets EACCES outside it, and the audit lists what was blocked).
+    #[arg(long, value_enum, default_value_t = PolicyMode::Record, value_name = "MODE")]
+    pub mode: PolicyMode,
     /// The agent's transcripts, for the audit.
     #[arg(long, value_name = "DIR", requires = "policy")]
     pub transcripts: Option<PathBuf>,
@@ -103,14 +117,41 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         None => None,
     };
     let mut head = crate::ledger::record::MetaMap::new();
-    if let Some(p) = &policy
-        && !p.protected.is_empty()
-    {
-        head.set_json(
-            crate::ledger::schema::meta::PROTECTED,
-            &p.protected_identities(),
-        );
+    let protected = policy
+        .as_ref()
+        .map(|p| p.protected_identities())
+        .unwrap_or_default();
+    if policy.as_ref().is_some_and(|p| !p.protected.is_empty()) {
+        head.set_json(crate::ledger::schema::meta::PROTECTED, &protected);
     }
+    // The barrier is planned (and the kernel checked) before anything runs.
+    let barrier = match (a.mode, &policy) {
+        (PolicyMode::Record, _) => None,
+        (_, None) => anyhow::bail!("--mode shadow and enforce apply a policy: add --policy FILE"),
+        (mode, Some(p)) => {
+            let enforce = mode == PolicyMode::Enforce;
+            if enforce && let Some(why) = crate::sandbox::barrier::cannot_enforce() {
+                anyhow::bail!("{why}");
+            }
+            let mut plan =
+                crate::barrier::plan(p, enforce, &protected).map_err(anyhow::Error::msg)?;
+            // The command's own program: aet runs it, so the barrier lets it.
+            let program = std::path::Path::new(&a.command[0]);
+            let found = if program.as_os_str().as_encoded_bytes().contains(&b'/') {
+                std::path::absolute(program).ok()
+            } else {
+                program.to_str().and_then(crate::sandbox::find_on_path)
+            };
+            if let Some(path) = found.filter(|p| p.is_file()) {
+                plan.grants.push(crate::barrier::Grant {
+                    entry: "aet: the command's program".into(),
+                    path: crate::sandbox::plan::PPath(path),
+                    rights: crate::barrier::Rights::EXECUTE,
+                });
+            }
+            Some(plan)
+        }
+    };
     let config = match &a.config {
         Some(p) => crate::identity::RunConfig::load(p)?,
         None => crate::identity::RunConfig::default(),
@@ -137,7 +178,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     }
     let sandbox = a.sandbox.or(config.sandbox);
     let workspace = a.workspace.or(config.workspace);
-    let launch = if sandbox.is_none() && identity.is_none() {
+    let launch = if sandbox.is_none() && identity.is_none() && barrier.is_none() {
         if a.env_prefix.is_some() {
             anyhow::bail!("--env-prefix applies inside a sandbox or as an agent identity");
         }
@@ -151,6 +192,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             workspace,
             run_dir: out.clone(),
             mode: crate::sandbox::plan::Mode::Exec,
+            barrier,
         })?
     };
     let command = a.command;

@@ -164,6 +164,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
                 mode: Mode::Probe {
                     paths: paths.iter().map(|p| PPath(p.clone())).collect(),
                 },
+                barrier: None,
             })?;
             let (mut cmd, fd) = launch.command();
             if let Some(fd) = fd {
@@ -240,6 +241,7 @@ fn run_sandboxed(
             env_start: env::Start::Inherit,
             env: None,
             extra_rw: Vec::new(),
+            barrier: None,
         },
     )?;
     let mut cmd = prepared.command();

@@ -578,6 +578,8 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
         new_session: false,
         debug_skip_setuid: super::plan::debug_skip_setuid(),
         close_io_uring: spec.io_uring == super::spec::IoUring::Deny,
+        keep_capabilities: false,
+        barrier: None,
     });
     let command = match &plan {
         Some(_) => {

@@ -7,6 +7,7 @@
 //! - [`env`]: the agent's environment (credentials never pass unless named);
 //! - [`plan`]: what travels between aet and its stage.
 
+pub mod barrier;
 pub mod build;
 pub mod env;
 /// The stage's plan and report formats (pure data, in `aet-core`).
@@ -88,6 +89,8 @@ pub struct PrepareOptions {
     pub env: Option<env::Env>,
     /// Writable binds added to the spec's (an agent identity's home).
     pub extra_rw: Vec<PathBuf>,
+    /// The barrier the stage builds (`--mode shadow|enforce`).
+    pub barrier: Option<crate::barrier::BarrierPlan>,
 }
 
 /// A sandbox ready to start: the bwrap arguments (handed over with `bwrap --args FD`, so the
@@ -140,7 +143,7 @@ impl Prepared {
             .prefix("stage-")
             .tempdir_in(runtime_dir()?)?;
         let aet = std::env::current_exe()?;
-        let built = build::build(
+        let mut built = build::build(
             &spec,
             &BuildOptions {
                 stage: Some(StageFiles {
@@ -164,7 +167,8 @@ impl Prepared {
             .apply(std::env::vars_os()),
         };
         let args_fd = args_memfd(&built.args)?;
-        if let Some(plan) = &built.plan {
+        if let Some(plan) = built.plan.as_mut() {
+            plan.barrier = opts.barrier;
             std::fs::write(
                 stage_dir.path().join(build::PLAN_FILE),
                 serde_json::to_vec(plan).expect("a plan serialises"),

@@ -283,6 +283,11 @@ pub fn drop_privileges(identity: Option<&Identity>, skip_setuid: bool) -> Result
     ] {
         caps::clear(None, set).map_err(|e| format!("cannot clear {set:?} capabilities: {e}"))?;
     }
+    set_no_new_privs()?;
+    check_dropped(identity)
+}
+
+fn set_no_new_privs() -> Result<(), String> {
     // SAFETY: plain prctl call.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(format!(
@@ -290,7 +295,7 @@ pub fn drop_privileges(identity: Option<&Identity>, skip_setuid: bool) -> Result
             io::Error::last_os_error()
         ));
     }
-    check_dropped(identity)
+    Ok(())
 }
 
 /// Reads back the process's credentials from /proc/self/status.
@@ -457,12 +462,51 @@ pub fn stage_main(dir: Option<&Path>, command: &[OsString]) -> i32 {
         if plan.new_session {
             let _ = nix::unistd::setsid();
         }
-        match drop_privileges(plan.identity.as_ref(), plan.debug_skip_setuid) {
+        // The barrier is built as root (its walk must see every file it leaves out), applied
+        // once the privileges are gone.
+        let mut barrier = None;
+        if let Some(b) = &plan.barrier {
+            match super::barrier::build(b) {
+                Ok(built) => barrier = Some(built),
+                Err(e) => {
+                    eprintln!("aet: cannot build the barrier, the command was not run: {e}");
+                    report.failures.push(format!("barrier: {e}"));
+                    code = EXIT_VERIFY_FAILED;
+                }
+            }
+        }
+        let dropped = if code != 0 {
+            Ok(())
+        } else if plan.keep_capabilities {
+            set_no_new_privs()
+        } else {
+            drop_privileges(plan.identity.as_ref(), plan.debug_skip_setuid)
+        };
+        match dropped {
+            Ok(()) if code != 0 => {}
+            Ok(()) if plan.keep_capabilities => {
+                report.privileges = Some(format!(
+                    "uid {} (unchanged), capabilities kept; no_new_privs",
+                    nix::unistd::getuid()
+                ));
+            }
             Ok(()) => report.privileges = Some(privileges_summary(plan.identity.as_ref())),
             Err(e) => {
                 eprintln!("aet: cannot drop privileges, the command was not run: {e}");
                 report.failures.push(format!("privileges: {e}"));
                 code = EXIT_PRIVILEGES;
+            }
+        }
+        if code == 0
+            && let Some(built) = barrier
+        {
+            match built.apply() {
+                Ok(r) => report.barrier = Some(r),
+                Err(e) => {
+                    eprintln!("aet: cannot apply the barrier, the command was not run: {e}");
+                    report.failures.push(format!("barrier: {e}"));
+                    code = EXIT_VERIFY_FAILED;
+                }
             }
         }
         if code == 0 && plan.close_io_uring {

@@ -14,6 +14,7 @@ use anyhow::{Context as _, bail};
 
 use crate::root;
 
+mod barrier;
 mod overload;
 mod resident;
 
@@ -161,7 +162,7 @@ struct Sample {
     lost: u64,
 }
 
-fn elapsed(stderr: &[u8]) -> anyhow::Result<u64> {
+pub(super) fn elapsed(stderr: &[u8]) -> anyhow::Result<u64> {
     let text = String::from_utf8_lossy(stderr);
     text.lines()
         .rev()
@@ -240,7 +241,7 @@ fn summary(aet: &Path, dir: &Path) -> anyhow::Result<serde_json::Value> {
         .with_context(|| format!("aet ledger summary --json {}", dir.display()))
 }
 
-fn median(mut v: Vec<u64>) -> u64 {
+pub(super) fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v[v.len() / 2]
 }
@@ -313,6 +314,8 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
             None,
         ),
     ];
+    let workloads_for_barrier: Vec<(&str, Vec<String>)> =
+        workloads.iter().map(|(n, c, _)| (*n, c.clone())).collect();
     println!(
         "{:<20} {:>14} {:>14} {:>7} {:>9} {:>12} {:>5}",
         "workload", "untraced (ms)", "traced (ms)", "ratio", "events", "events/s", "lost"
@@ -347,13 +350,29 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
             lost
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_dir_all(&fixtures);
     println!(
         "(medians of {} alternating runs; ratio = traced / untraced; each traced run \
          standalone, timed from its command's start to its end)",
         args.runs
     );
+    if args.only.as_deref().is_none_or(|o| "barrier".contains(o)) {
+        let pick = |n: &str| {
+            workloads_for_barrier
+                .iter()
+                .find(|(w, _)| *w == n)
+                .cloned()
+                .expect("a workload above")
+        };
+        barrier::run(
+            aet,
+            &timeit,
+            &[pick("open storm"), pick("make -j2")],
+            &fixtures,
+            &args,
+        )?;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&fixtures);
     resident::run(aet, &timeit, &storm, &args)?;
     overload::run(aet, &storm, &args)?;
     overload::consumer(aet, &storm, &args)?;
