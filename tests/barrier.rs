@@ -426,7 +426,7 @@ fn enforce_holds_inside_a_sandbox_as_an_agent_identity() {
         ),
     )
     .unwrap();
-    let policy = t.policy(&format!("[cheats]\nkey = 'answers/key'\n"));
+    let policy = t.policy("[cheats]\nkey = 'answers/key'\n");
     // The workspace is writable in the view and by the policy.
     let text = fs::read_to_string(&policy)
         .unwrap()
