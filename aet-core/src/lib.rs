@@ -9,5 +9,6 @@ pub mod audit;
 pub mod barrier;
 pub mod docgen;
 pub mod ledger;
+pub mod manifest;
 pub mod stage;
 pub mod util;

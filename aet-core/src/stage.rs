@@ -60,14 +60,8 @@ impl<'de> Deserialize<'de> for PPath {
         match PPathRepr::deserialize(d)? {
             PPathRepr::Text(t) => Ok(Self(t.into())),
             PPathRepr::Hex { hex } => {
-                if hex.len() % 2 != 0 {
-                    return Err(serde::de::Error::custom("odd-length hex path"));
-                }
-                let bytes = (0..hex.len())
-                    .step_by(2)
-                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
-                    .collect::<Result<Vec<u8>, _>>()
-                    .map_err(serde::de::Error::custom)?;
+                let bytes = crate::util::unhex(&hex)
+                    .ok_or_else(|| serde::de::Error::custom("a hex path that is not hex"))?;
                 Ok(Self(OsString::from_vec(bytes).into()))
             }
         }

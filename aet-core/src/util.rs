@@ -114,6 +114,17 @@ pub fn hex(bytes: &[u8]) -> String {
         })
 }
 
+/// The bytes of a hex string (either case); `None` when it is not hex.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 pub mod cli;
 
 /// The pure logic, from `aet-core`.
-pub use aet_core::{access, audit, barrier, docgen, ledger, stage, util};
+pub use aet_core::{access, audit, barrier, docgen, ledger, manifest, stage, util};
 
 pub mod daemon;
 pub mod guard;
@@ -59,7 +59,7 @@ mod tests {
         ("kernel", &[]),
     ];
     const CORE: &[&str] = &[
-        "ledger", "audit", "access", "barrier", "docgen", "stage", "util",
+        "ledger", "audit", "access", "barrier", "docgen", "manifest", "stage", "util",
     ];
 
     /// The `crate::X` modules a source text names, grouped `use crate::{X, Y::…}` included.

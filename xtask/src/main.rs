@@ -325,6 +325,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "handover",
             "network",
             "barrier",
+            "verify",
         ],
     )?;
     daemon.stop()?;

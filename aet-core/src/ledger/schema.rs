@@ -108,6 +108,10 @@ meta_keys! {
     /// `partial_dirs`, `missing` (grants with nothing at their path), `walked`, `enforced`,
     /// `scoped`.
     BARRIER = "aet.barrier";
+    /// The ledger's hash chain (footer only), a JSON object: `version`, `head` (SHA-256 of the
+    /// file's head), `batches` (each batch's hash, chained to the previous one), `final` (the
+    /// last link chained with the footer's other metadata). `aet verify` recomputes it.
+    CHAIN = "aet.chain";
     /// `true` on a ledger rebuilt by `aet ledger recover`.
     RECOVERED = "aet.recovered";
 }

@@ -132,6 +132,19 @@ impl LedgerWriter {
         all.extend(metadata);
         all.insert(meta::FINISHED.into(), "true".into());
         all.insert(meta::EVENTS_RECORDED.into(), self.total.to_string());
+        // The chain's last link covers this metadata: the footer cannot be edited unseen.
+        let (head, links) = self.file.chain();
+        let last = links.last().copied().unwrap_or(head);
+        let record = super::chain::ChainRecord {
+            version: 1,
+            head: super::chain::hex(&head),
+            batches: links.iter().map(super::chain::hex).collect(),
+            final_hash: super::chain::hex(&super::chain::final_hash(&last, &all)),
+        };
+        all.insert(
+            meta::CHAIN.into(),
+            serde_json::to_string(&record).expect("a chain serialises"),
+        );
         let final_schema = schema::schema(all);
         self.file
             .finish(&final_schema)

@@ -11,6 +11,7 @@ mod monitor;
 mod policy;
 mod run;
 mod sandbox;
+mod verify;
 
 use std::{io::Write as _, process::ExitCode};
 
@@ -140,6 +141,13 @@ pub enum Command {
     /// Build, show, run and probe the bubblewrap sandbox of a spec.
     #[command(subcommand)]
     Sandbox(sandbox::Command),
+    /// Check that a run was not changed after it ended: the ledger's hash chain, and the signed
+    /// manifest when there is one (0: it verifies; 1: something was changed, named; 4: no run,
+    /// no key, bad arguments).
+    Verify(verify::Args),
+    /// Signing keys for `aet run --sign`.
+    #[command(subcommand)]
+    Key(verify::KeyCommand),
     /// Report what this machine supports and whether `aet run` can work here.
     Doctor(doctor::Args),
     /// Serve every `aet run` and `aet monitor` of this host from one set of programs (a resident
@@ -204,6 +212,8 @@ pub fn main() -> ExitCode {
         Command::Policy(c) => (policy::run(c), Exit::Usage.code()),
         Command::Audit(a) => (audit::run(a), Exit::Usage.code()),
         Command::Doctor(a) => (doctor::run(a), Exit::Usage.code()),
+        Command::Verify(a) => (verify::verify(a), Exit::Usage.code()),
+        Command::Key(c) => (verify::key(c), Exit::Usage.code()),
         Command::Daemon(a) => (daemon::run(a), Exit::AetFailed.code()),
         Command::Guard { cgroup } => (crate::guard::guard_main(&cgroup).map(|()| 0), 1),
         Command::GuardDaemon { state } => (crate::daemon::guard_main(&state).map(|()| 0), 1),

@@ -94,6 +94,11 @@ pub struct Args {
     /// every process of the run gets EACCES outside it, and the audit lists what was blocked).
     #[arg(long, value_enum, default_value_t = PolicyMode::Record, value_name = "MODE")]
     pub mode: PolicyMode,
+    /// Sign the run: write RUN_DIR/manifest.json (the ledger's final chain hash, the hashes of
+    /// the policy, the spec, aet and its eBPF object, the kernel, losses, completeness and the
+    /// verdict), signed with this Ed25519 key (`aet key new`). `aet verify` checks it.
+    #[arg(long, value_name = "KEY")]
+    pub sign: Option<PathBuf>,
     /// The agent's transcripts, for the audit.
     #[arg(long, value_name = "DIR", requires = "policy")]
     pub transcripts: Option<PathBuf>,
@@ -107,6 +112,11 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         anyhow::bail!("--grace must be between 0 and 86400 seconds");
     }
     let out = a.out.unwrap_or_else(default_out);
+    // A signing key is read before anything runs.
+    let signing = match &a.sign {
+        Some(k) => Some(crate::manifest::read_secret(k)?),
+        None => None,
+    };
     let ledger = out.join(crate::ledger::LEDGER_FILE);
     if ledger.symlink_metadata().is_ok() {
         anyhow::bail!(runner::RunError::LedgerExists(ledger));
@@ -177,6 +187,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         );
     }
     let sandbox = a.sandbox.or(config.sandbox);
+    let spec_path = sandbox.clone();
     let workspace = a.workspace.or(config.workspace);
     let launch = if sandbox.is_none() && identity.is_none() && barrier.is_none() {
         if a.env_prefix.is_some() {
@@ -213,6 +224,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     let outcome = super::runtime()?
         .block_on(runner::run(opts))
         .context("aet run failed")?;
+    let mut verdict = None;
     if let Some(policy) = &policy {
         let report = crate::audit::audit_with(
             &run_dir,
@@ -224,6 +236,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         );
         match report {
             Ok(r) => {
+                verdict = Some(r.verdict.name().to_owned());
                 // The summary goes to stderr: stdout is the command's.
                 super::audit::write_outputs(
                     &r,
@@ -244,10 +257,79 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             Err(e) => eprintln!("aet: error: the audit failed: {e}"),
         }
     }
+    if let Some(key) = &signing {
+        match sign(
+            &run_dir,
+            key,
+            a.policy.as_deref(),
+            spec_path.as_deref(),
+            verdict,
+        ) {
+            Ok(p) => {
+                if !quiet {
+                    eprintln!("aet: signed: {}", p.display());
+                }
+            }
+            Err(e) => {
+                eprintln!("aet: error: the run could not be signed: {e:#}");
+                return Ok(Exit::AetFailed.code());
+            }
+        }
+    }
     Ok(match outcome.end {
         runner::CommandEnd::Exited(code) => u8::try_from(code.clamp(0, 255)).unwrap_or(255),
         runner::CommandEnd::Refused => Exit::AetFailed.code(),
     })
+}
+
+/// Writes the run's signed manifest.
+fn sign(
+    run_dir: &std::path::Path,
+    key: &ed25519_dalek::SigningKey,
+    policy: Option<&std::path::Path>,
+    spec: Option<&std::path::Path>,
+    verdict: Option<String>,
+) -> anyhow::Result<PathBuf> {
+    use crate::manifest::{FileHash, sha256_file};
+    let hashed = |p: &std::path::Path| -> anyhow::Result<FileHash> {
+        Ok(FileHash {
+            path: p.display().to_string(),
+            sha256: sha256_file(p).with_context(|| format!("hashing {}", p.display()))?,
+        })
+    };
+    let ledger = run_dir.join(crate::ledger::LEDGER_FILE);
+    let chain = crate::ledger::chain::verify(&ledger)?;
+    let meta = crate::ledger::reader::Ledger::open(&ledger)?.meta()?;
+    let exe = std::env::current_exe()?;
+    let audit = run_dir.join("audit.json");
+    let body = crate::manifest::Body {
+        format: String::new(),
+        version: 1,
+        aet_version: env!("CARGO_PKG_VERSION").into(),
+        ledger: crate::ledger::LEDGER_FILE.into(),
+        ledger_final_hash: crate::ledger::chain::hex(&chain.final_hash),
+        ledger_batches: chain.batches,
+        ledger_rows: chain.rows,
+        policy: policy.map(hashed).transpose()?,
+        sandbox_spec: spec.map(hashed).transpose()?,
+        aet_binary: hashed(&exe)?,
+        ebpf_object_sha256: crate::manifest::sha256(crate::loader::ebpf_object()),
+        kernel_release: meta.kernel_release.clone(),
+        events_lost: meta.events_lost,
+        complete: meta.complete,
+        incomplete_reasons: meta.incomplete.texts(),
+        verdict,
+        audit: if audit.is_file() {
+            Some(FileHash {
+                path: "audit.json".into(),
+                sha256: sha256_file(&audit)?,
+            })
+        } else {
+            None
+        },
+        public_key: String::new(),
+    };
+    Ok(crate::manifest::write(run_dir, body, key)?)
 }
 
 /// `runs/<UTC time>` for a run without `--out`.

@@ -19,6 +19,11 @@ use crate::kernel::{btf::KernelBtf, tracefs};
 /// The compiled eBPF object (built by `build.rs` from `aet-ebpf`).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/aet"));
 
+/// The eBPF object built into this binary (for the signed manifest's hash).
+pub fn ebpf_object() -> &'static [u8] {
+    EBPF_OBJECT
+}
+
 /// How a program attaches.
 #[derive(Clone, Copy, Debug)]
 pub enum Attach {

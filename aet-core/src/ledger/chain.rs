@@ -1,0 +1,343 @@
+//! The ledger's hash chain: a record that shows whether a ledger was changed after its run.
+//!
+//! The writer hashes the bytes it writes, as it writes them:
+//!
+//! - `head = SHA-256("aet.chain.v1\0" || the file's head)` (magic and schema message: the head
+//!   metadata, the command, the columns);
+//! - for each record batch `i`, `hash_i = SHA-256(hash_{i-1} || the batch's message bytes)`
+//!   (`hash_0` is `head`);
+//! - `final = SHA-256(hash_n || the footer's metadata)`, the metadata as sorted `key`/`value`
+//!   pairs, each length-prefixed, without `aet.chain` itself.
+//!
+//! The footer's `aet.chain` holds all of it (JSON: `version`, `head`, `batches` (one hash per
+//! batch, in order), `final`). [`verify`] recomputes the chain from the file and names the first
+//! part that does not match. The chain alone shows that a ledger is intact (a cut, a flipped
+//! byte, an edited footer), not who wrote it: whoever edits a ledger can recompute it. A
+//! signed manifest (`aet run --sign`) holds `final`, so the chain then proves the ledger is the
+//! one the run wrote.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::{self, Write},
+    path::Path,
+};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::schema::meta;
+
+/// A SHA-256 digest.
+pub type Hash = [u8; 32];
+
+const DOMAIN: &[u8] = b"aet.chain.v1\0";
+
+/// Lowercase hex of a digest.
+pub fn hex(h: &Hash) -> String {
+    crate::util::hex(h)
+}
+
+fn unhex(s: &str) -> Option<Hash> {
+    crate::util::unhex(s)?.try_into().ok()
+}
+
+/// The chain as the footer keeps it (`aet.chain`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainRecord {
+    pub version: u32,
+    pub head: String,
+    pub batches: Vec<String>,
+    #[serde(rename = "final")]
+    pub final_hash: String,
+}
+
+/// A writer that hashes what passes through it.
+pub struct Hashing<W> {
+    inner: W,
+    hasher: Sha256,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<W> Hashing<W> {
+    /// Starts hashing the head of a file.
+    pub fn new(inner: W) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(DOMAIN);
+        Self { inner, hasher }
+    }
+
+    /// The hash of what was written since the last call (or the start), chained: the next part
+    /// starts from it.
+    pub fn link(&mut self) -> Hash {
+        let h: Hash = self.hasher.finalize_reset().into();
+        self.hasher.update(h);
+        h
+    }
+
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.inner
+    }
+
+    pub fn into_inner(self) -> W {
+        self.inner
+    }
+}
+
+/// `final`: the last link chained with the footer's metadata (without `aet.chain`).
+pub fn final_hash(last: &Hash, metadata: &HashMap<String, String>) -> Hash {
+    let sorted: BTreeMap<&String, &String> = metadata
+        .iter()
+        .filter(|(k, _)| k.as_str() != meta::CHAIN)
+        .collect();
+    let mut h = Sha256::new();
+    h.update(last);
+    for (k, v) in sorted {
+        h.update((k.len() as u64).to_le_bytes());
+        h.update(k.as_bytes());
+        h.update((v.len() as u64).to_le_bytes());
+        h.update(v.as_bytes());
+    }
+    h.finalize().into()
+}
+
+/// The chain a verified ledger has.
+#[derive(Clone, Debug)]
+pub struct Verified {
+    pub batches: usize,
+    pub rows: u64,
+    pub final_hash: Hash,
+}
+
+/// Why a ledger does not verify.
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{0}")]
+    Changed(String),
+}
+
+fn changed(s: impl Into<String>) -> ChainError {
+    ChainError::Changed(s.into())
+}
+
+/// Recomputes the chain of the ledger at `path` and checks it against its footer. Any
+/// difference is named: the head, the first batch that differs (with its rows), the footer's
+/// metadata, or a file that no longer decodes.
+pub fn verify(path: &Path) -> Result<Verified, ChainError> {
+    let bytes = std::fs::read(path).map_err(|source| ChainError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let (fstart, footer) = footer(&bytes)?;
+    let mut metadata = HashMap::new();
+    if let Some(kv) = footer.schema().and_then(|s| s.custom_metadata()) {
+        for e in kv {
+            if let (Some(k), Some(v)) = (e.key(), e.value()) {
+                metadata.insert(k.to_owned(), v.to_owned());
+            }
+        }
+    }
+    let Some(text) = metadata.get(meta::CHAIN) else {
+        return Err(changed(
+            "the footer has no aet.chain: the ledger was written before aet kept one, or the \
+             chain was removed",
+        ));
+    };
+    let rec: ChainRecord = serde_json::from_str(text)
+        .map_err(|e| changed(format!("aet.chain does not decode ({e}): it was changed")))?;
+    let blocks: Vec<_> = footer
+        .recordBatches()
+        .map(|b| b.iter().copied().collect())
+        .unwrap_or_default();
+    if blocks.len() != rec.batches.len() {
+        return Err(changed(format!(
+            "the footer lists {} batches, the chain {}: batches were added or removed",
+            blocks.len(),
+            rec.batches.len()
+        )));
+    }
+    // The end-of-stream marker sits right before the footer.
+    let eos = fstart - 8;
+    let head_end = blocks.first().map_or(eos as i64, |b| b.offset());
+    let head_end = usize::try_from(head_end)
+        .ok()
+        .filter(|e| *e <= eos)
+        .ok_or_else(|| changed("the first batch's offset is wrong: the footer was changed"))?;
+    let mut hasher = Hashing::new(io::sink());
+    hasher.write_all(&bytes[..head_end]).expect("a sink");
+    let head = hasher.link();
+    if Some(head) != unhex(&rec.head) {
+        return Err(changed(
+            "the head of the file (magic, schema and head metadata: the command, the columns) \
+             does not match its hash",
+        ));
+    }
+    let mut at = head_end;
+    let mut last = head;
+    let mut rows = 0u64;
+    for (i, b) in blocks.iter().enumerate() {
+        let len = usize::try_from(b.metaDataLength())
+            .unwrap_or(usize::MAX)
+            .saturating_add(usize::try_from(b.bodyLength()).unwrap_or(usize::MAX));
+        let batch_rows = batch_row_count(&bytes, b.offset(), b.metaDataLength());
+        let which = format!(
+            "batch {i} (rows {}–{})",
+            rows,
+            rows + batch_rows.unwrap_or(0).saturating_sub(1)
+        );
+        if usize::try_from(b.offset()).ok() != Some(at) || at.saturating_add(len) > eos {
+            return Err(changed(format!(
+                "{which} is not where the footer says: the file was changed"
+            )));
+        }
+        hasher.write_all(&bytes[at..at + len]).expect("a sink");
+        last = hasher.link();
+        if Some(last) != unhex(&rec.batches[i]) {
+            return Err(changed(format!(
+                "{which} does not match its hash: it was changed"
+            )));
+        }
+        rows += batch_rows.unwrap_or(0);
+        at += len;
+    }
+    if at != eos || bytes[eos..fstart] != [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0] {
+        return Err(changed(
+            "bytes between the last batch and the footer were changed",
+        ));
+    }
+    let fin = final_hash(&last, &metadata);
+    if Some(fin) != unhex(&rec.final_hash) {
+        return Err(changed(
+            "the footer's metadata (completeness, losses, end time, ...) does not match the chain: \
+             it was changed",
+        ));
+    }
+    Ok(Verified {
+        batches: blocks.len(),
+        rows,
+        final_hash: fin,
+    })
+}
+
+/// Where the footer starts, and the footer, of a finished Arrow file's bytes.
+fn footer(bytes: &[u8]) -> Result<(usize, arrow_ipc::Footer<'_>), ChainError> {
+    let n = bytes.len();
+    let magic = super::ipc::MAGIC;
+    if n < 18 || &bytes[..6] != magic || &bytes[n - 6..] != magic {
+        return Err(changed(
+            "the file is not a finished Arrow file (its magic is missing at the start or the end): \
+             it was cut or changed",
+        ));
+    }
+    let flen = i32::from_le_bytes(bytes[n - 10..n - 6].try_into().expect("4 bytes"));
+    let fstart = usize::try_from(flen)
+        .ok()
+        .and_then(|l| (n - 10).checked_sub(l))
+        .filter(|s| *s >= 16)
+        .ok_or_else(|| changed("the footer's length is wrong: the file was cut or changed"))?;
+    let footer = arrow_ipc::root_as_footer(&bytes[fstart..n - 10])
+        .map_err(|e| changed(format!("the footer does not decode ({e}): it was changed")))?;
+    Ok((fstart, footer))
+}
+
+/// The byte ranges of a finished ledger's record batches, as its footer lists them.
+pub fn batch_spans(bytes: &[u8]) -> Option<Vec<std::ops::Range<usize>>> {
+    let (_, f) = footer(bytes).ok()?;
+    f.recordBatches()?
+        .iter()
+        .map(|b| {
+            let start = usize::try_from(b.offset()).ok()?;
+            let len =
+                usize::try_from(b.metaDataLength()).ok()? + usize::try_from(b.bodyLength()).ok()?;
+            Some(start..start + len)
+        })
+        .collect()
+}
+
+/// The row count a batch's message declares (for messages; `None` when it does not decode).
+fn batch_row_count(bytes: &[u8], offset: i64, meta_len: i32) -> Option<u64> {
+    let start = usize::try_from(offset).ok()?;
+    let len = usize::try_from(meta_len).ok()?;
+    let m = bytes.get(start..start.checked_add(len)?)?;
+    // Continuation marker and length, then the flatbuffer message.
+    let body = if m.len() >= 8 && m[..4] == [0xff; 4] {
+        &m[8..]
+    } else {
+        m.get(4..)?
+    };
+    let msg = arrow_ipc::root_as_message(body).ok()?;
+    msg.header_as_record_batch()
+        .and_then(|b| u64::try_from(b.length()).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::ledger::{schema::Row, writer::LedgerWriter};
+
+    /// A finished ledger of `rows` sample rows (two batches when more than one batch's worth).
+    fn ledger(dir: &Path, rows: u64) -> std::path::PathBuf {
+        let path = dir.join(format!("l{rows}.arrow"));
+        let mut w = LedgerWriter::create(&path, HashMap::new()).unwrap();
+        let sample: Vec<Row<'static>> = (0..40).map(Row::sample).collect();
+        for i in 0..rows {
+            w.append(&sample[(i % 40) as usize]).unwrap();
+        }
+        let mut end = HashMap::new();
+        end.insert(meta::COMPLETE.to_owned(), "false".to_owned());
+        w.finish(end).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_written_ledger_verifies_and_any_changed_byte_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = crate::ledger::writer::BATCH_ROWS as u64 + 10;
+        let path = ledger(dir.path(), rows);
+        let v = verify(&path).unwrap();
+        assert_eq!((v.batches, v.rows), (2, rows));
+        let empty = ledger(dir.path(), 0);
+        assert_eq!(verify(&empty).unwrap().batches, 0);
+        let bytes = std::fs::read(&path).unwrap();
+        let spans = batch_spans(&bytes).unwrap();
+        // A byte of the head, of each batch, of the footer's metadata, and a cut file.
+        let at_complete = bytes
+            .windows(b"aet.complete".len())
+            .rposition(|w| w == b"aet.complete")
+            .unwrap();
+        for (at, what) in [
+            (100, "head"),
+            (spans[0].start + 500, "batch 0 (rows 0–16383)"),
+            (spans[1].start + 200, "batch 1 (rows 16384–"),
+            (at_complete + 20, ""),
+        ] {
+            let mut b = bytes.clone();
+            b[at] ^= 0x01;
+            let p = dir.path().join("changed.arrow");
+            std::fs::write(&p, &b).unwrap();
+            let e = verify(&p).unwrap_err().to_string();
+            assert!(e.contains(what), "{at}: {e}");
+        }
+        let p = dir.path().join("cut.arrow");
+        std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
+        assert!(verify(&p).unwrap_err().to_string().contains("cut"));
+    }
+}

@@ -1,0 +1,226 @@
+//! A record others can verify: the ledger's hash chain, `aet key new`, `aet run --sign` and
+//! `aet verify`.
+
+use std::{fs, path::Path, process::Output};
+
+use aet_tests::*;
+
+fn verify(run: &Path, key: Option<&Path>) -> (i32, String) {
+    let mut c = aet();
+    c.arg("verify").arg(run);
+    if let Some(k) = key {
+        c.arg("--key").arg(k);
+    }
+    let o: Output = c.output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        text(&o.stdout) + &text(&o.stderr),
+    )
+}
+
+fn new_key(dir: &Path, name: &str) -> std::path::PathBuf {
+    let key = dir.join(name);
+    let o = aet().args(["key", "new"]).arg(&key).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    key
+}
+
+/// A signed run under the demo policy, of 40,000 opens (several batches).
+fn signed_run(dir: &Path, key: &Path) -> Run {
+    let r = run_in(
+        &dir.join("run"),
+        &[
+            "--sign",
+            key.to_str().unwrap(),
+            "--policy",
+            root().join("policies/demo.toml").to_str().unwrap(),
+        ],
+        &[
+            helper("openstorm").to_str().unwrap(),
+            "40000",
+            "/etc/hostname",
+        ],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    r
+}
+
+fn copy_run(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Flips one byte of `file` at `at`.
+fn flip(file: &Path, at: usize) {
+    let mut b = fs::read(file).unwrap();
+    b[at] ^= 0x01;
+    fs::write(file, b).unwrap();
+}
+
+#[test]
+fn keys_are_written_once_with_a_private_secret() {
+    let dir = tempdir();
+    let key = new_key(dir.path(), "k");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(dir.path().join("k.pub").exists());
+    let again = aet().args(["key", "new"]).arg(&key).output().unwrap();
+    assert_eq!(again.status.code(), Some(4), "{}", text(&again.stderr));
+    assert!(text(&again.stderr).contains("k"), "{}", text(&again.stderr));
+}
+
+#[test]
+fn an_untouched_signed_run_verifies_and_every_change_is_named() {
+    let dir = tempdir();
+    let key = new_key(dir.path(), "k");
+    let r = signed_run(dir.path(), &key);
+    let public = dir.path().join("k.pub");
+    let (code, out) = verify(&r.out, Some(&public));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("the hash chain holds"), "{out}");
+    assert!(out.contains("the signature holds"), "{out}");
+    let m: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(r.out.join("manifest.json")).unwrap()).unwrap();
+    let audit: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(r.out.join("audit.json")).unwrap()).unwrap();
+    let verdict = audit["verdict"].as_str().unwrap().to_owned();
+    assert_eq!(m["verdict"], verdict.as_str(), "{m:#}");
+    assert!(m["ledger_batches"].as_u64().unwrap() >= 2, "{m:#}");
+    assert_eq!(m["complete"], true);
+    assert_eq!(m["ebpf_object_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(m["policy"]["sha256"].as_str().unwrap().len(), 64, "{m:#}");
+
+    // One byte of the second batch: the batch is named.
+    let chain: serde_json::Value = serde_json::from_str(&r.meta()["aet.chain"]).unwrap();
+    assert!(chain["batches"].as_array().unwrap().len() >= 2);
+    let c = dir.path().join("batch");
+    copy_run(&r.out, &c);
+    let bytes = fs::read(c.join("ledger.arrow")).unwrap();
+    let second = second_batch_offset(&bytes);
+    flip(&c.join("ledger.arrow"), second + 300);
+    let (code, out) = verify(&c, Some(&public));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("batch 1 (rows 16384–"), "{out}");
+
+    // The head (the command is in it).
+    let c = dir.path().join("head");
+    copy_run(&r.out, &c);
+    flip(&c.join("ledger.arrow"), 200);
+    let (code, out) = verify(&c, None);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("head") || out.contains("decode"), "{out}");
+
+    // The end of the file: cut.
+    let c = dir.path().join("cut");
+    copy_run(&r.out, &c);
+    let b = fs::read(c.join("ledger.arrow")).unwrap();
+    fs::write(c.join("ledger.arrow"), &b[..b.len() - 100]).unwrap();
+    let (code, out) = verify(&c, None);
+    assert_eq!(code, 1, "{out}");
+
+    // The footer's metadata: "complete" can not be forged into a record that said otherwise.
+    let c = dir.path().join("footer");
+    copy_run(&r.out, &c);
+    let b = fs::read(c.join("ledger.arrow")).unwrap();
+    let at = find_last(&b, b"aet.events_lost").expect("the footer names aet.events_lost");
+    flip(&c.join("ledger.arrow"), at + 2);
+    let (code, out) = verify(&c, None);
+    assert_eq!(code, 1, "{out}");
+
+    // The manifest's verdict, and its signature.
+    let c = dir.path().join("manifest");
+    copy_run(&r.out, &c);
+    let text_m = fs::read_to_string(c.join("manifest.json")).unwrap();
+    fs::write(
+        c.join("manifest.json"),
+        text_m.replace(
+            &format!("\"verdict\": \"{verdict}\""),
+            "\"verdict\": \"disqualified\"",
+        ),
+    )
+    .unwrap();
+    let (code, out) = verify(&c, Some(&public));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("signature does not match"), "{out}");
+    let c = dir.path().join("signature");
+    copy_run(&r.out, &c);
+    let mut m2 = m.clone();
+    let sig = m2["signature"].as_str().unwrap().to_owned();
+    let flipped = if sig.starts_with('0') { "1" } else { "0" };
+    m2["signature"] = serde_json::Value::String(format!("{flipped}{}", &sig[1..]));
+    fs::write(c.join("manifest.json"), m2.to_string()).unwrap();
+    let (code, out) = verify(&c, None);
+    assert_eq!(code, 1, "{out}");
+
+    // audit.json edited.
+    let c = dir.path().join("audit");
+    copy_run(&r.out, &c);
+    let a = fs::read_to_string(c.join("audit.json")).unwrap();
+    fs::write(
+        c.join("audit.json"),
+        a.replacen(&format!("\"{verdict}\""), "\"clean-ish\"", 1),
+    )
+    .unwrap();
+    let (code, out) = verify(&c, None);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("audit.json"), "{out}");
+
+    // The wrong public key.
+    new_key(dir.path(), "other");
+    let (code, out) = verify(&r.out, Some(&dir.path().join("other.pub")));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("another key"), "{out}");
+
+    // A missing run, a missing key: 4.
+    let (code, out) = verify(&dir.path().join("nothing"), None);
+    assert_eq!(code, 4, "{out}");
+    let (code, out) = verify(&r.out, Some(&dir.path().join("missing.pub")));
+    assert_eq!(code, 4, "{out}");
+}
+
+#[test]
+fn an_unsigned_run_verifies_its_chain_and_fails_when_a_key_is_asked_for() {
+    let dir = tempdir();
+    let r = run_ok(dir.path(), &["true"]);
+    let (code, out) = verify(&r.out, None);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("not signed"), "{out}");
+    let key = new_key(dir.path(), "k");
+    let _ = key;
+    let (code, out) = verify(&r.out, Some(&dir.path().join("k.pub")));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("manifest.json is missing"), "{out}");
+}
+
+#[test]
+fn a_bad_signing_key_stops_the_run_before_it_starts() {
+    let dir = tempdir();
+    let bad = dir.path().join("bad");
+    fs::write(&bad, "not a key\n").unwrap();
+    let marker = dir.path().join("ran");
+    let r = run_in(
+        &dir.path().join("run"),
+        &["--sign", bad.to_str().unwrap()],
+        &["touch", marker.to_str().unwrap()],
+    );
+    assert_eq!(r.code(), 125, "{}", r.stderr());
+    assert!(r.stderr().contains("bad"), "{}", r.stderr());
+    assert!(!marker.exists());
+}
+
+fn find_last(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).rposition(|w| w == needle)
+}
+
+/// The offset of the second record batch, from the footer's block list.
+fn second_batch_offset(bytes: &[u8]) -> usize {
+    aet::ledger::chain::batch_spans(bytes).expect("a finished ledger")[1].start
+}
