@@ -171,6 +171,21 @@ pub struct Plan {
     /// The barrier to build (`--mode shadow`) and apply (`--mode enforce`).
     #[serde(default)]
     pub barrier: Option<crate::barrier::BarrierPlan>,
+    /// Task repositories whose history the stage checks (`[[repo]]`).
+    #[serde(default)]
+    pub repos: Vec<RepoCheck>,
+}
+
+/// A task repository to check from inside: nothing in it may reach past `base`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RepoCheck {
+    /// `repo[0] = "/task/repo"`.
+    pub entry: String,
+    pub path: PPath,
+    /// The base commit's full id.
+    pub base: String,
+    /// Its git directory is aet's sanitized copy.
+    pub sanitized: bool,
 }
 
 /// Is the `AET_DEBUG_SKIP_SETUID` fault injection asked for?

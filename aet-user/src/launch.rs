@@ -164,6 +164,7 @@ impl Launch {
                 close_io_uring: false,
                 keep_capabilities: id.is_none(),
                 barrier: opts.barrier.clone(),
+                repos: Vec::new(),
             };
             std::fs::write(
                 dir.path().join(build::PLAN_FILE),

@@ -326,6 +326,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "network",
             "barrier",
             "verify",
+            "repos",
         ],
     )?;
     daemon.stop()?;

@@ -111,6 +111,9 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
                     env_prefix,
                     mode: Mode::Exec,
                     identity: None,
+                    // Sanitized copies are made when a run starts; argv shows the view without
+                    // them.
+                    repo_copies: Vec::new(),
                 },
             )?;
             let args = built.argv();

@@ -93,6 +93,8 @@ pub enum BuildError {
         #[source]
         source: io::Error,
     },
+    #[error("{entry}: {message}")]
+    Repo { entry: String, message: String },
 }
 
 /// One mount (or file-system) operation of the view.
@@ -146,6 +148,9 @@ pub struct BuildOptions {
     pub env_prefix: Option<String>,
     pub mode: Mode,
     pub identity: Option<Identity>,
+    /// Sanitized git directories (`[[repo]] history = "sanitize"`), by repository path: each is
+    /// bound at the repository's `.git`.
+    pub repo_copies: Vec<(PathBuf, PathBuf)>,
 }
 
 /// The bwrap options, the command bwrap runs, and, with a stage, its plan.
@@ -360,6 +365,37 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
                 writable.push(PathBuf::from(w).into());
             }
         }
+    }
+    let mut repos = Vec::new();
+    for (i, r) in spec.repo.iter().enumerate() {
+        let path = norm(&r.path);
+        let entry = format!("repo[{i}] = {:?}", r.path);
+        let base = super::repo::resolve(&path, &r.base).map_err(|message| BuildError::Repo {
+            entry: entry.clone(),
+            message,
+        })?;
+        let copy = opts.repo_copies.iter().find(|(p, _)| *p == path);
+        if let Some((_, gitdir)) = copy {
+            let dst = path.join(".git");
+            let (dev, ino) = ids(gitdir, &entry)?;
+            grants.push(Mount {
+                dst: dst.clone(),
+                op: Op::Bind(gitdir.clone()),
+                rank: 5,
+            });
+            checks.push(Check {
+                entry: format!("{entry} (sanitized .git)"),
+                path: dst.as_path().into(),
+                expect: Expect::Writable { dev, ino },
+            });
+            writable.push(dst.into());
+        }
+        repos.push(super::plan::RepoCheck {
+            entry,
+            path: path.into(),
+            base,
+            sanitized: copy.is_some(),
+        });
     }
     if spec.dns {
         let conf = Path::new("/etc/resolv.conf");
@@ -580,6 +616,7 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
         close_io_uring: spec.io_uring == super::spec::IoUring::Deny,
         keep_capabilities: false,
         barrier: None,
+        repos,
     });
     let command = match &plan {
         Some(_) => {
@@ -611,6 +648,7 @@ mod tests {
             env_prefix: None,
             mode: Mode::Exec,
             identity: None,
+            repo_copies: Vec::new(),
         }
     }
 

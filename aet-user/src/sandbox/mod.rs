@@ -10,6 +10,7 @@
 pub mod barrier;
 pub mod build;
 pub mod env;
+pub mod repo;
 /// The stage's plan and report formats (pure data, in `aet-core`).
 pub use aet_core::stage as plan;
 pub mod spec;
@@ -104,6 +105,8 @@ pub struct Prepared {
     bwrap: PathBuf,
     args_fd: OwnedFd,
     stage_dir: tempfile::TempDir,
+    /// Sanitized copies of task repositories' git directories, for the run's life.
+    _repo_copies: Vec<tempfile::TempDir>,
 }
 
 /// Finds a program on PATH.
@@ -143,6 +146,35 @@ impl Prepared {
             .prefix("stage-")
             .tempdir_in(runtime_dir()?)?;
         let aet = std::env::current_exe()?;
+        // Sanitized repositories: a git directory holding only base's history, made now and
+        // bound at the repository's .git (the stage checks it from inside like the others).
+        let mut copies = Vec::new();
+        let mut repo_copies = Vec::new();
+        for (i, r) in spec.repo.iter().enumerate() {
+            if r.history != spec::History::Sanitize {
+                continue;
+            }
+            let entry = format!("repo[{i}] = {:?}", r.path);
+            let fail = |message: String| {
+                SandboxError::from(build::BuildError::Repo {
+                    entry: entry.clone(),
+                    message,
+                })
+            };
+            let dir = tempfile::Builder::new()
+                .prefix("repo-")
+                .tempdir_in(runtime_dir()?)?;
+            let base = repo::resolve(&r.path, &r.base).map_err(fail)?;
+            let gitdir = repo::sanitize(&r.path, &base, dir.path()).map_err(fail)?;
+            if let Some(id) = &opts.identity {
+                repo::hand_over(&gitdir, id.uid, id.gid)
+                    .map_err(|e| fail(format!("cannot hand the copy over: {e}")))?;
+            }
+            // The copy's parent is private to root; the agent reaches the copy only through
+            // its bind.
+            repo_copies.push((r.path.clone(), gitdir));
+            copies.push(dir);
+        }
         let mut built = build::build(
             &spec,
             &BuildOptions {
@@ -154,6 +186,7 @@ impl Prepared {
                 env_prefix: opts.env_prefix,
                 mode: opts.mode,
                 identity: opts.identity,
+                repo_copies,
             },
         )?;
         let env = match opts.env {
@@ -182,6 +215,7 @@ impl Prepared {
             bwrap,
             args_fd,
             stage_dir,
+            _repo_copies: copies,
         })
     }
 

@@ -72,6 +72,33 @@ pub struct SandboxSpec {
     /// (requests are recorded as submitted and the record is incomplete).
     #[serde(default)]
     pub io_uring: IoUring,
+    /// Task repositories whose history must not reach past a base commit (`[[repo]]`).
+    #[serde(default)]
+    pub repo: Vec<RepoSpec>,
+}
+
+/// A task repository (`[[repo]] path = "...", base = "...", history = "verify"|"sanitize"`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RepoSpec {
+    /// The repository's working tree (it has a `.git` directory), inside the view.
+    pub path: PathBuf,
+    /// The commit the task starts from (any name git resolves; resolved when the run starts).
+    pub base: String,
+    #[serde(default)]
+    pub history: History,
+}
+
+/// What the sandbox does with a repository's history.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum History {
+    /// Check from inside the view that nothing reaches past base; a leak stops the run.
+    #[default]
+    Verify,
+    /// Bind a copy of the repository's git directory holding exactly base's history (checked
+    /// from inside too).
+    Sanitize,
 }
 
 /// What the sandbox does about io_uring.
@@ -341,6 +368,31 @@ impl SandboxSpec {
         for (i, name) in self.pass_env.iter().enumerate() {
             if let Err(p) = check_env_name(name) {
                 problems.push(format!("pass_env[{i}] = {name:?}: {p}"));
+            }
+        }
+        for (i, r) in self.repo.iter().enumerate() {
+            let name = format!("repo[{i}] (path = {:?})", r.path);
+            if let Err(p) = check_path_syntax(&r.path) {
+                problems.push(format!("{name}: {p}"));
+                continue;
+            }
+            if !r.path.join(".git").is_dir() {
+                problems.push(format!(
+                    "{name}: {} is not a directory (a repository with its own .git is needed)",
+                    r.path.join(".git").display()
+                ));
+                continue;
+            }
+            let granted = entries
+                .iter()
+                .any(|e| e.role.grants() && is_within(&r.path, &e.path));
+            if !granted {
+                problems.push(format!(
+                    "{name}: not inside the workspace or a granted directory: the agent would not see it"
+                ));
+            }
+            if let Err(p) = super::repo::resolve(&r.path, &r.base) {
+                problems.push(format!("{name}: base = {:?}: {p}", r.base));
             }
         }
         if problems.is_empty() {

@@ -239,6 +239,36 @@ pub fn verify(plan: &Plan) -> Report {
             .failures
             .push(format!("cannot read the working directory: {e}")),
     }
+    // Task repositories: nothing in them may reach past their base (git's own object walk).
+    for r in &plan.repos {
+        let expected = format!(
+            "no history past base {}{}",
+            &r.base[..12.min(r.base.len())],
+            if r.sanitized { " (sanitized copy)" } else { "" }
+        );
+        let (ok, found) = match super::repo::leaks(r.path.as_path(), &r.base) {
+            Ok(l) if l.is_empty() => (true, "only base's history".to_owned()),
+            Ok(l) => {
+                for leak in &l {
+                    report.failures.push(format!("{}: {leak}", r.entry));
+                }
+                (false, l.join("; "))
+            }
+            Err(e) => {
+                report
+                    .failures
+                    .push(format!("{}: cannot check its history: {e}", r.entry));
+                (false, e)
+            }
+        };
+        report.checks.push(CheckResult {
+            entry: r.entry.clone(),
+            path: r.path.clone(),
+            expected,
+            found,
+            ok,
+        });
+    }
     report.ok = report.failures.is_empty();
     report
 }
