@@ -327,6 +327,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "barrier",
             "verify",
             "repos",
+            "export",
         ],
     )?;
     daemon.stop()?;

@@ -14,6 +14,7 @@ pub fn ledger_path(p: &std::path::Path) -> std::path::PathBuf {
 
 pub mod chain;
 pub mod columns;
+pub mod export;
 pub mod ipc;
 pub mod reader;
 pub mod record;

@@ -23,6 +23,18 @@ pub enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Export runs as Parquet, partitioned Hive-style by run (DIR/run=NAME/part-00000.parquet,
+    /// zstd, the ledger's metadata in each file), for Spark, Trino or DuckDB. A ledger that
+    /// cannot be read is reported and skipped (exit 1); an existing partition is never
+    /// overwritten.
+    Export {
+        /// Run directories (or ledger files); a run is named by its directory.
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+        /// The directory to write the partitions into.
+        #[arg(long, value_name = "DIR")]
+        parquet: PathBuf,
+    },
     /// Rebuild a finished ledger from one whose monitor was killed before finishing it.
     Recover {
         /// The unfinished ledger.
@@ -35,6 +47,7 @@ pub enum Command {
 
 pub fn run(c: Command) -> anyhow::Result<u8> {
     match c {
+        Command::Export { runs, parquet } => export(&runs, &parquet),
         Command::Summary {
             ledger,
             json,
@@ -76,4 +89,90 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             Ok(Exit::Success.code())
         }
     }
+}
+
+/// `aet ledger export`.
+fn export(runs: &[PathBuf], dir: &std::path::Path) -> anyhow::Result<u8> {
+    use crate::ledger::export;
+    // Names first: two runs of one name would land in one partition.
+    let mut named: Vec<(String, PathBuf)> = Vec::new();
+    for r in runs {
+        let name = export::run_name(r);
+        if let Some((_, other)) = named.iter().find(|(n, _)| *n == name) {
+            anyhow::bail!(
+                "{} and {} are both named {name:?}: a run's directory name is its partition",
+                other.display(),
+                r.display()
+            );
+        }
+        named.push((name, crate::ledger::ledger_path(r)));
+    }
+    let (mut rows, mut bytes, mut ledger_bytes, mut done, mut skipped) = (0u64, 0u64, 0u64, 0, 0);
+    let mut out = String::new();
+    // Runs are independent: one worker per CPU, results in the order given.
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<export::Exported, export::ExportError>>>> =
+        named.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(named.len()) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((name, ledger)) = named.get(i) else {
+                        break;
+                    };
+                    let r = export::export(ledger, name, dir);
+                    *results[i].lock().expect("no panics hold it") = Some(r);
+                }
+            });
+        }
+    });
+    for ((name, _), r) in named.iter().zip(results) {
+        let r = r
+            .into_inner()
+            .expect("no panics hold it")
+            .expect("every run was taken");
+        match r {
+            Ok(e) => {
+                out += &format!(
+                    "run={}: {} rows, {} bytes (ledger {} bytes){}\n",
+                    name,
+                    e.rows,
+                    e.bytes,
+                    e.ledger_bytes,
+                    if e.unfinished {
+                        ", unfinished ledger"
+                    } else {
+                        ""
+                    }
+                );
+                rows += e.rows;
+                bytes += e.bytes;
+                ledger_bytes += e.ledger_bytes;
+                done += 1;
+            }
+            Err(e) => {
+                eprintln!("aet: skipped {name}: {e}");
+                skipped += 1;
+            }
+        }
+    }
+    out += &format!(
+        "exported {done} run(s), {rows} rows, to {}: {bytes} bytes of Parquet for {ledger_bytes} \
+         bytes of ledgers{}\n",
+        dir.display(),
+        if skipped > 0 {
+            format!("; {skipped} skipped")
+        } else {
+            String::new()
+        }
+    );
+    super::print_out(&out)?;
+    Ok(if skipped > 0 {
+        Exit::Negative
+    } else {
+        Exit::Success
+    }
+    .code())
 }

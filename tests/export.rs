@@ -1,0 +1,100 @@
+//! `aet ledger export RUNS… --parquet DIR`: Hive-style partitions that DuckDB and pyarrow read as
+//! a whole evaluation, with the same counts as each ledger's own summary; the ledger's metadata
+//! in the files; a damaged ledger reported and skipped; nothing overwritten.
+
+use std::{fs, path::Path, process::Command};
+
+use aet_tests::*;
+
+fn export(runs: &[&Path], dir: &Path) -> (i32, String, String) {
+    let o = aet()
+        .args(["ledger", "export"])
+        .args(runs)
+        .arg("--parquet")
+        .arg(dir)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        text(&o.stdout),
+        text(&o.stderr),
+    )
+}
+
+fn python(script: &str) -> String {
+    let o = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "python: {}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+#[test]
+fn an_export_reads_as_one_table_with_each_ledgers_counts_and_metadata() {
+    let dir = tempdir();
+    let a = run_ok(dir.path(), &[root().join("examples/demo/agent.sh")]);
+    let b = run_ok(
+        dir.path(),
+        &["sh", "-c", "cat /etc/hostname; ls /usr > /dev/null"],
+    );
+    // A damaged ledger among good ones: reported, skipped, the exit status says so.
+    let bad = dir.path().join("run-damaged");
+    fs::create_dir(&bad).unwrap();
+    fs::write(bad.join("ledger.arrow"), b"ARROW1\0\0not a ledger at all").unwrap();
+    let out = dir.path().join("parquet");
+    let (code, stdout, stderr) = export(&[&a.out, &b.out, &bad], &out);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("run-damaged"), "{stderr}");
+    assert!(stdout.contains("2 run(s)"), "{stdout}");
+    let name = |r: &Run| r.out.file_name().unwrap().to_str().unwrap().to_owned();
+    for r in [&a, &b] {
+        assert!(
+            out.join(format!("run={}", name(r)))
+                .join("part-00000.parquet")
+                .is_file()
+        );
+    }
+    assert!(!out.join("run=run-damaged").exists());
+    // DuckDB over the whole directory, by run and kind, against each ledger's summary.
+    let counts = python(&format!(
+        "import duckdb\n\
+         for run, kind, n in duckdb.sql(\"select run, kind, count(*) from read_parquet('{}/*/*.parquet', hive_partitioning=true) group by all order by all\").fetchall():\n\
+         \x20   print(run, kind, n)\n",
+        out.display()
+    ));
+    for r in [&a, &b] {
+        let s = summary(&r.ledger());
+        let want: std::collections::BTreeMap<String, u64> = s["events_by_kind"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        let got: std::collections::BTreeMap<String, u64> = counts
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (f.len() == 3 && f[0] == name(r)).then(|| (f[1].to_owned(), f[2].parse().unwrap()))
+            })
+            .collect();
+        assert_eq!(got, want, "{counts}");
+        assert_eq!(got.values().sum::<u64>(), s["events"].as_u64().unwrap());
+    }
+    // The ledger's metadata is the files' key-value metadata.
+    let meta = python(&format!(
+        "import pyarrow.parquet as pq\n\
+         m = pq.read_metadata('{}/run={}/part-00000.parquet').metadata\n\
+         print(m[b'aet.run'].decode(), m[b'aet.complete'].decode(), m[b'aet.command'].decode())\n",
+        out.display(),
+        name(&a)
+    ));
+    assert!(meta.starts_with(&format!("{} true [", name(&a))), "{meta}");
+    assert!(meta.contains("agent.sh"), "{meta}");
+    // Nothing is overwritten: a second export of the same run is refused.
+    let (code, _, stderr) = export(&[&a.out], &out);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("exists already"), "{stderr}");
+}
