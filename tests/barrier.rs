@@ -469,3 +469,54 @@ fn enforce_holds_inside_a_sandbox_as_an_agent_identity() {
         "{got:?}"
     );
 }
+
+#[test]
+fn enforce_blocks_execs_and_changes_outside_the_lists_and_never_claims_what_landlock_does_not_govern()
+ {
+    let t = Task::new();
+    let policy = t.policy("");
+    let script = format!(
+        "cp /usr/bin/true {out}/mytrue && echo copied; \
+         {out}/mytrue && echo ran || echo exec denied; \
+         mkdir {outside}/d 2>/dev/null && echo made || echo mkdir denied; \
+         mv {task}/README {out}/README 2>/dev/null && echo moved || echo move denied; \
+         chmod 600 {task}/src/a.c && echo chmodded",
+        out = t.s("out"),
+        outside = t.s("outside"),
+        task = t.s("task"),
+    );
+    let r = t.run("changes", &policy, "enforce", &script);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert_eq!(
+        r.stdout(),
+        "copied\nexec denied\nmkdir denied\nmove denied\nchmodded\n",
+        "{}",
+        r.stderr()
+    );
+    assert!(t.root.join("task/README").exists());
+    let v = audit_of(&r);
+    let got = blocked(&v);
+    for want in [
+        ("exec", t.s("out/mytrue")),
+        ("write", t.s("outside/d")),
+        ("write", t.s("task/README")),
+    ] {
+        assert!(
+            got.contains(&(want.0.into(), want.1.clone(), "blocked".into())),
+            "{want:?}: {got:?}"
+        );
+    }
+    // chmod is not Landlock's: it went through, is out of scope, and is not listed as blocked.
+    assert!(
+        !got.iter().any(|(_, p, _)| p.ends_with("src/a.c")),
+        "{got:?}"
+    );
+    assert!(
+        v["out_of_scope"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["path"].as_str().unwrap().ends_with("src/a.c") && f["access"] == "write"),
+        "{v:#}"
+    );
+}

@@ -1232,13 +1232,24 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
                 reached,
             };
             let ident = row_ident.filter(|_| by_ident);
-            // What Landlock governs: opens, execs, listings and changes by path.
-            let governed = e.barrier.is_some()
-                && matches!(
-                    kind,
-                    EventKind::Open | EventKind::Exec | EventKind::List | EventKind::Modify
-                );
-            let change = kind == EventKind::Modify;
+            // What Landlock governs: opens, execs, listings, and the changes it has rights for
+            // (creating, removing, renaming and linking entries: a right of the parent
+            // directory; truncate: of the file). chmod, chown, utimes and extended attributes
+            // are not governed: the barrier never blocks them.
+            let (governed, change) = match kind {
+                _ if e.barrier.is_none() => (false, false),
+                EventKind::Open | EventKind::Exec | EventKind::List => (true, false),
+                EventKind::Modify => match syscall.is_valid(i).then(|| syscall.value(i)) {
+                    Some(b"truncate") => (true, false),
+                    Some(
+                        b"rename" | b"renameat" | b"renameat2" | b"unlink" | b"unlinkat" | b"rmdir"
+                        | b"link" | b"linkat" | b"symlink" | b"symlinkat" | b"mkdir" | b"mkdirat"
+                        | b"mknod" | b"mknodat",
+                    ) => (true, true),
+                    _ => (false, false),
+                },
+                _ => (false, false),
+            };
             let err = (!ok && errno.is_valid(i)).then(|| errno.value(i));
             if governed && let Some(p1) = row.resolved.or(row.raw) {
                 let id = e.path_id(p1);
