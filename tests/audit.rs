@@ -629,18 +629,7 @@ fn every_way_to_change_a_file_outside_the_write_list_is_an_out_of_scope_write() 
 fn a_policy_drafted_from_a_run_passes_a_second_run_of_the_same_command() {
     let dir = tempdir();
     let agent = root().join("examples/demo/agent.sh");
-    let first = run_in(&dir.path().join("first"), &[], &[&agent]);
-    assert_eq!(first.code(), 0, "{}", first.stderr());
-    let policy = dir.path().join("drafted.toml");
-    let d = aet()
-        .args(["policy", "draft"])
-        .arg(&first.out)
-        .arg("-o")
-        .arg(&policy)
-        .output()
-        .unwrap();
-    assert!(d.status.success(), "{}", text(&d.stderr));
-    let drafted = fs::read_to_string(&policy).unwrap();
+    let (first, policy, drafted) = draft_from_example(dir.path());
     assert!(drafted.contains("[allow]"), "{drafted}");
     assert!(
         drafted.contains("examples/demo/task/README.md"),
@@ -676,27 +665,12 @@ fn a_policy_drafted_from_a_run_passes_a_second_run_of_the_same_command() {
     assert_eq!(v["verdict"], "clean", "{v:#}");
 }
 
-/// `git -C REPO ARGS`, which must succeed.
-fn git(repo: &Path, args: &[&str]) {
-    let o = std::process::Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
-}
-
 /// A git repository with one commit, in `dir/repo`.
 fn git_repo(dir: &Path) -> PathBuf {
     let repo = dir.join("repo");
     fs::create_dir(&repo).unwrap();
     git(&repo, &["init", "-q"]);
-    let id = ["-c", "user.name=a", "-c", "user.email=a@b"];
-    git(
-        &repo,
-        &[&id[..], &["commit", "-q", "--allow-empty", "-m", "x"]].concat(),
-    );
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "x"]);
     repo
 }
 

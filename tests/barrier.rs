@@ -265,17 +265,7 @@ fn cheats_and_protected_files_inside_an_allowed_directory_stay_out_and_their_sib
 fn a_policy_drafted_from_the_built_in_example_passes_under_enforce() {
     let dir = tempdir();
     let agent = root().join("examples/demo/agent.sh");
-    let first = run_in(&dir.path().join("first"), &[], &[&agent]);
-    assert_eq!(first.code(), 0, "{}", first.stderr());
-    let policy = dir.path().join("drafted.toml");
-    let d = aet()
-        .args(["policy", "draft"])
-        .arg(&first.out)
-        .arg("-o")
-        .arg(&policy)
-        .output()
-        .unwrap();
-    assert!(d.status.success(), "{}", text(&d.stderr));
+    let (_, policy, _) = draft_from_example(dir.path());
     let second = run_in(
         &dir.path().join("second"),
         &["--policy", policy.to_str().unwrap(), "--mode", "enforce"],
@@ -305,40 +295,24 @@ fn enforce_refuses_to_start_without_the_landlock_it_needs_or_with_rules_it_canno
     let script = format!("touch {}", marker.display());
     // A kernel whose Landlock ABI lacks scoping (fault injection: this kernel has ABI >= 6).
     let policy = t.policy("");
-    let r = aet()
-        .args([
-            "run",
-            "--policy",
-            policy.to_str().unwrap(),
-            "--mode",
-            "enforce",
-        ])
-        .arg("--out")
-        .arg(t.root.join("old-kernel"))
-        .args(["--", "sh", "-c", &script])
-        .env("AET_DEBUG_LANDLOCK_ABI", "4")
-        .output()
-        .unwrap();
+    let with_abi = |abi: &str, out: &str| {
+        aet()
+            .args(["run", "--policy", policy.to_str().unwrap()])
+            .args(["--mode", "enforce", "--out"])
+            .arg(t.root.join(out))
+            .args(["--", "sh", "-c", &script])
+            .env("AET_DEBUG_LANDLOCK_ABI", abi)
+            .output()
+            .unwrap()
+    };
+    let r = with_abi("4", "old-kernel");
     assert_eq!(r.status.code(), Some(125), "{}", text(&r.stderr));
     assert!(
         text(&r.stderr).contains("Landlock ABI is 4") && text(&r.stderr).contains("ABI 6"),
         "{}",
         text(&r.stderr)
     );
-    let r = aet()
-        .args([
-            "run",
-            "--policy",
-            policy.to_str().unwrap(),
-            "--mode",
-            "enforce",
-        ])
-        .arg("--out")
-        .arg(t.root.join("no-landlock"))
-        .args(["--", "sh", "-c", &script])
-        .env("AET_DEBUG_LANDLOCK_ABI", "0")
-        .output()
-        .unwrap();
+    let r = with_abi("0", "no-landlock");
     assert_eq!(r.status.code(), Some(125), "{}", text(&r.stderr));
     assert!(
         text(&r.stderr).contains("no Landlock"),

@@ -10,25 +10,6 @@ use std::{
 
 use aet_tests::*;
 
-fn git(repo: &Path, args: &[&str]) -> String {
-    let o = Command::new("git")
-        .args([
-            "-c",
-            "user.name=a",
-            "-c",
-            "user.email=a@b",
-            "-c",
-            "safe.directory=*",
-        ])
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
-    text(&o.stdout).trim().to_owned()
-}
-
 struct Task {
     _dir: tempfile::TempDir,
     root: PathBuf,

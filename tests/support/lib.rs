@@ -301,3 +301,43 @@ pub fn audit_json(run: &Path, policy: &Path, extra: &[&str]) -> (Output, serde_j
         .unwrap_or(serde_json::Value::Null);
     (out, v)
 }
+
+/// Records a run of the built-in example in `dir/first` and drafts a policy from it into
+/// `dir/drafted.toml` (`aet policy draft`): the run, the policy, and the drafted text.
+pub fn draft_from_example(dir: &Path) -> (Run, PathBuf, String) {
+    let agent = root().join("examples/demo/agent.sh");
+    let first = run_in(&dir.join("first"), &[], &[&agent]);
+    assert_eq!(first.code(), 0, "{}", first.stderr());
+    let policy = dir.join("drafted.toml");
+    let d = aet()
+        .args(["policy", "draft"])
+        .arg(&first.out)
+        .arg("-o")
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert!(d.status.success(), "{}", text(&d.stderr));
+    let drafted = std::fs::read_to_string(&policy).unwrap();
+    (first, policy, drafted)
+}
+
+/// `git -c user.name=a -c user.email=a@b -c safe.directory=* -C REPO ARGS`, which must succeed:
+/// its stdout, trimmed.
+pub fn git(repo: &Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .args([
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "-c",
+            "safe.directory=*",
+        ])
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
+    text(&o.stdout).trim().to_owned()
+}
