@@ -641,13 +641,7 @@ fn a_policy_drafted_from_a_run_passes_a_second_run_of_the_same_command() {
         "{drafted}"
     );
     // A second draft never overwrites the first.
-    let again = aet()
-        .args(["policy", "draft"])
-        .arg(&first.out)
-        .arg("-o")
-        .arg(&policy)
-        .output()
-        .unwrap();
+    let again = draft(&first.out, &policy);
     assert!(!again.status.success());
     assert!(
         text(&again.stderr).contains("drafted.toml"),

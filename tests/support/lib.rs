@@ -302,6 +302,17 @@ pub fn audit_json(run: &Path, policy: &Path, extra: &[&str]) -> (Output, serde_j
     (out, v)
 }
 
+/// `aet policy draft RUN -o POLICY`.
+pub fn draft(run: &Path, policy: &Path) -> Output {
+    aet()
+        .args(["policy", "draft"])
+        .arg(run)
+        .arg("-o")
+        .arg(policy)
+        .output()
+        .unwrap()
+}
+
 /// Records a run of the built-in example in `dir/first` and drafts a policy from it into
 /// `dir/drafted.toml` (`aet policy draft`): the run, the policy, and the drafted text.
 pub fn draft_from_example(dir: &Path) -> (Run, PathBuf, String) {
@@ -309,13 +320,7 @@ pub fn draft_from_example(dir: &Path) -> (Run, PathBuf, String) {
     let first = run_in(&dir.join("first"), &[], &[&agent]);
     assert_eq!(first.code(), 0, "{}", first.stderr());
     let policy = dir.join("drafted.toml");
-    let d = aet()
-        .args(["policy", "draft"])
-        .arg(&first.out)
-        .arg("-o")
-        .arg(&policy)
-        .output()
-        .unwrap();
+    let d = draft(&first.out, &policy);
     assert!(d.status.success(), "{}", text(&d.stderr));
     let drafted = std::fs::read_to_string(&policy).unwrap();
     (first, policy, drafted)
