@@ -328,6 +328,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "verify",
             "repos",
             "export",
+            "notebooks",
         ],
     )?;
     daemon.stop()?;

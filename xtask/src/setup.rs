@@ -35,11 +35,16 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("chromium", "chromium"),
     ("/usr/include/seccomp.h", "libseccomp-dev"),
 ];
-/// Python packages the tests use to check that notebooks read ledgers as they are.
+/// Python packages the tests use to check that notebooks read ledgers as they are, and to
+/// execute `examples/notebooks`.
 const PIP_PACKAGES: &[(&str, &str)] = &[
     ("pyarrow", "pyarrow"),
     ("polars", "polars"),
     ("duckdb", "duckdb"),
+    ("nbclient", "nbclient"),
+    ("nbformat", "nbformat"),
+    ("ipykernel", "ipykernel"),
+    ("matplotlib", "matplotlib"),
 ];
 
 fn ok(cmd: &mut Command) -> bool {
@@ -223,7 +228,9 @@ fn python() -> anyhow::Result<()> {
         .map(|(_, pkg)| *pkg)
         .collect();
     if missing.is_empty() {
-        println!("ok   python ledger readers (pyarrow, polars, duckdb)");
+        println!(
+            "ok   python ledger readers and notebooks (pyarrow, polars, duckdb, nbclient, ipykernel, matplotlib)"
+        );
         return Ok(());
     }
     println!("..   pip install {}", missing.join(" "));
