@@ -98,3 +98,60 @@ fn an_export_reads_as_one_table_with_each_ledgers_counts_and_metadata() {
     assert_ne!(code, 0);
     assert!(stderr.contains("exists already"), "{stderr}");
 }
+
+/// PySpark (local, on the machine's JRE) over the export of recorded runs gets exactly each
+/// ledger's counts by kind, and each run's verdict, completeness and events from `_runs` (Spark
+/// reads Parquet's unsigned 64-bit integers as decimals: converted back here).
+#[test]
+fn spark_reads_the_export_with_the_same_counts_and_verdicts() {
+    let dir = tempdir();
+    let a = run_in(
+        &dir.path().join("demo"),
+        &[
+            "--policy",
+            root().join("policies/demo.toml").to_str().unwrap(),
+        ],
+        &[root().join("examples/demo/agent.sh")],
+    );
+    assert_eq!(a.code(), 0, "{}", a.stderr());
+    let b = run_ok(dir.path(), &["sh", "-c", "cat /etc/hostname > /dev/null"]);
+    let out = dir.path().join("parquet");
+    let (code, stdout, stderr) = export(&[&a.out, &b.out], &out);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let spark = python(&format!(
+        "import json\n\
+         from pyspark.sql import SparkSession\n\
+         s = SparkSession.builder.master('local[2]').appName('aet-test').config('spark.ui.enabled', 'false').getOrCreate()\n\
+         s.sparkContext.setLogLevel('ERROR')\n\
+         ev = s.read.parquet('{d}')\n\
+         counts = {{}}\n\
+         for r in ev.groupBy('run', 'kind').count().collect():\n\
+         \x20   counts.setdefault(r['run'], {{}})[r['kind']] = r['count']\n\
+         runs = {{r['run']: {{'verdict': r['verdict'], 'complete': r['complete'], 'events': int(r['events']), 'lost': None if r['lost'] is None else int(r['lost'])}}\n\
+         \x20       for r in s.read.parquet('{d}/_runs').collect()}}\n\
+         print(json.dumps({{'counts': counts, 'runs': runs}}))\n\
+         s.stop()\n",
+        d = out.display()
+    ));
+    let v: serde_json::Value = serde_json::from_str(spark.lines().last().unwrap()).unwrap();
+    for r in [&a, &b] {
+        let name = r.out.file_name().unwrap().to_str().unwrap();
+        let s = summary(&r.ledger());
+        let want: serde_json::Map<String, serde_json::Value> = s["events_by_kind"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, n)| n.as_u64() != Some(0))
+            .map(|(k, n)| (k.clone(), n.clone()))
+            .collect();
+        assert_eq!(v["counts"][name].as_object().unwrap(), &want, "{name}");
+        assert_eq!(v["runs"][name]["events"], s["events"], "{v:#}");
+        assert_eq!(v["runs"][name]["complete"], s["complete"], "{v:#}");
+        assert_eq!(v["runs"][name]["lost"], s["events_lost"], "{v:#}");
+    }
+    let audit: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(a.out.join("audit.json")).unwrap()).unwrap();
+    assert_eq!(v["runs"]["demo"]["verdict"], audit["verdict"], "{v:#}");
+    let bname = b.out.file_name().unwrap().to_str().unwrap();
+    assert!(v["runs"][bname]["verdict"].is_null(), "{v:#}");
+}

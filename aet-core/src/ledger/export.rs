@@ -1,6 +1,10 @@
 //! `aet ledger export RUNS… --parquet DIR`: ledgers as Parquet, partitioned Hive-style by run
 //! (`DIR/run=NAME/part-00000.parquet`), so Spark, Trino or DuckDB read a whole evaluation from a
-//! directory or an object store as it is.
+//! directory or an object store as it is; and one row per run in `DIR/_runs/run=NAME/` (the
+//! command, times, exit status, events, losses, completeness and its reasons, sandbox and
+//! identity, and the verdict and counts of the run's `audit.json`). Readers of `DIR` skip
+//! `_runs` (a leading underscore hides a directory from Hive-style discovery, and it sits one
+//! level deeper than the events' files).
 //!
 //! Each file holds the ledger's rows with the ledger's schema (the `run` column comes from the
 //! partition directory, as Hive-style readers expect), zstd-compressed, and the ledger's final
@@ -141,6 +145,7 @@ pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportEr
         return Err(ExportError::Exists(part));
     }
     fs::rename(&tmp, &part).map_err(|e| werr(&part, &e))?;
+    write_run_row(ledger, run, dir, rows, l.form(), &l.meta()?)?;
     let file = part.join(file_name);
     Ok(Exported {
         run: run.to_owned(),
@@ -150,6 +155,170 @@ pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportEr
         rows,
         unfinished: l.form() == Form::Unfinished,
     })
+}
+
+/// The run's row of `DIR/_runs`.
+fn write_run_row(
+    ledger: &Path,
+    run: &str,
+    dir: &Path,
+    events: u64,
+    form: Form,
+    m: &super::record::LedgerMeta,
+) -> Result<(), ExportError> {
+    use arrow_array::{
+        ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
+        UInt32Array, UInt64Array,
+    };
+    use arrow_schema::{DataType, Field};
+    let werr = |path: &Path, e: &dyn std::fmt::Display| ExportError::Write {
+        path: path.to_owned(),
+        message: e.to_string(),
+    };
+    let audit: Option<serde_json::Value> = ledger
+        .parent()
+        .map(|d| d.join("audit.json"))
+        .and_then(|p| fs::read_to_string(p).ok())
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let count = |key: &str| {
+        audit
+            .as_ref()
+            .and_then(|a| a.get(key)?.as_array().map(|x| x.len() as u64))
+    };
+    let mut reasons = m.incomplete.texts();
+    if form == Form::Unfinished {
+        reasons.insert(0, "the ledger is unfinished".into());
+    }
+    let complete = m.complete && form == Form::Finished;
+    let duration = match (m.started_ns, m.ended_ns) {
+        (Some(s), Some(e)) => Some((e - s) as f64 / 1e9),
+        _ => None,
+    };
+    let cols: Vec<(&str, ArrayRef, bool)> = vec![
+        (
+            "command",
+            Arc::new(StringArray::from(vec![crate::util::shell_words(
+                &m.command,
+            )])),
+            false,
+        ),
+        (
+            "scope",
+            Arc::new(StringArray::from(vec![m.scope_target.clone()])),
+            true,
+        ),
+        (
+            "started_ns",
+            Arc::new(Int64Array::from(vec![m.started_ns])),
+            true,
+        ),
+        (
+            "ended_ns",
+            Arc::new(Int64Array::from(vec![m.ended_ns])),
+            true,
+        ),
+        (
+            "duration_s",
+            Arc::new(Float64Array::from(vec![duration])),
+            true,
+        ),
+        (
+            "exit_status",
+            Arc::new(Int32Array::from(vec![m.exit_status])),
+            true,
+        ),
+        ("events", Arc::new(UInt64Array::from(vec![events])), false),
+        (
+            "lost",
+            Arc::new(UInt64Array::from(vec![m.events_lost])),
+            true,
+        ),
+        (
+            "complete",
+            Arc::new(BooleanArray::from(vec![complete])),
+            false,
+        ),
+        (
+            "incomplete_reasons",
+            Arc::new(StringArray::from(vec![reasons.join("; ")])),
+            false,
+        ),
+        (
+            "sandbox_verified",
+            Arc::new(BooleanArray::from(vec![
+                m.sandbox.as_ref().map(|s| s.verified),
+            ])),
+            true,
+        ),
+        (
+            "identity_uid",
+            Arc::new(UInt32Array::from(vec![m.identity.as_ref().map(|i| i.uid)])),
+            true,
+        ),
+        (
+            "verdict",
+            Arc::new(StringArray::from(vec![audit.as_ref().and_then(|a| {
+                a.get("verdict").and_then(|v| v.as_str()).map(str::to_owned)
+            })])),
+            true,
+        ),
+        (
+            "cheats",
+            Arc::new(UInt64Array::from(vec![count("cheat_hits")])),
+            true,
+        ),
+        (
+            "contaminants",
+            Arc::new(UInt64Array::from(vec![count("contaminant_hits")])),
+            true,
+        ),
+        (
+            "out_of_scope",
+            Arc::new(UInt64Array::from(vec![count("out_of_scope")])),
+            true,
+        ),
+        (
+            "warnings",
+            Arc::new(UInt64Array::from(vec![count("warnings")])),
+            true,
+        ),
+        (
+            "blocked",
+            Arc::new(UInt64Array::from(vec![count("blocked")])),
+            true,
+        ),
+    ];
+    let schema = Arc::new(Schema::new(
+        cols.iter()
+            .map(|(n, a, null)| Field::new(*n, a.data_type().clone(), *null))
+            .collect::<Vec<_>>(),
+    ));
+    debug_assert!(
+        schema
+            .fields()
+            .iter()
+            .all(|f| f.data_type() != &DataType::Null)
+    );
+    let batch = RecordBatch::try_new(schema.clone(), cols.into_iter().map(|c| c.1).collect())
+        .map_err(|e| werr(ledger, &e))?;
+    let runs = dir.join("_runs");
+    let part = runs.join(format!("run={}", partition_value(run)));
+    if part.exists() {
+        return Err(ExportError::Exists(part));
+    }
+    let tmp = runs.join(format!(
+        ".run={}.{}.tmp",
+        partition_value(run),
+        std::process::id()
+    ));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp).map_err(|e| werr(&tmp, &e))?;
+    let f = fs::File::create(tmp.join("part-00000.parquet")).map_err(|e| werr(&tmp, &e))?;
+    let mut w = ArrowWriter::try_new(f, schema, None).map_err(|e| werr(&tmp, &e))?;
+    w.write(&batch).map_err(|e| werr(&tmp, &e))?;
+    w.close().map_err(|e| werr(&tmp, &e))?;
+    fs::rename(&tmp, &part).map_err(|e| werr(&part, &e))?;
+    Ok(())
 }
 
 #[cfg(test)]
