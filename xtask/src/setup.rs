@@ -19,8 +19,9 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// (setfattr) for the test that changes a file's extended attributes; Docker, Podman (with runc:
 /// crun refuses this machine's hybrid cgroups) and a static busybox for the container tests, whose
 /// images are made here and never pulled; bpftool for the benchmark's program statistics;
-/// libseccomp-dev to link the seccomp filter that closes io_uring in the sandbox (an entry whose
-/// first field is a path is checked by that file, the others by `command -v`).
+/// libseccomp-dev to link the seccomp filter that closes io_uring in the sandbox; a JRE for the
+/// PySpark check of the Parquet export (an entry whose first field is a path is checked by that
+/// file, the others by `command -v`).
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bwrap", "bubblewrap"),
     ("setfattr", "attr"),
@@ -34,6 +35,7 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("git", "git"),
     ("chromium", "chromium"),
     ("/usr/include/seccomp.h", "libseccomp-dev"),
+    ("java", "openjdk-17-jre-headless"),
 ];
 /// Python packages the tests use to check that notebooks read ledgers as they are, and to
 /// execute `examples/notebooks`.
@@ -45,6 +47,7 @@ const PIP_PACKAGES: &[(&str, &str)] = &[
     ("nbformat", "nbformat"),
     ("ipykernel", "ipykernel"),
     ("matplotlib", "matplotlib"),
+    ("pyspark", "pyspark"),
 ];
 
 fn ok(cmd: &mut Command) -> bool {
@@ -229,7 +232,7 @@ fn python() -> anyhow::Result<()> {
         .collect();
     if missing.is_empty() {
         println!(
-            "ok   python ledger readers and notebooks (pyarrow, polars, duckdb, nbclient, ipykernel, matplotlib)"
+            "ok   python ledger readers, notebooks and Spark (pyarrow, polars, duckdb, nbclient, ipykernel, matplotlib, pyspark)"
         );
         return Ok(());
     }
