@@ -1,6 +1,8 @@
 //! The ledger's hash chain: a record that shows whether a ledger was changed after its run.
 //!
-//! The writer hashes the bytes it writes, as it writes them:
+//! When it finishes a ledger, the writer reads back what reached the file and hashes it (at the
+//! end, so that the consumer never hashes on the event path; [`links`] streams, so a ledger of
+//! gigabytes is never in memory whole):
 //!
 //! - `head = SHA-256("aet.chain.v1\0" || the file's head)` (magic and schema message: the head
 //!   metadata, the command, the columns);
@@ -18,7 +20,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    io::{self, Write},
+    io::{self, Read as _},
     path::Path,
 };
 
@@ -51,47 +53,39 @@ pub struct ChainRecord {
     pub final_hash: String,
 }
 
-/// A writer that hashes what passes through it.
-pub struct Hashing<W> {
-    inner: W,
-    hasher: Sha256,
-}
-
-impl<W: Write> Write for Hashing<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
+/// The chain's head and links of a file: the head is its bytes up to `head_end`, then one link
+/// per `(offset, length)` span (the record batches, in order), each chained to the one before.
+/// Streams: a ledger is never read into memory whole.
+pub fn links(
+    f: &mut (impl io::Read + io::Seek),
+    head_end: u64,
+    spans: &[(u64, u64)],
+) -> io::Result<(Hash, Vec<Hash>)> {
+    let mut h = Sha256::new();
+    h.update(DOMAIN);
+    f.seek(io::SeekFrom::Start(0))?;
+    fn copy(f: &mut impl io::Read, h: &mut Sha256, len: u64) -> io::Result<()> {
+        let n = io::copy(&mut f.by_ref().take(len), h)?;
+        if n != len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the file ends inside a hashed span",
+            ));
+        }
+        Ok(())
     }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
+    copy(f, &mut h, head_end)?;
+    let head: Hash = h.finalize_reset().into();
+    let mut last = head;
+    let mut out = Vec::with_capacity(spans.len());
+    for &(offset, len) in spans {
+        f.seek(io::SeekFrom::Start(offset))?;
+        h.update(last);
+        copy(f, &mut h, len)?;
+        last = h.finalize_reset().into();
+        out.push(last);
     }
-}
-
-impl<W> Hashing<W> {
-    /// Starts hashing the head of a file.
-    pub fn new(inner: W) -> Self {
-        let mut hasher = Sha256::new();
-        hasher.update(DOMAIN);
-        Self { inner, hasher }
-    }
-
-    /// The hash of what was written since the last call (or the start), chained: the next part
-    /// starts from it.
-    pub fn link(&mut self) -> Hash {
-        let h: Hash = self.hasher.finalize_reset().into();
-        self.hasher.update(h);
-        h
-    }
-
-    pub fn get_mut(&mut self) -> &mut W {
-        &mut self.inner
-    }
-
-    pub fn into_inner(self) -> W {
-        self.inner
-    }
+    Ok((head, out))
 }
 
 /// `final`: the last link chained with the footer's metadata (without `aet.chain`).
@@ -179,43 +173,40 @@ pub fn verify(path: &Path) -> Result<Verified, ChainError> {
         .ok()
         .filter(|e| *e <= eos)
         .ok_or_else(|| changed("the first batch's offset is wrong: the footer was changed"))?;
-    let mut hasher = Hashing::new(io::sink());
-    hasher.write_all(&bytes[..head_end]).expect("a sink");
-    let head = hasher.link();
+    let mut spans = Vec::with_capacity(blocks.len());
+    let mut at = head_end;
+    for (i, b) in blocks.iter().enumerate() {
+        let len = usize::try_from(b.metaDataLength())
+            .unwrap_or(usize::MAX)
+            .saturating_add(usize::try_from(b.bodyLength()).unwrap_or(usize::MAX));
+        if usize::try_from(b.offset()).ok() != Some(at) || at.saturating_add(len) > eos {
+            return Err(changed(format!(
+                "batch {i} is not where the footer says: the file was changed"
+            )));
+        }
+        spans.push((at as u64, len as u64));
+        at += len;
+    }
+    let (head, links) = links(&mut io::Cursor::new(&bytes[..]), head_end as u64, &spans)
+        .map_err(|e| changed(format!("the file cannot be hashed ({e}): it was cut")))?;
     if Some(head) != unhex(&rec.head) {
         return Err(changed(
             "the head of the file (magic, schema and head metadata: the command, the columns) \
              does not match its hash",
         ));
     }
-    let mut at = head_end;
-    let mut last = head;
     let mut rows = 0u64;
-    for (i, b) in blocks.iter().enumerate() {
-        let len = usize::try_from(b.metaDataLength())
-            .unwrap_or(usize::MAX)
-            .saturating_add(usize::try_from(b.bodyLength()).unwrap_or(usize::MAX));
-        let batch_rows = batch_row_count(&bytes, b.offset(), b.metaDataLength());
-        let which = format!(
-            "batch {i} (rows {}–{})",
-            rows,
-            rows + batch_rows.unwrap_or(0).saturating_sub(1)
-        );
-        if usize::try_from(b.offset()).ok() != Some(at) || at.saturating_add(len) > eos {
+    for (i, (link, b)) in links.iter().zip(&blocks).enumerate() {
+        let batch_rows = batch_row_count(&bytes, b.offset(), b.metaDataLength()).unwrap_or(0);
+        if Some(*link) != unhex(&rec.batches[i]) {
             return Err(changed(format!(
-                "{which} is not where the footer says: the file was changed"
+                "batch {i} (rows {rows}–{}) does not match its hash: it was changed",
+                rows + batch_rows.saturating_sub(1)
             )));
         }
-        hasher.write_all(&bytes[at..at + len]).expect("a sink");
-        last = hasher.link();
-        if Some(last) != unhex(&rec.batches[i]) {
-            return Err(changed(format!(
-                "{which} does not match its hash: it was changed"
-            )));
-        }
-        rows += batch_rows.unwrap_or(0);
-        at += len;
+        rows += batch_rows;
     }
+    let last = links.last().copied().unwrap_or(head);
     if at != eos || bytes[eos..fstart] != [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0] {
         return Err(changed(
             "bytes between the last batch and the footer were changed",

@@ -26,18 +26,12 @@ use arrow_ipc::{
 use arrow_schema::{ArrowError, DataType, Schema};
 use flatbuffers::FlatBufferBuilder;
 
-use super::chain::{Hash, Hashing};
-
 /// The 6-byte magic that opens and closes an Arrow IPC file, padded to 8 at the head.
 pub const MAGIC: &[u8; 6] = b"ARROW1";
 
-/// Streams record batches into an Arrow IPC file, hashing them into a chain as it writes (see
-/// [`super::chain`]).
+/// Streams record batches into an Arrow IPC file.
 pub struct IpcFileWriter<W: Write> {
-    w: Hashing<W>,
-    /// The chain's head (the file's head), then one link per batch.
-    head: Hash,
-    links: Vec<Hash>,
+    w: W,
     options: IpcWriteOptions,
     generator: IpcDataGenerator,
     tracker: DictionaryTracker,
@@ -48,7 +42,7 @@ pub struct IpcFileWriter<W: Write> {
 
 impl<W: Write> IpcFileWriter<W> {
     /// Writes the file head: magic and `head_schema`.
-    pub fn try_new(w: W, head_schema: &Schema) -> Result<Self, ArrowError> {
+    pub fn try_new(mut w: W, head_schema: &Schema) -> Result<Self, ArrowError> {
         if head_schema
             .fields()
             .iter()
@@ -59,7 +53,6 @@ impl<W: Write> IpcFileWriter<W> {
             ));
         }
         let options = IpcWriteOptions::default();
-        let mut w = Hashing::new(w);
         w.write_all(MAGIC)?;
         w.write_all(&[0, 0])?;
         let generator = IpcDataGenerator::default();
@@ -70,11 +63,8 @@ impl<W: Write> IpcFileWriter<W> {
         // The head reaches the file at once: a run killed before its first batch still leaves
         // a ledger that reads (with no rows).
         w.flush()?;
-        let head = w.link();
         Ok(Self {
             w,
-            head,
-            links: Vec::new(),
             options,
             generator,
             tracker,
@@ -97,15 +87,26 @@ impl<W: Write> IpcFileWriter<W> {
         let (meta, body) = write_message(&mut self.w, encoded, &self.options)?;
         self.blocks
             .push(Block::new(self.offset as i64, meta as i32, body as i64));
-        self.links.push(self.w.link());
         self.offset += meta + body;
         self.w.flush()?;
         Ok(())
     }
 
-    /// The chain so far: the head's hash and each batch's.
-    pub fn chain(&self) -> (Hash, &[Hash]) {
-        (self.head, &self.links)
+    /// Where the file's head ends and each batch lies, as (offset, length): what the ledger's
+    /// hash chain covers (see [`super::chain`]).
+    pub fn spans(&self) -> (u64, Vec<(u64, u64)>) {
+        let spans: Vec<(u64, u64)> = self
+            .blocks
+            .iter()
+            .map(|b| {
+                (
+                    b.offset() as u64,
+                    b.metaDataLength() as u64 + b.bodyLength() as u64,
+                )
+            })
+            .collect();
+        let head_end = spans.first().map_or(self.offset as u64, |s| s.0);
+        (head_end, spans)
     }
 
     /// Number of batches written.
@@ -141,12 +142,12 @@ impl<W: Write> IpcFileWriter<W> {
         self.w.write_all(&(data.len() as i32).to_le_bytes())?;
         self.w.write_all(MAGIC)?;
         self.w.flush()?;
-        Ok(self.w.into_inner())
+        Ok(self.w)
     }
 
     /// Access to the underlying writer.
     pub fn get_mut(&mut self) -> &mut W {
-        self.w.get_mut()
+        &mut self.w
     }
 }
 

@@ -132,8 +132,17 @@ impl LedgerWriter {
         all.extend(metadata);
         all.insert(meta::FINISHED.into(), "true".into());
         all.insert(meta::EVENTS_RECORDED.into(), self.total.to_string());
-        // The chain's last link covers this metadata: the footer cannot be edited unseen.
-        let (head, links) = self.file.chain();
+        // The hash chain, read back from what reached the file (at the end, not on the way: the
+        // consumer writes events, it does not hash them); its last link covers this metadata,
+        // so the footer cannot be edited unseen.
+        let werr = |e: std::io::Error| WriteError::Write {
+            path: self.path.clone(),
+            source: ArrowError::IoError(e.to_string(), e),
+        };
+        std::io::Write::flush(self.file.get_mut()).map_err(werr)?;
+        let (head_end, spans) = self.file.spans();
+        let mut f = File::open(&self.path).map_err(werr)?;
+        let (head, links) = super::chain::links(&mut f, head_end, &spans).map_err(werr)?;
         let last = links.last().copied().unwrap_or(head);
         let record = super::chain::ChainRecord {
             version: 1,

@@ -222,10 +222,11 @@ pub fn main() -> ExitCode {
             crate::monitor::engine::replay(&dump, &ledger)
                 .map(|r| {
                     println!(
-                        "records={} rows={} cpu_ns={} wall_ns={}",
+                        "records={} rows={} cpu_ns={} finish_cpu_ns={} wall_ns={}",
                         r.records,
                         r.rows,
                         r.cpu.as_nanos(),
+                        r.finish_cpu.as_nanos(),
                         r.wall.as_nanos()
                     );
                     0
