@@ -1239,12 +1239,23 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
             let (governed, change) = match kind {
                 _ if e.barrier.is_none() => (false, false),
                 EventKind::Open | EventKind::Exec | EventKind::List => (true, false),
-                EventKind::Modify => match syscall.is_valid(i).then(|| syscall.value(i)) {
-                    Some(b"truncate") => (true, false),
+                EventKind::Modify => match fields.syscall() {
+                    Some(Syscall::Truncate) => (true, false),
                     Some(
-                        b"rename" | b"renameat" | b"renameat2" | b"unlink" | b"unlinkat" | b"rmdir"
-                        | b"link" | b"linkat" | b"symlink" | b"symlinkat" | b"mkdir" | b"mkdirat"
-                        | b"mknod" | b"mknodat",
+                        Syscall::Rename
+                        | Syscall::Renameat
+                        | Syscall::Renameat2
+                        | Syscall::Unlink
+                        | Syscall::Unlinkat
+                        | Syscall::Rmdir
+                        | Syscall::Link
+                        | Syscall::Linkat
+                        | Syscall::Symlink
+                        | Syscall::Symlinkat
+                        | Syscall::Mkdir
+                        | Syscall::Mkdirat
+                        | Syscall::Mknod
+                        | Syscall::Mknodat,
                     ) => (true, true),
                     _ => (false, false),
                 },

@@ -154,8 +154,21 @@ impl Walker<'_> {
         self.walked_roots.insert(root.to_owned());
         let mut stack = vec![root.to_owned()];
         while let Some(dir) = stack.pop() {
-            let Ok(rd) = fs::read_dir(&dir) else { continue };
-            for e in rd.flatten() {
+            // What cannot be examined is left out whole (its files may be cheats): never
+            // granted unseen.
+            let entries = match fs::read_dir(&dir).and_then(|rd| rd.collect::<Result<Vec<_>, _>>())
+            {
+                Ok(e) => e,
+                Err(e) if dir == root => {
+                    return Err(format!("cannot walk {}: {e}", dir.display()));
+                }
+                Err(e) => {
+                    self.found
+                        .insert(dir.clone(), format!("(cannot be walked: {e})"));
+                    continue;
+                }
+            };
+            for e in entries {
                 self.walked += 1;
                 if self.walked > self.plan.walk_limit {
                     return Err(format!(
@@ -166,16 +179,25 @@ impl Walker<'_> {
                     ));
                 }
                 let p = e.path();
-                let Ok(ft) = e.file_type() else { continue };
-                let id = if !self.ids.is_empty() {
-                    e.metadata().ok().map(|m| (m.dev(), m.ino()))
-                } else {
+                let meta = if self.ids.is_empty() {
                     None
+                } else {
+                    match e.metadata() {
+                        Ok(m) => Some(m),
+                        Err(err) => {
+                            self.found.insert(p, format!("(cannot be examined: {err})"));
+                            continue;
+                        }
+                    }
                 };
-                if let Some(rule) = self.excluded(&p, id) {
+                if let Some(rule) = self.excluded(&p, meta.as_ref().map(|m| (m.dev(), m.ino()))) {
                     self.found.insert(p, rule);
                     continue;
                 }
+                let Ok(ft) = e.file_type() else {
+                    self.found.insert(p, "(cannot be examined)".into());
+                    continue;
+                };
                 if ft.is_dir() && !pseudo_fs(&p) {
                     stack.push(p);
                 }
@@ -299,6 +321,8 @@ pub fn build(plan: &BarrierPlan) -> Result<Built, String> {
                 a = d.parent();
             }
         }
+        // A directory left out whole is not a way to something left out.
+        ancestors.retain(|a| !w.found.contains_key(a));
         if g.rights.has(Rights::READ_DIR) {
             report.rules.push(BarrierRule {
                 path: PPath(p.clone()),

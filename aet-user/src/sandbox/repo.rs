@@ -56,8 +56,20 @@ fn find_git() -> PathBuf {
         .unwrap_or_else(|| "git".into())
 }
 
-fn lines(b: &[u8]) -> impl Iterator<Item = &str> {
-    std::str::from_utf8(b).unwrap_or("").lines()
+/// Git's output or a file of the repository as text: ref names, paths and reflog messages need
+/// not be UTF-8, the object ids in them are.
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A file of the repository as text: `None` when it is not there; an error when it is there
+/// but cannot be read (nothing unread is taken as clean).
+fn read_text(p: &Path) -> Result<Option<String>, String> {
+    match fs::read(p) {
+        Ok(b) => Ok(Some(text(&b))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", p.display())),
+    }
 }
 
 /// The full name of `base` in `repo` (a commit).
@@ -111,10 +123,12 @@ pub fn leaks(repo: &Path, base: &str) -> Result<Vec<String>, String> {
         ));
     }
     let base = resolve(repo, base)?;
-    let history: HashSet<String> = lines(&git(repo, &["rev-list", &base])?)
+    let history: HashSet<String> = text(&git(repo, &["rev-list", &base])?)
+        .lines()
         .map(str::to_owned)
         .collect();
-    let reachable: HashSet<String> = lines(&git(repo, &["rev-list", "--objects", &base])?)
+    let reachable: HashSet<String> = text(&git(repo, &["rev-list", "--objects", &base])?)
+        .lines()
         .filter_map(|l| l.split(' ').next())
         .map(str::to_owned)
         .collect();
@@ -128,7 +142,7 @@ pub fn leaks(repo: &Path, base: &str) -> Result<Vec<String>, String> {
             "--format=%(refname) %(objectname) %(*objectname)",
         ],
     )?;
-    for l in lines(&refs) {
+    for l in text(&refs).lines() {
         let mut f = l.split(' ');
         let (Some(name), Some(id)) = (f.next(), f.next()) else {
             continue;
@@ -163,7 +177,7 @@ pub fn leaks(repo: &Path, base: &str) -> Result<Vec<String>, String> {
         }
     }
     for h in heads {
-        let Ok(text) = fs::read_to_string(&h) else {
+        let Some(text) = read_text(&h)? else {
             continue;
         };
         let rel = h.strip_prefix(&gitdir).unwrap_or(&h).display().to_string();
@@ -185,7 +199,7 @@ pub fn leaks(repo: &Path, base: &str) -> Result<Vec<String>, String> {
     }
     logs.sort();
     for l in logs {
-        let Ok(text) = fs::read_to_string(&l) else {
+        let Some(text) = read_text(&l)? else {
             continue;
         };
         let bad: Vec<&str> = text
@@ -205,7 +219,7 @@ pub fn leaks(repo: &Path, base: &str) -> Result<Vec<String>, String> {
         }
     }
     for alt in ["objects/info/alternates", "objects/info/http-alternates"] {
-        if let Ok(text) = fs::read_to_string(gitdir.join(alt))
+        if let Some(text) = read_text(&gitdir.join(alt))?
             && !text.trim().is_empty()
         {
             out.push(format!(
@@ -224,7 +238,7 @@ pub fn leaks(repo: &Path, base: &str) -> Result<Vec<String>, String> {
         ],
     )?;
     let mut stray: Vec<(String, String)> = Vec::new();
-    for l in lines(&all) {
+    for l in text(&all).lines() {
         if let Some((id, ty)) = l.split_once(' ')
             && !reachable.contains(id)
         {
