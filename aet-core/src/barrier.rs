@@ -309,11 +309,6 @@ pub fn plan(
     })
 }
 
-/// Is `p` `dir` or below it (by components)?
-pub fn under(p: &[u8], dir: &[u8]) -> bool {
-    dir == b"/" || p == dir || p.starts_with(dir) && p.get(dir.len()) == Some(&b'/')
-}
-
 fn parent(p: &[u8]) -> Option<&[u8]> {
     let i = p.iter().rposition(|&b| b == b'/')?;
     Some(if i == 0 { b"/" } else { &p[..i] })
@@ -343,7 +338,7 @@ impl Model {
         Rights(
             self.rules
                 .iter()
-                .filter(|(r, _)| under(p, r))
+                .filter(|(r, _)| crate::util::path_under(p, r))
                 .fold(0, |m, (_, x)| m | x.0),
         )
     }

@@ -114,6 +114,11 @@ pub fn hex(bytes: &[u8]) -> String {
         })
 }
 
+/// Is the absolute path `p` `dir` or below it (by components: `/ab` is not below `/a`)?
+pub fn path_under(p: &[u8], dir: &[u8]) -> bool {
+    dir == b"/" || p == dir || p.starts_with(dir) && p.get(dir.len()) == Some(&b'/')
+}
+
 /// The bytes of a hex string (either case); `None` when it is not hex.
 pub fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {

@@ -46,7 +46,7 @@ fn parent(p: &str) -> Option<&str> {
 
 /// Is `p` `dir` or below it?
 fn under(p: &str, dir: &str) -> bool {
-    dir == "/" || p == dir || p.starts_with(dir) && p.as_bytes().get(dir.len()) == Some(&b'/')
+    crate::util::path_under(p.as_bytes(), dir.as_bytes())
 }
 
 /// The pseudo file system `p` is in, if any.

@@ -19,7 +19,7 @@ use std::{
     sync::Arc,
 };
 
-use arrow_schema::Schema;
+use arrow_schema::{Schema, SchemaRef};
 use parquet::{
     arrow::ArrowWriter,
     basic::{Compression, ZstdLevel},
@@ -82,17 +82,55 @@ pub fn run_name(path: &Path) -> String {
         .unwrap_or_else(|| "run".into())
 }
 
-/// Exports the ledger at `ledger` as run `run` under `dir`.
-pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportError> {
-    let mut l = Ledger::open(ledger)?;
-    let part = dir.join(format!("run={}", partition_value(run)));
+fn werr(path: &Path, e: &dyn std::fmt::Display) -> ExportError {
+    ExportError::Write {
+        path: path.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// Writes one partition, `table/run=NAME/part-00000.parquet`, with what `fill` writes: under a
+/// temporary name first, renamed into place (removed on failure); an existing partition is
+/// never overwritten. Returns the file.
+fn write_partition<T>(
+    table: &Path,
+    run: &str,
+    schema: SchemaRef,
+    props: WriterProperties,
+    fill: impl FnOnce(&mut ArrowWriter<fs::File>) -> Result<T, ExportError>,
+) -> Result<(PathBuf, T), ExportError> {
+    let name = format!("run={}", partition_value(run));
+    let part = table.join(&name);
     if part.exists() {
         return Err(ExportError::Exists(part));
     }
-    let werr = |path: &Path, e: &dyn std::fmt::Display| ExportError::Write {
-        path: path.to_owned(),
-        message: e.to_string(),
-    };
+    let tmp = table.join(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp).map_err(|e| werr(&tmp, &e))?;
+    let file_name = "part-00000.parquet";
+    let written = (|| {
+        let f = fs::File::create(tmp.join(file_name)).map_err(|e| werr(&tmp, &e))?;
+        let mut w = ArrowWriter::try_new(f, schema, Some(props)).map_err(|e| werr(&tmp, &e))?;
+        let t = fill(&mut w)?;
+        w.close().map_err(|e| werr(&tmp, &e))?;
+        if part.exists() {
+            return Err(ExportError::Exists(part.clone()));
+        }
+        fs::rename(&tmp, &part).map_err(|e| werr(&part, &e))?;
+        Ok(t)
+    })();
+    match written {
+        Ok(t) => Ok((part.join(file_name), t)),
+        Err(e) => {
+            let _ = fs::remove_dir_all(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// Exports the ledger at `ledger` as run `run` under `dir`.
+pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportError> {
+    let mut l = Ledger::open(ledger)?;
     let mut metadata = l.metadata();
     metadata.insert("aet.run".into(), run.to_owned());
     metadata.insert("aet.source".into(), ledger.display().to_string());
@@ -109,44 +147,18 @@ pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportEr
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_key_value_metadata(Some(kv))
         .build();
-    fs::create_dir_all(dir).map_err(|e| werr(dir, &e))?;
-    let tmp = dir.join(format!(
-        ".run={}.{}.tmp",
-        partition_value(run),
-        std::process::id()
-    ));
-    let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir(&tmp).map_err(|e| werr(&tmp, &e))?;
-    let file_name = "part-00000.parquet";
-    let result = (|| {
-        let f = fs::File::create(tmp.join(file_name)).map_err(|e| werr(&tmp, &e))?;
-        let mut w =
-            ArrowWriter::try_new(f, schema.clone(), Some(props)).map_err(|e| werr(&tmp, &e))?;
+    let (file, rows) = write_partition(dir, run, schema.clone(), props, |w| {
         let mut rows = 0u64;
         while let Some(b) = l.next_batch()? {
             rows += b.num_rows() as u64;
             let b = b
                 .with_schema(schema.clone())
                 .map_err(|e| werr(ledger, &e))?;
-            w.write(&b).map_err(|e| werr(&tmp, &e))?;
+            w.write(&b).map_err(|e| werr(ledger, &e))?;
         }
-        w.close().map_err(|e| werr(&tmp, &e))?;
         Ok(rows)
-    })();
-    let rows = match result {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-    };
-    if part.exists() {
-        let _ = fs::remove_dir_all(&tmp);
-        return Err(ExportError::Exists(part));
-    }
-    fs::rename(&tmp, &part).map_err(|e| werr(&part, &e))?;
+    })?;
     write_run_row(ledger, run, dir, rows, l.form(), &l.meta()?)?;
-    let file = part.join(file_name);
     Ok(Exported {
         run: run.to_owned(),
         bytes: fs::metadata(&file).map(|m| m.len()).unwrap_or(0),
@@ -170,46 +182,40 @@ fn write_run_row(
         ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
         UInt32Array, UInt64Array,
     };
-    use arrow_schema::{DataType, Field};
-    let werr = |path: &Path, e: &dyn std::fmt::Display| ExportError::Write {
-        path: path.to_owned(),
-        message: e.to_string(),
-    };
     let audit: Option<serde_json::Value> = ledger
         .parent()
         .map(|d| d.join("audit.json"))
         .and_then(|p| fs::read_to_string(p).ok())
         .and_then(|t| serde_json::from_str(&t).ok());
-    let count = |key: &str| {
-        audit
-            .as_ref()
-            .and_then(|a| a.get(key)?.as_array().map(|x| x.len() as u64))
+    let count = |key: &str| -> ArrayRef {
+        Arc::new(UInt64Array::from(vec![
+            audit
+                .as_ref()
+                .and_then(|a| a.get(key)?.as_array().map(|x| x.len() as u64)),
+        ]))
     };
+    let verdict = audit
+        .as_ref()
+        .and_then(|a| a.get("verdict")?.as_str().map(str::to_owned));
     let mut reasons = m.incomplete.texts();
     if form == Form::Unfinished {
         reasons.insert(0, "the ledger is unfinished".into());
     }
-    let complete = m.complete && form == Form::Finished;
-    let duration = match (m.started_ns, m.ended_ns) {
-        (Some(s), Some(e)) => Some((e - s) as f64 / 1e9),
-        _ => None,
-    };
-    let cols: Vec<(&str, ArrayRef, bool)> = vec![
+    let duration = m
+        .started_ns
+        .zip(m.ended_ns)
+        .map(|(s, e)| (e - s) as f64 / 1e9);
+    let text = |v: Option<String>| -> ArrayRef { Arc::new(StringArray::from(vec![v])) };
+    let batch = RecordBatch::try_from_iter_with_nullable([
         (
             "command",
-            Arc::new(StringArray::from(vec![crate::util::shell_words(
-                &m.command,
-            )])),
+            text(Some(crate::util::shell_words(&m.command))),
             false,
         ),
-        (
-            "scope",
-            Arc::new(StringArray::from(vec![m.scope_target.clone()])),
-            true,
-        ),
+        ("scope", text(m.scope_target.clone()), true),
         (
             "started_ns",
-            Arc::new(Int64Array::from(vec![m.started_ns])),
+            Arc::new(Int64Array::from(vec![m.started_ns])) as ArrayRef,
             true,
         ),
         (
@@ -235,14 +241,12 @@ fn write_run_row(
         ),
         (
             "complete",
-            Arc::new(BooleanArray::from(vec![complete])),
+            Arc::new(BooleanArray::from(vec![
+                m.complete && form == Form::Finished,
+            ])),
             false,
         ),
-        (
-            "incomplete_reasons",
-            Arc::new(StringArray::from(vec![reasons.join("; ")])),
-            false,
-        ),
+        ("incomplete_reasons", text(Some(reasons.join("; "))), false),
         (
             "sandbox_verified",
             Arc::new(BooleanArray::from(vec![
@@ -255,69 +259,21 @@ fn write_run_row(
             Arc::new(UInt32Array::from(vec![m.identity.as_ref().map(|i| i.uid)])),
             true,
         ),
-        (
-            "verdict",
-            Arc::new(StringArray::from(vec![audit.as_ref().and_then(|a| {
-                a.get("verdict").and_then(|v| v.as_str()).map(str::to_owned)
-            })])),
-            true,
-        ),
-        (
-            "cheats",
-            Arc::new(UInt64Array::from(vec![count("cheat_hits")])),
-            true,
-        ),
-        (
-            "contaminants",
-            Arc::new(UInt64Array::from(vec![count("contaminant_hits")])),
-            true,
-        ),
-        (
-            "out_of_scope",
-            Arc::new(UInt64Array::from(vec![count("out_of_scope")])),
-            true,
-        ),
-        (
-            "warnings",
-            Arc::new(UInt64Array::from(vec![count("warnings")])),
-            true,
-        ),
-        (
-            "blocked",
-            Arc::new(UInt64Array::from(vec![count("blocked")])),
-            true,
-        ),
-    ];
-    let schema = Arc::new(Schema::new(
-        cols.iter()
-            .map(|(n, a, null)| Field::new(*n, a.data_type().clone(), *null))
-            .collect::<Vec<_>>(),
-    ));
-    debug_assert!(
-        schema
-            .fields()
-            .iter()
-            .all(|f| f.data_type() != &DataType::Null)
-    );
-    let batch = RecordBatch::try_new(schema.clone(), cols.into_iter().map(|c| c.1).collect())
-        .map_err(|e| werr(ledger, &e))?;
-    let runs = dir.join("_runs");
-    let part = runs.join(format!("run={}", partition_value(run)));
-    if part.exists() {
-        return Err(ExportError::Exists(part));
-    }
-    let tmp = runs.join(format!(
-        ".run={}.{}.tmp",
-        partition_value(run),
-        std::process::id()
-    ));
-    let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp).map_err(|e| werr(&tmp, &e))?;
-    let f = fs::File::create(tmp.join("part-00000.parquet")).map_err(|e| werr(&tmp, &e))?;
-    let mut w = ArrowWriter::try_new(f, schema, None).map_err(|e| werr(&tmp, &e))?;
-    w.write(&batch).map_err(|e| werr(&tmp, &e))?;
-    w.close().map_err(|e| werr(&tmp, &e))?;
-    fs::rename(&tmp, &part).map_err(|e| werr(&part, &e))?;
+        ("verdict", text(verdict), true),
+        ("cheats", count("cheat_hits"), true),
+        ("contaminants", count("contaminant_hits"), true),
+        ("out_of_scope", count("out_of_scope"), true),
+        ("warnings", count("warnings"), true),
+        ("blocked", count("blocked"), true),
+    ])
+    .map_err(|e| werr(ledger, &e))?;
+    write_partition(
+        &dir.join("_runs"),
+        run,
+        batch.schema(),
+        WriterProperties::builder().build(),
+        |w| w.write(&batch).map_err(|e| werr(ledger, &e)),
+    )?;
     Ok(())
 }
 
