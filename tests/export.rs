@@ -101,7 +101,8 @@ fn an_export_reads_as_one_table_with_each_ledgers_counts_and_metadata() {
 
 /// PySpark (local, on the machine's JRE) over the export of recorded runs gets exactly each
 /// ledger's counts by kind, and each run's verdict, completeness and events from `_runs` (Spark
-/// reads Parquet's unsigned 64-bit integers as decimals: converted back here).
+/// reads Parquet's unsigned 64-bit integers as decimals: converted back here), and exactly what
+/// `aet query` gives over the runs themselves.
 #[test]
 fn spark_reads_the_export_with_the_same_counts_and_verdicts() {
     let dir = tempdir();
@@ -149,6 +150,36 @@ fn spark_reads_the_export_with_the_same_counts_and_verdicts() {
         assert_eq!(v["runs"][name]["complete"], s["complete"], "{v:#}");
         assert_eq!(v["runs"][name]["lost"], s["events_lost"], "{v:#}");
     }
+    // Exactly what `aet query` gives over the runs themselves.
+    let q = |sql: &str| -> Vec<serde_json::Value> {
+        let o = aet()
+            .args(["query", sql])
+            .arg(&a.out)
+            .arg(&b.out)
+            .args(["--format", "json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let mut counts = serde_json::Map::new();
+    for r in q("select run, kind, count(*) as n from events group by run, kind") {
+        counts
+            .entry(r["run"].as_str().unwrap())
+            .or_insert_with(|| serde_json::json!({}))
+            .as_object_mut()
+            .unwrap()
+            .insert(r["kind"].as_str().unwrap().to_owned(), r["n"].clone());
+    }
+    assert_eq!(v["counts"], serde_json::Value::Object(counts), "{v:#}");
+    let mut runs = serde_json::Map::new();
+    for r in q("select run, verdict, complete, events, lost from runs") {
+        let name = r["run"].as_str().unwrap().to_owned();
+        let mut r = r.as_object().unwrap().clone();
+        r.remove("run");
+        runs.insert(name, serde_json::Value::Object(r));
+    }
+    assert_eq!(v["runs"], serde_json::Value::Object(runs), "{v:#}");
     let audit: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(a.out.join("audit.json")).unwrap()).unwrap();
     assert_eq!(v["runs"]["demo"]["verdict"], audit["verdict"], "{v:#}");

@@ -274,9 +274,12 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
         ]))?;
     println!("== pure logic on stable Rust alone (no nightly, no bpf-linker on PATH)");
     sh(stable_only_cargo()?.args(["test", "--package", "aet-core", "--lib", "--tests"]))?;
+    // In the release profile, like the binary and the end-to-end tests: DataFusion (aet query)
+    // is then built once, not once per profile (it is most of a cold build).
     println!("== unit tests");
     sh(cargo().args([
         "test",
+        "--release",
         "--workspace",
         "--exclude",
         "aet-core",

@@ -261,6 +261,16 @@ pub fn batch_spans(bytes: &[u8]) -> Option<Vec<std::ops::Range<usize>>> {
         .collect()
 }
 
+/// The rows of a finished ledger's bytes, from the messages its footer lists (no batch is
+/// decoded); `None` when the footer or a message does not decode.
+pub fn row_count(bytes: &[u8]) -> Option<u64> {
+    let (_, f) = footer(bytes).ok()?;
+    f.recordBatches()?
+        .iter()
+        .map(|b| batch_row_count(bytes, b.offset(), b.metaDataLength()))
+        .sum()
+}
+
 /// The row count a batch's message declares (for messages; `None` when it does not decode).
 fn batch_row_count(bytes: &[u8], offset: i64, meta_len: i32) -> Option<u64> {
     let start = usize::try_from(offset).ok()?;

@@ -50,6 +50,8 @@ pub struct Exported {
     pub ledger_bytes: u64,
     /// The ledger was unfinished (its rows up to its last complete batch were exported).
     pub unfinished: bool,
+    /// The run's `audit.json` could not be read (its row's verdict and counts are null).
+    pub audit_problem: Option<String>,
 }
 
 /// A run's name as a Hive partition value: bytes outside `[A-Za-z0-9._-]` as `%XX` (what Spark
@@ -158,8 +160,9 @@ pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportEr
         }
         Ok(rows)
     })?;
-    write_run_row(ledger, run, dir, rows, l.form(), &l.meta()?)?;
+    let audit_problem = write_run_row(ledger, run, dir, rows, l.form(), &l.meta()?)?;
     Ok(Exported {
+        audit_problem,
         run: run.to_owned(),
         bytes: fs::metadata(&file).map(|m| m.len()).unwrap_or(0),
         ledger_bytes: fs::metadata(ledger).map(|m| m.len()).unwrap_or(0),
@@ -169,7 +172,8 @@ pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportEr
     })
 }
 
-/// The run's row of `DIR/_runs`.
+/// The run's row of `DIR/_runs` (see [`super::runs::run_row`]); a damaged `audit.json` is
+/// returned as a problem, the row written without the audit's columns.
 fn write_run_row(
     ledger: &Path,
     run: &str,
@@ -177,96 +181,14 @@ fn write_run_row(
     events: u64,
     form: Form,
     m: &super::record::LedgerMeta,
-) -> Result<(), ExportError> {
-    use arrow_array::{
-        ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
-        UInt32Array, UInt64Array,
+) -> Result<Option<String>, ExportError> {
+    let audit_file = ledger.parent().unwrap_or(Path::new(".")).join("audit.json");
+    let (audit, problem) = match super::runs::read_audit(&audit_file) {
+        Ok(a) => (a, None),
+        Err(e) => (None, Some(e)),
     };
-    let audit: Option<serde_json::Value> = ledger
-        .parent()
-        .map(|d| d.join("audit.json"))
-        .and_then(|p| fs::read_to_string(p).ok())
-        .and_then(|t| serde_json::from_str(&t).ok());
-    let count = |key: &str| -> ArrayRef {
-        Arc::new(UInt64Array::from(vec![
-            audit
-                .as_ref()
-                .and_then(|a| a.get(key)?.as_array().map(|x| x.len() as u64)),
-        ]))
-    };
-    let verdict = audit
-        .as_ref()
-        .and_then(|a| a.get("verdict")?.as_str().map(str::to_owned));
-    let mut reasons = m.incomplete.texts();
-    if form == Form::Unfinished {
-        reasons.insert(0, "the ledger is unfinished".into());
-    }
-    let duration = m
-        .started_ns
-        .zip(m.ended_ns)
-        .map(|(s, e)| (e - s) as f64 / 1e9);
-    let text = |v: Option<String>| -> ArrayRef { Arc::new(StringArray::from(vec![v])) };
-    let batch = RecordBatch::try_from_iter_with_nullable([
-        (
-            "command",
-            text(Some(crate::util::shell_words(&m.command))),
-            false,
-        ),
-        ("scope", text(m.scope_target.clone()), true),
-        (
-            "started_ns",
-            Arc::new(Int64Array::from(vec![m.started_ns])) as ArrayRef,
-            true,
-        ),
-        (
-            "ended_ns",
-            Arc::new(Int64Array::from(vec![m.ended_ns])),
-            true,
-        ),
-        (
-            "duration_s",
-            Arc::new(Float64Array::from(vec![duration])),
-            true,
-        ),
-        (
-            "exit_status",
-            Arc::new(Int32Array::from(vec![m.exit_status])),
-            true,
-        ),
-        ("events", Arc::new(UInt64Array::from(vec![events])), false),
-        (
-            "lost",
-            Arc::new(UInt64Array::from(vec![m.events_lost])),
-            true,
-        ),
-        (
-            "complete",
-            Arc::new(BooleanArray::from(vec![
-                m.complete && form == Form::Finished,
-            ])),
-            false,
-        ),
-        ("incomplete_reasons", text(Some(reasons.join("; "))), false),
-        (
-            "sandbox_verified",
-            Arc::new(BooleanArray::from(vec![
-                m.sandbox.as_ref().map(|s| s.verified),
-            ])),
-            true,
-        ),
-        (
-            "identity_uid",
-            Arc::new(UInt32Array::from(vec![m.identity.as_ref().map(|i| i.uid)])),
-            true,
-        ),
-        ("verdict", text(verdict), true),
-        ("cheats", count("cheat_hits"), true),
-        ("contaminants", count("contaminant_hits"), true),
-        ("out_of_scope", count("out_of_scope"), true),
-        ("warnings", count("warnings"), true),
-        ("blocked", count("blocked"), true),
-    ])
-    .map_err(|e| werr(ledger, &e))?;
+    let batch = super::runs::run_row(None, events, form, m, audit.as_ref())
+        .map_err(|e| werr(ledger, &e))?;
     write_partition(
         &dir.join("_runs"),
         run,
@@ -274,7 +196,7 @@ fn write_run_row(
         WriterProperties::builder().build(),
         |w| w.write(&batch).map_err(|e| werr(ledger, &e)),
     )?;
-    Ok(())
+    Ok(problem)
 }
 
 #[cfg(test)]

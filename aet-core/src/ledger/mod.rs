@@ -20,6 +20,7 @@ pub mod reader;
 pub mod record;
 pub mod recover;
 pub mod rows;
+pub mod runs;
 pub mod schema;
 pub mod summary;
 pub mod writer;

@@ -263,6 +263,24 @@ impl Ledger {
     }
 }
 
+/// The rows of a finished ledger, counted from the batches' headers (their data is not read).
+pub fn count_rows(path: &Path) -> Result<u64, ReadError> {
+    let file = File::open(path).map_err(|source| ReadError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    // SAFETY: a finished ledger is never changed again; only its footer and batch headers are
+    // read.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ReadError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    super::chain::row_count(&map).ok_or_else(|| ReadError::Corrupt {
+        path: path.to_owned(),
+        source: ArrowError::ParseError("its footer or a batch header does not decode".into()),
+    })
+}
+
 /// The record batches of a finished IPC file, decoded in place from a read-only mapping.
 struct MappedBatches {
     decoder: arrow_ipc::reader::FileDecoder,
@@ -372,6 +390,17 @@ fn check_message(b: &arrow_ipc::Block, data: &arrow_buffer::Buffer) -> Result<()
     let rb = msg
         .header_as_record_batch()
         .ok_or_else(|| bad("not a record batch"))?;
+    // Every column's node, read or not: a damaged one is a damaged batch, whatever the query.
+    let rows = rb.length();
+    for node in rb.nodes().iter().flatten() {
+        if rows < 0
+            || node.length() < 0
+            || node.null_count() < 0
+            || node.null_count() > node.length()
+        {
+            return Err(bad("a column's length or null count is impossible"));
+        }
+    }
     let body = b.bodyLength();
     for buf in rb.buffers().iter().flatten() {
         let end = buf.offset().checked_add(buf.length());

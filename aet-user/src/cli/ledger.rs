@@ -25,10 +25,12 @@ pub enum Command {
     },
     /// Export runs as Parquet, partitioned Hive-style by run (DIR/run=NAME/part-00000.parquet,
     /// zstd, the ledger's metadata in each file), for Spark, Trino or DuckDB. A ledger that
-    /// cannot be read is reported and skipped (exit 1); an existing partition is never
+    /// cannot be read is reported and skipped, a run whose audit.json cannot be read is
+    /// exported without its verdict (exit 1 for either); an existing partition is never
     /// overwritten.
     Export {
-        /// Run directories (or ledger files); a run is named by its directory.
+        /// Run directories, ledger files, directories of runs, or globs of these ('runs/*',
+        /// expanded by aet); a run is named by its directory.
         #[arg(required = true)]
         runs: Vec<PathBuf>,
         /// The directory to write the partitions into.
@@ -95,18 +97,10 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
 fn export(runs: &[PathBuf], dir: &std::path::Path) -> anyhow::Result<u8> {
     use crate::ledger::export;
     // Names first: two runs of one name would land in one partition.
-    let mut named: Vec<(String, PathBuf)> = Vec::new();
-    for r in runs {
-        let name = export::run_name(r);
-        if let Some((_, other)) = named.iter().find(|(n, _)| *n == name) {
-            anyhow::bail!(
-                "{} and {} are both named {name:?}: a run's directory name is its partition",
-                other.display(),
-                r.display()
-            );
-        }
-        named.push((name, crate::ledger::ledger_path(r)));
-    }
+    let named: Vec<(String, PathBuf)> = crate::ledger::runs::discover(runs)?
+        .into_iter()
+        .map(|r| (r.name, r.ledger))
+        .collect();
     let (mut rows, mut bytes, mut ledger_bytes, mut done, mut skipped) = (0u64, 0u64, 0u64, 0, 0);
     let mut out = String::new();
     // Runs are independent: one worker per CPU, results in the order given.
@@ -147,6 +141,10 @@ fn export(runs: &[PathBuf], dir: &std::path::Path) -> anyhow::Result<u8> {
                         ""
                     }
                 );
+                if let Some(p) = &e.audit_problem {
+                    eprintln!("aet: {name}: exported without its verdict: {p}");
+                    skipped += 1;
+                }
                 rows += e.rows;
                 bytes += e.bytes;
                 ledger_bytes += e.ledger_bytes;

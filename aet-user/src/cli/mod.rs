@@ -9,6 +9,7 @@ mod doctor;
 mod ledger;
 mod monitor;
 mod policy;
+mod query;
 mod run;
 mod sandbox;
 mod verify;
@@ -132,6 +133,8 @@ pub enum Command {
     /// Read ledgers.
     #[command(subcommand)]
     Ledger(ledger::Command),
+    /// SQL over many runs: their events, one row per run, and their audits' findings.
+    Query(query::Args),
     /// Policies: draft one from a run.
     #[command(subcommand)]
     Policy(policy::Command),
@@ -210,6 +213,7 @@ pub fn main() -> ExitCode {
         Command::Monitor(a) => (monitor::run(a), Exit::AetFailed.code()),
         Command::Ledger(c) => (ledger::run(c), Exit::Usage.code()),
         Command::Policy(c) => (policy::run(c), Exit::Usage.code()),
+        Command::Query(a) => (query::run(a), Exit::Usage.code()),
         Command::Audit(a) => (audit::run(a), Exit::Usage.code()),
         Command::Doctor(a) => (doctor::run(a), Exit::Usage.code()),
         Command::Verify(a) => (verify::verify(a), Exit::Usage.code()),

@@ -16,6 +16,7 @@ use crate::root;
 
 mod barrier;
 mod overload;
+mod query;
 mod resident;
 
 #[derive(clap::Args)]
@@ -47,6 +48,12 @@ pub struct Args {
     /// Runs of each mode in the overload benchmark.
     #[arg(long, default_value_t = 3)]
     overload_runs: usize,
+    /// Runs (ledgers) in the query benchmark.
+    #[arg(long, default_value_t = 1_000)]
+    query_runs: usize,
+    /// Rows in all, over those runs, in the query benchmark.
+    #[arg(long, default_value_t = 10_000_000)]
+    query_rows: u64,
 }
 
 /// A git repository of `files` files over 50 directories, committed, for the git workload.
@@ -378,6 +385,9 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
     overload::consumer(aet, &storm, &args)?;
     if args.only.as_deref().is_none_or(|o| "audit".contains(o)) {
         audit_bench(aet, &args)?;
+    }
+    if args.only.as_deref().is_none_or(|o| "query".contains(o)) {
+        query::run(aet, &args)?;
     }
     Ok(())
 }

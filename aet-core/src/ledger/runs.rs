@@ -1,0 +1,443 @@
+//! Many runs at once: which runs a command line names (run directories, directories of runs,
+//! ledger files, globs), what one row per run says (the `runs` table of `aet query` and the
+//! `_runs` table of `aet ledger export`), and the findings of a run's `audit.json`.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use arrow_array::{
+    ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
+    UInt32Array, UInt64Array,
+    builder::{ListBuilder, StringBuilder},
+};
+use arrow_schema::ArrowError;
+
+use super::{LEDGER_FILE, reader::Form, record::LedgerMeta};
+
+/// Why the runs a command line names cannot be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunsError {
+    /// A path that is neither a run, a ledger, a directory of runs nor a glob that matches.
+    #[error("{0}: no such run, ledger or directory")]
+    Missing(PathBuf),
+    /// A directory that holds no ledger, and no run directory that holds one.
+    #[error("{0}: not a run (no {LEDGER_FILE}) and no run directory in it holds one")]
+    NoRuns(PathBuf),
+    /// A glob that matches nothing, or cannot be read.
+    #[error("{pattern}: {message}")]
+    Glob { pattern: String, message: String },
+    /// Two runs of one name (a run is named by its directory).
+    #[error(
+        "{0} and {1} are both named {2:?}: a run is named by its directory, so names must differ"
+    )]
+    SameName(PathBuf, PathBuf, String),
+}
+
+/// One run a command line named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunRef {
+    /// Its name: the run directory's name (or a ledger file's stem).
+    pub name: String,
+    /// Its ledger.
+    pub ledger: PathBuf,
+}
+
+impl RunRef {
+    /// The run's `audit.json` (beside the ledger), whether or not there is one.
+    pub fn audit_path(&self) -> PathBuf {
+        self.ledger
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("audit.json")
+    }
+}
+
+/// The runs `args` name, in order: a run directory (it holds `ledger.arrow`), a ledger file, a
+/// directory of runs (each sub-directory that holds a ledger, by name), or a glob (`'runs/*'`,
+/// expanded by aet when the shell did not: thousands of runs exceed a command line) whose
+/// matches that are runs or `*.arrow` files are taken, the rest left. A run named twice is listed once; two runs of one name are an error.
+pub fn discover(args: &[PathBuf]) -> Result<Vec<RunRef>, RunsError> {
+    let mut out: Vec<RunRef> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for a in args {
+        for ledger in expand(a)? {
+            let canonical = fs::canonicalize(&ledger).unwrap_or_else(|_| ledger.clone());
+            if !seen.insert(canonical) {
+                continue;
+            }
+            let name = super::export::run_name(&ledger);
+            if let Some(other) = out.iter().find(|r| r.name == name) {
+                return Err(RunsError::SameName(other.ledger.clone(), ledger, name));
+            }
+            out.push(RunRef { name, ledger });
+        }
+    }
+    Ok(out)
+}
+
+fn is_glob(p: &str) -> bool {
+    p.contains(['*', '?', '['])
+}
+
+/// The ledgers one argument names.
+fn expand(a: &Path) -> Result<Vec<PathBuf>, RunsError> {
+    if !a.exists() {
+        let pattern = a.to_string_lossy();
+        if !is_glob(&pattern) {
+            return Err(RunsError::Missing(a.to_owned()));
+        }
+        let glob_err = |message: String| RunsError::Glob {
+            pattern: pattern.clone().into_owned(),
+            message,
+        };
+        let mut paths: Vec<PathBuf> = glob::glob(&pattern)
+            .map_err(|e| glob_err(e.to_string()))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| glob_err(e.to_string()))?;
+        if paths.is_empty() {
+            return Err(glob_err("matches nothing".into()));
+        }
+        paths.sort();
+        // What a glob matches is a run (a directory holding a ledger) or a ledger file
+        // (`*.arrow`); anything else beside them (an export, a note) is not a run.
+        let out: Vec<PathBuf> = paths
+            .into_iter()
+            .filter_map(|p| {
+                if p.join(LEDGER_FILE).is_file() {
+                    Some(p.join(LEDGER_FILE))
+                } else if p.is_file() && p.extension().is_some_and(|e| e == "arrow") {
+                    Some(p)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        if out.is_empty() {
+            return Err(glob_err("matches no run and no ledger".into()));
+        }
+        return Ok(out);
+    }
+    if !a.is_dir() {
+        return Ok(vec![a.to_owned()]);
+    }
+    if a.join(LEDGER_FILE).exists() {
+        return Ok(vec![a.join(LEDGER_FILE)]);
+    }
+    let mut runs: Vec<PathBuf> = fs::read_dir(a)
+        .map_err(|_| RunsError::NoRuns(a.to_owned()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path().join(LEDGER_FILE))
+        .filter(|l| l.is_file())
+        .collect();
+    if runs.is_empty() {
+        return Err(RunsError::NoRuns(a.to_owned()));
+    }
+    runs.sort();
+    Ok(runs)
+}
+
+/// A run's `audit.json`, read: `Ok(None)` when there is none.
+pub fn read_audit(path: &Path) -> Result<Option<serde_json::Value>, String> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not an audit report: {e}", path.display()))?;
+    if v.get("verdict").and_then(|v| v.as_str()).is_none() {
+        return Err(format!(
+            "{}: not an audit report (no verdict)",
+            path.display()
+        ));
+    }
+    Ok(Some(v))
+}
+
+/// The lists of findings in an audit report, in order.
+pub const FINDING_LISTS: [&str; 5] = [
+    "cheat_hits",
+    "contaminant_hits",
+    "out_of_scope",
+    "warnings",
+    "blocked",
+];
+
+/// One row per run: `command`, `scope`, `started_ns`, `ended_ns`, `duration_s`,
+/// `exit_status`, `events`, `lost`, `complete`, `incomplete_reasons`, `sandbox_verified`,
+/// `identity_uid`, and from the run's audit report (null without one) `verdict`, `cheats`,
+/// `contaminants`, `out_of_scope`, `warnings`, `blocked`; with a leading `run` column when
+/// `run` is given.
+pub fn run_row(
+    run: Option<&str>,
+    events: u64,
+    form: Form,
+    m: &LedgerMeta,
+    audit: Option<&serde_json::Value>,
+) -> Result<RecordBatch, ArrowError> {
+    let count = |key: &str| -> ArrayRef {
+        Arc::new(UInt64Array::from(vec![
+            audit.and_then(|a| a.get(key)?.as_array().map(|x| x.len() as u64)),
+        ]))
+    };
+    let verdict = audit.and_then(|a| a.get("verdict")?.as_str().map(str::to_owned));
+    let mut reasons = m.incomplete.texts();
+    if form == Form::Unfinished {
+        reasons.insert(0, "the ledger is unfinished".into());
+    }
+    let duration = m
+        .started_ns
+        .zip(m.ended_ns)
+        .map(|(s, e)| (e - s) as f64 / 1e9);
+    let text = |v: Option<String>| -> ArrayRef { Arc::new(StringArray::from(vec![v])) };
+    let mut columns: Vec<(&str, ArrayRef, bool)> = Vec::new();
+    if let Some(run) = run {
+        columns.push(("run", text(Some(run.to_owned())), false));
+    }
+    columns.extend([
+        (
+            "command",
+            text(Some(crate::util::shell_words(&m.command))),
+            false,
+        ),
+        ("scope", text(m.scope_target.clone()), true),
+        (
+            "started_ns",
+            Arc::new(Int64Array::from(vec![m.started_ns])) as ArrayRef,
+            true,
+        ),
+        (
+            "ended_ns",
+            Arc::new(Int64Array::from(vec![m.ended_ns])),
+            true,
+        ),
+        (
+            "duration_s",
+            Arc::new(Float64Array::from(vec![duration])),
+            true,
+        ),
+        (
+            "exit_status",
+            Arc::new(Int32Array::from(vec![m.exit_status])),
+            true,
+        ),
+        ("events", Arc::new(UInt64Array::from(vec![events])), false),
+        (
+            "lost",
+            Arc::new(UInt64Array::from(vec![m.events_lost])),
+            true,
+        ),
+        (
+            "complete",
+            Arc::new(BooleanArray::from(vec![
+                m.complete && form == Form::Finished,
+            ])),
+            false,
+        ),
+        ("incomplete_reasons", text(Some(reasons.join("; "))), false),
+        (
+            "sandbox_verified",
+            Arc::new(BooleanArray::from(vec![
+                m.sandbox.as_ref().map(|s| s.verified),
+            ])),
+            true,
+        ),
+        (
+            "identity_uid",
+            Arc::new(UInt32Array::from(vec![m.identity.as_ref().map(|i| i.uid)])),
+            true,
+        ),
+        ("verdict", text(verdict), true),
+        ("cheats", count("cheat_hits"), true),
+        ("contaminants", count("contaminant_hits"), true),
+        ("out_of_scope", count("out_of_scope"), true),
+        ("warnings", count("warnings"), true),
+        ("blocked", count("blocked"), true),
+    ]);
+    RecordBatch::try_from_iter_with_nullable(columns)
+}
+
+/// One row per finding of one or more audit reports: `run`, `class`, `rule`, `outcome`,
+/// `access`, `path`, `path_hex` (the exact bytes when the path is not UTF-8), `errno`, `count`,
+/// `first_seq`, `first_ts_ns`, `pid`, `uid`, `comm`, `exe`, `argv`, `ancestry` (`pid comm` of
+/// each ancestor, nearest first, joined with ` < `), `reached`, `target_pid`.
+pub fn finding_rows<'a>(
+    reports: impl IntoIterator<Item = (&'a str, &'a serde_json::Value)>,
+) -> Result<RecordBatch, ArrowError> {
+    let mut run = StringBuilder::new();
+    let mut texts: [StringBuilder; 9] = Default::default();
+    const TEXT: [&str; 9] = [
+        "class", "rule", "outcome", "access", "path", "path_hex", "errno", "comm", "exe",
+    ];
+    let mut nums: [Vec<Option<u64>>; 5] = Default::default();
+    const NUM: [&str; 5] = ["count", "first_seq", "pid", "uid", "target_pid"];
+    let mut ts: Vec<Option<i64>> = Vec::new();
+    let mut argv = ListBuilder::new(StringBuilder::new());
+    let mut ancestry = StringBuilder::new();
+    let mut reached = StringBuilder::new();
+    for (name, report) in reports {
+        for list in FINDING_LISTS {
+            for f in report
+                .get(list)
+                .and_then(|l| l.as_array())
+                .into_iter()
+                .flatten()
+            {
+                run.append_value(name);
+                for (b, key) in texts.iter_mut().zip(TEXT) {
+                    b.append_option(f.get(key).and_then(|v| v.as_str()));
+                }
+                for (v, key) in nums.iter_mut().zip(NUM) {
+                    v.push(f.get(key).and_then(|v| v.as_u64()));
+                }
+                ts.push(f.get("first_ts_ns").and_then(|v| v.as_i64()));
+                match f.get("argv").and_then(|v| v.as_array()) {
+                    Some(a) => {
+                        for x in a {
+                            argv.values().append_option(x.as_str());
+                        }
+                        argv.append(true);
+                    }
+                    None => argv.append(false),
+                }
+                let chain: Vec<String> = f
+                    .get("ancestry")
+                    .and_then(|v| v.as_array())
+                    .into_iter()
+                    .flatten()
+                    .map(|a| {
+                        format!(
+                            "{} {}",
+                            a.get("pid").and_then(|p| p.as_u64()).unwrap_or(0),
+                            a.get("comm").and_then(|c| c.as_str()).unwrap_or("?")
+                        )
+                    })
+                    .collect();
+                ancestry.append_value(chain.join(" < "));
+                reached.append_option(f.get("reached").and_then(|v| v.as_str()));
+            }
+        }
+    }
+    let mut columns: Vec<(&str, ArrayRef, bool)> = vec![("run", Arc::new(run.finish()), false)];
+    let [
+        class,
+        rule,
+        outcome,
+        access,
+        path,
+        path_hex,
+        errno,
+        comm,
+        exe,
+    ] = texts;
+    let [count, first_seq, pid, uid, target_pid] = nums;
+    let t = |mut b: StringBuilder| -> ArrayRef { Arc::new(b.finish()) };
+    let n = |v: Vec<Option<u64>>| -> ArrayRef { Arc::new(UInt64Array::from(v)) };
+    columns.extend([
+        ("class", t(class), true),
+        ("rule", t(rule), true),
+        ("outcome", t(outcome), true),
+        ("access", t(access), true),
+        ("path", t(path), true),
+        ("path_hex", t(path_hex), true),
+        ("errno", t(errno), true),
+        ("count", n(count), true),
+        ("first_seq", n(first_seq), true),
+        (
+            "first_ts_ns",
+            Arc::new(Int64Array::from(ts)) as ArrayRef,
+            true,
+        ),
+        ("pid", n(pid), true),
+        ("uid", n(uid), true),
+        ("comm", t(comm), true),
+        ("exe", t(exe), true),
+        ("argv", Arc::new(argv.finish()), true),
+        ("ancestry", t(ancestry), true),
+        ("reached", t(reached), true),
+        ("target_pid", n(target_pid), true),
+    ]);
+    RecordBatch::try_from_iter_with_nullable(columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_dir(root: &Path, name: &str) -> PathBuf {
+        let d = root.join(name);
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join(LEDGER_FILE), b"x").unwrap();
+        d
+    }
+
+    #[test]
+    fn runs_are_found_as_directories_parents_files_and_globs() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("eval");
+        let a = run_dir(&root, "a");
+        run_dir(&root, "b");
+        fs::create_dir_all(root.join("not-a-run")).unwrap();
+        fs::write(root.join("notes.txt"), "not a run").unwrap();
+        let names = |args: &[PathBuf]| -> Vec<String> {
+            discover(args)
+                .unwrap()
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        assert_eq!(names(std::slice::from_ref(&a)), ["a"]);
+        assert_eq!(names(std::slice::from_ref(&root)), ["a", "b"]);
+        assert_eq!(names(&[root.join("*")]), ["a", "b"]);
+        assert_eq!(names(&[a.join(LEDGER_FILE), a.clone()]), ["a"]);
+        assert!(matches!(
+            discover(&[root.join("not-a-run")]),
+            Err(RunsError::NoRuns(_))
+        ));
+        assert!(matches!(
+            discover(&[root.join("nope")]),
+            Err(RunsError::Missing(_))
+        ));
+        assert!(matches!(
+            discover(&[root.join("z*")]),
+            Err(RunsError::Glob { .. })
+        ));
+        let other = run_dir(&t.path().join("elsewhere"), "a");
+        assert!(matches!(
+            discover(&[a, other]),
+            Err(RunsError::SameName(..))
+        ));
+    }
+
+    #[test]
+    fn findings_become_rows_with_their_run() {
+        let report = serde_json::json!({
+            "verdict": "disqualified",
+            "cheat_hits": [{"class": "cheat", "rule": "cheats.key", "outcome": "hit",
+                "access": "read", "path": "/k", "count": 2, "first_seq": 5, "first_ts_ns": 7,
+                "pid": 9, "uid": 0, "comm": "cat", "argv": ["cat", "/k"],
+                "ancestry": [{"pid": 8, "comm": "sh"}, {"pid": 1, "comm": "agent"}]}],
+            "warnings": [{"class": "warn", "rule": "warns.x", "outcome": "hit", "access": "exec",
+                "path": "/g", "count": 1, "first_seq": 6, "first_ts_ns": 8, "pid": 10,
+                "uid": 0, "comm": "git", "ancestry": []}],
+        });
+        let b = finding_rows([("r1", &report)]).unwrap();
+        assert_eq!(b.num_rows(), 2);
+        let col = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(col("run").value(1), "r1");
+        assert_eq!(col("rule").value(0), "cheats.key");
+        assert_eq!(col("ancestry").value(0), "8 sh < 1 agent");
+        assert_eq!(col("class").value(1), "warn");
+        assert!(col("exe").is_null(0));
+    }
+}
