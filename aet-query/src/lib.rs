@@ -54,21 +54,12 @@ pub enum QueryError {
 }
 
 /// How to run a query.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     /// Fail on the first run that cannot be read, instead of reporting and skipping it.
     pub strict: bool,
     /// Threads (and partitions of the `events` scan); 0: one per CPU.
     pub threads: usize,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            strict: false,
-            threads: 0,
-        }
-    }
 }
 
 /// What a query did.
@@ -91,9 +82,12 @@ struct Opened {
     bytes: u64,
 }
 
+/// A run opened (with a problem that keeps it), or why it is left out.
+type Opening = Result<(Opened, Option<String>), String>;
+
 /// Opens one run: the ledger's metadata and row count (from the footer, not the rows) and its
 /// audit report. `Err` leaves the whole run out; `Ok` with a problem keeps it.
-fn open_run(r: &RunRef) -> Result<(Opened, Option<String>), String> {
+fn open_run(r: &RunRef) -> Opening {
     let ledger = Ledger::open(&r.ledger).map_err(|e| e.to_string())?;
     if ledger.form() == Form::Unfinished {
         return Err(format!(
@@ -115,10 +109,9 @@ fn open_run(r: &RunRef) -> Result<(Opened, Option<String>), String> {
 }
 
 /// Opens every run, in parallel, keeping the order given.
-fn open_all(list: &[RunRef], threads: usize) -> Vec<Result<(Opened, Option<String>), String>> {
+fn open_all(list: &[RunRef], threads: usize) -> Vec<Opening> {
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let slots: Vec<Mutex<Option<Result<(Opened, Option<String>), String>>>> =
-        list.iter().map(|_| Mutex::new(None)).collect();
+    let slots: Vec<Mutex<Option<Opening>>> = list.iter().map(|_| Mutex::new(None)).collect();
     std::thread::scope(|s| {
         for _ in 0..threads.min(list.len()) {
             s.spawn(|| {

@@ -239,6 +239,14 @@ fn demo_isolated(aet: &Path) -> anyhow::Result<()> {
     println!("(the command exited with {status})");
     println!("\n$ aet ledger summary target/aet-demo-isolated");
     sh(Command::new(aet).args(["ledger", "summary"]).arg(&out))?;
+    // Both runs side by side, as an evaluation reads thousands.
+    let sql =
+        "select run, verdict, complete, lost, events, cheats, identity_uid from runs order by run";
+    println!("\n$ aet query \"{sql}\" \\\n    target/aet-demo target/aet-demo-isolated");
+    sh(Command::new(aet)
+        .args(["query", sql])
+        .arg(target.join("aet-demo"))
+        .arg(&out))?;
     Ok(())
 }
 
@@ -332,6 +340,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "repos",
             "export",
             "notebooks",
+            "query",
         ],
     )?;
     daemon.stop()?;

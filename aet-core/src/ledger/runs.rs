@@ -365,6 +365,8 @@ pub fn finding_rows<'a>(
 
 #[cfg(test)]
 mod tests {
+    use arrow_array::Array as _;
+
     use super::*;
 
     fn run_dir(root: &Path, name: &str) -> PathBuf {
