@@ -2,7 +2,7 @@
 //! a whole evaluation, with the same counts as each ledger's own summary; the ledger's metadata
 //! in the files; a damaged ledger reported and skipped; nothing overwritten.
 
-use std::{fs, path::Path, process::Command};
+use std::{fs, path::Path};
 
 use aet_tests::*;
 
@@ -19,16 +19,6 @@ fn export(runs: &[&Path], dir: &Path) -> (i32, String, String) {
         text(&o.stdout),
         text(&o.stderr),
     )
-}
-
-fn python(script: &str) -> String {
-    let o = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "python: {}", text(&o.stderr));
-    text(&o.stdout)
 }
 
 #[test]

@@ -399,19 +399,7 @@ fn lost_events_make_the_run_incomplete_loudly() {
     let target = d.path().join("storm-target");
     fs::write(&target, "x").unwrap();
     let out = d.path().join("run");
-    // A 1 MiB ring buffer and a consumer held back for two seconds: the kernel side must drop
-    // records and say so.
-    // Standalone: the ring buffer's size and the consumer are this run's own.
-    let output = aet()
-        .env(aet::monitor::STALL_ENV, "2000")
-        .args(["run", "--standalone", "--ringbuf-mb", "1", "--out"])
-        .arg(&out)
-        .arg("--")
-        .arg(helper("openstorm"))
-        .arg("100000")
-        .arg(&target)
-        .output()
-        .unwrap();
+    let output = lossy_run(&out, &target, 100_000).output;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(
         output.status.code(),

@@ -4,7 +4,7 @@
 //! reported and skipped (exit 1), and `--strict` fails (exit 4); every output format holds the
 //! same rows.
 
-use std::{collections::BTreeMap, fs, path::Path, process::Command};
+use std::{collections::BTreeMap, fs, path::Path};
 
 use aet_tests::*;
 
@@ -56,19 +56,8 @@ fn three_runs(dir: &Path) -> (Run, Run, Run) {
     let sh = run_ok(dir, &["sh", "-c", "cat /etc/hostname; ls /usr > /dev/null"]);
     let target = dir.join("storm-target");
     fs::write(&target, "x").unwrap();
-    let out = dir.join("storm");
-    let o = aet()
-        .env(aet::monitor::STALL_ENV, "2000")
-        .args(["run", "--standalone", "--ringbuf-mb", "1", "--out"])
-        .arg(&out)
-        .arg("--")
-        .arg(helper("openstorm"))
-        .arg("100000")
-        .arg(&target)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let storm = Run { out, output: o };
+    let storm = lossy_run(&dir.join("storm"), &target, 100_000);
+    assert_eq!(storm.code(), 0, "{}", storm.stderr());
     (demo, sh, storm)
 }
 
@@ -300,16 +289,6 @@ fn a_damaged_or_unfinished_ledger_is_reported_and_skipped_and_strict_fails() {
     let o = query("select 1", &[&dir.path().join("missing")], &[]);
     assert_eq!(o.code, 4);
     assert!(o.stderr.contains("missing"), "{}", o.stderr);
-}
-
-fn python(script: &str) -> String {
-    let o = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "python: {}", text(&o.stderr));
-    text(&o.stdout)
 }
 
 #[test]

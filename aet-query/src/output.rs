@@ -55,8 +55,8 @@ pub fn sink<W: Write + Send + 'static>(format: Format, out: W) -> Box<dyn Sink> 
                 .with_explicit_nulls(true)
                 .build::<_, json::writer::JsonArray>(out),
         ))),
-        Format::Arrow => Box::new(Arrow(Pending::Waiting(out))),
-        Format::Parquet => Box::new(Parquet(Pending::Waiting(out))),
+        Format::Arrow => Box::new(Pending::<W, FileWriter<W>>::Waiting(out)),
+        Format::Parquet => Box::new(Pending::<W, ArrowWriter<W>>::Waiting(out)),
     }
 }
 
@@ -140,66 +140,65 @@ impl<W: Write> Sink for Json<W> {
     }
 }
 
-/// A writer made when the schema is known.
+/// A file format whose writer is made once the schema is known.
+trait FileFormat<W>: Sized {
+    fn make(out: W, schema: &SchemaRef) -> Result<Self, String>;
+    fn put(&mut self, batch: &RecordBatch) -> Result<(), String>;
+    fn close(self) -> Result<(), String>;
+}
+
+impl<W: Write> FileFormat<W> for FileWriter<W> {
+    fn make(out: W, schema: &SchemaRef) -> Result<Self, String> {
+        FileWriter::try_new(out, schema).map_err(err)
+    }
+    fn put(&mut self, batch: &RecordBatch) -> Result<(), String> {
+        self.write(batch).map_err(err)
+    }
+    fn close(mut self) -> Result<(), String> {
+        self.finish().map_err(err)?;
+        self.into_inner().map_err(err)?.flush().map_err(err)
+    }
+}
+
+impl<W: Write + Send> FileFormat<W> for ArrowWriter<W> {
+    fn make(out: W, schema: &SchemaRef) -> Result<Self, String> {
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .build();
+        ArrowWriter::try_new(out, schema.clone(), Some(props)).map_err(err)
+    }
+    fn put(&mut self, batch: &RecordBatch) -> Result<(), String> {
+        self.write(batch).map_err(err)
+    }
+    fn close(self) -> Result<(), String> {
+        self.into_inner().map_err(err)?.flush().map_err(err)
+    }
+}
+
+/// An Arrow IPC or Parquet file: the output until the schema is known, then its writer.
 enum Pending<W, X> {
     Waiting(W),
     Writing(X),
     Done,
 }
 
-struct Arrow<W: Write>(Pending<W, FileWriter<W>>);
-
-impl<W: Write> Sink for Arrow<W> {
+impl<W, X: FileFormat<W>> Sink for Pending<W, X> {
     fn start(&mut self, schema: &SchemaRef) -> Result<(), String> {
-        let Pending::Waiting(out) = std::mem::replace(&mut self.0, Pending::Done) else {
+        let Pending::Waiting(out) = std::mem::replace(self, Pending::Done) else {
             return Err("started twice".into());
         };
-        self.0 = Pending::Writing(FileWriter::try_new(out, schema).map_err(err)?);
+        *self = Pending::Writing(X::make(out, schema)?);
         Ok(())
     }
     fn write(&mut self, batch: &RecordBatch) -> Result<(), String> {
-        match &mut self.0 {
-            Pending::Writing(w) => w.write(batch).map_err(err),
+        match self {
+            Pending::Writing(w) => w.put(batch),
             _ => Err("not started".into()),
         }
     }
     fn finish(&mut self) -> Result<(), String> {
-        match std::mem::replace(&mut self.0, Pending::Done) {
-            Pending::Writing(mut w) => {
-                w.finish().map_err(err)?;
-                w.into_inner().map_err(err)?.flush().map_err(err)
-            }
-            _ => Err("not started".into()),
-        }
-    }
-}
-
-struct Parquet<W: Write + Send>(Pending<W, ArrowWriter<W>>);
-
-impl<W: Write + Send> Sink for Parquet<W> {
-    fn start(&mut self, schema: &SchemaRef) -> Result<(), String> {
-        let Pending::Waiting(out) = std::mem::replace(&mut self.0, Pending::Done) else {
-            return Err("started twice".into());
-        };
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .build();
-        self.0 =
-            Pending::Writing(ArrowWriter::try_new(out, schema.clone(), Some(props)).map_err(err)?);
-        Ok(())
-    }
-    fn write(&mut self, batch: &RecordBatch) -> Result<(), String> {
-        match &mut self.0 {
-            Pending::Writing(w) => w.write(batch).map_err(err),
-            _ => Err("not started".into()),
-        }
-    }
-    fn finish(&mut self) -> Result<(), String> {
-        match std::mem::replace(&mut self.0, Pending::Done) {
-            Pending::Writing(w) => {
-                let mut out = w.into_inner().map_err(err)?;
-                out.flush().map_err(err)
-            }
+        match std::mem::replace(self, Pending::Done) {
+            Pending::Writing(w) => w.close(),
             _ => Err("not started".into()),
         }
     }

@@ -151,6 +151,37 @@ pub fn run_ok(dir: &Path, cmd: &[impl AsRef<OsStr>]) -> Run {
     r
 }
 
+/// `aet run --standalone` of an open storm (`opens` opens of `target`) with a 1 MiB ring buffer
+/// and the consumer held back for two seconds: the kernel side must drop records and say so.
+/// Standalone, so that the ring buffer's size and the consumer are the run's own.
+pub fn lossy_run(out: &Path, target: &Path, opens: u64) -> Run {
+    let output = aet()
+        .env(aet::monitor::STALL_ENV, "2000")
+        .args(["run", "--standalone", "--ringbuf-mb", "1", "--out"])
+        .arg(out)
+        .arg("--")
+        .arg(helper("openstorm"))
+        .arg(opens.to_string())
+        .arg(target)
+        .output()
+        .unwrap();
+    Run {
+        out: out.to_owned(),
+        output,
+    }
+}
+
+/// Runs a Python script and returns its stdout, asserting that it succeeded.
+pub fn python(script: &str) -> String {
+    let o = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "python: {}", text(&o.stderr));
+    text(&o.stdout)
+}
+
 /// A process-unique number.
 pub fn unique() -> u64 {
     static N: Mutex<u64> = Mutex::new(0);
