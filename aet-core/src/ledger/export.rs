@@ -24,9 +24,13 @@ use parquet::{
     arrow::ArrowWriter,
     basic::{Compression, ZstdLevel},
     file::{metadata::KeyValue, properties::WriterProperties},
+    schema::types::ColumnPath,
 };
 
-use super::reader::{Form, Ledger, ReadError};
+use super::{
+    reader::{Form, Ledger, ReadError},
+    schema::col,
+};
 
 /// Why a run could not be exported.
 #[derive(Debug, thiserror::Error)]
@@ -145,14 +149,17 @@ pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportEr
         l.schema().fields().clone(),
         metadata,
     ));
-    let props = WriterProperties::builder()
+    // Dictionary pages only for the few-valued columns readers group by: zstd finds the
+    // repetition in paths and names by itself, and building their dictionaries was a sixth of
+    // the export's time (`cargo xtask bench --only query`, docs/performance.md).
+    let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        // zstd finds a ledger's repeated paths and names by itself: without dictionary pages
-        // the built-in example exports to 15 bytes per row instead of 18, and 10 M rows in
-        // 3.6-4.1 s instead of 4.2-4.7 (`cargo xtask bench --only query`).
         .set_dictionary_enabled(false)
-        .set_key_value_metadata(Some(kv))
-        .build();
+        .set_key_value_metadata(Some(kv));
+    for c in [col::KIND, col::SYSCALL, col::COMM] {
+        props = props.set_column_dictionary_enabled(ColumnPath::from(c), true);
+    }
+    let props = props.build();
     let (file, rows) = write_partition(dir, run, schema.clone(), props, |w| {
         let mut rows = 0u64;
         while let Some(b) = l.next_batch()? {
