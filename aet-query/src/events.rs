@@ -312,3 +312,76 @@ fn as_text(c: &ArrayRef, want: &DataType) -> Result<ArrayRef, ArrowError> {
         _ => Ok(c.clone()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(name: &str, bytes: u64) -> Source {
+        Source {
+            name: name.into(),
+            ledger: PathBuf::from(format!("/runs/{name}/ledger.arrow")),
+            bytes,
+        }
+    }
+
+    #[test]
+    fn runs_are_dealt_whole_and_balanced_by_size() {
+        let sources = vec![
+            source("a", 100),
+            source("b", 60),
+            source("c", 50),
+            source("d", 10),
+        ];
+        let e = Events::new(sources, 2, Problems::default(), false);
+        let parts = e.deal(2);
+        let load = |p: &[Source]| p.iter().map(|s| s.bytes).sum::<u64>();
+        let mut loads: Vec<u64> = parts.iter().map(|p| load(p)).collect();
+        loads.sort();
+        assert_eq!(loads, [110, 110]);
+        let mut names: Vec<&str> = parts.iter().flatten().map(|s| s.name.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["a", "b", "c", "d"], "every run once");
+    }
+
+    #[test]
+    fn text_read_as_bytes_is_checked_as_utf8() {
+        let good: ArrayRef = Arc::new(BinaryArray::from(vec![Some(&b"/etc/passwd"[..]), None]));
+        let t = as_text(&good, &DataType::Utf8).unwrap();
+        let t = t.as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(t.value(0), "/etc/passwd");
+        assert!(t.is_null(1));
+        let bad: ArrayRef = Arc::new(BinaryArray::from(vec![&b"\xff\xfe"[..]]));
+        assert!(as_text(&bad, &DataType::Utf8).is_err());
+    }
+
+    #[test]
+    fn a_batch_gets_its_run_and_only_its_projected_columns() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("run", DataType::Utf8, false),
+            Field::new("kind", DataType::Utf8, true),
+        ]));
+        let b = RecordBatch::try_from_iter([(
+            "kind",
+            Arc::new(BinaryArray::from(vec![&b"open"[..], b"exec"])) as ArrayRef,
+        )])
+        .unwrap();
+        let out = shape(&schema, &b, "task-17").unwrap();
+        assert_eq!(out.num_rows(), 2);
+        let run = out
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!((run.value(0), run.value(1)), ("task-17", "task-17"));
+        let kind = out
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(kind.value(1), "exec");
+        // No column at all (count(*)): the rows are still counted.
+        let none = shape(&Arc::new(Schema::empty()), &b, "x").unwrap();
+        assert_eq!(none.num_rows(), 2);
+    }
+}
