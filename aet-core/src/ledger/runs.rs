@@ -157,13 +157,13 @@ pub fn read_audit(path: &Path) -> Result<Option<serde_json::Value>, String> {
     Ok(Some(v))
 }
 
-/// The lists of findings in an audit report, in order.
-pub const FINDING_LISTS: [&str; 5] = [
-    "cheat_hits",
-    "contaminant_hits",
-    "out_of_scope",
-    "warnings",
-    "blocked",
+/// The lists of findings in an audit report, in order, with the `runs` column that counts each.
+pub const FINDING_LISTS: [(&str, &str); 5] = [
+    ("cheat_hits", "cheats"),
+    ("contaminant_hits", "contaminants"),
+    ("out_of_scope", "out_of_scope"),
+    ("warnings", "warnings"),
+    ("blocked", "blocked"),
 ];
 
 /// One row per run: `command`, `scope`, `started_ns`, `ended_ns`, `duration_s`,
@@ -251,12 +251,12 @@ pub fn run_row(
             true,
         ),
         ("verdict", text(verdict), true),
-        ("cheats", count("cheat_hits"), true),
-        ("contaminants", count("contaminant_hits"), true),
-        ("out_of_scope", count("out_of_scope"), true),
-        ("warnings", count("warnings"), true),
-        ("blocked", count("blocked"), true),
     ]);
+    columns.extend(
+        FINDING_LISTS
+            .iter()
+            .map(|(key, column)| (*column, count(key), true)),
+    );
     RecordBatch::try_from_iter_with_nullable(columns)
 }
 
@@ -279,7 +279,7 @@ pub fn finding_rows<'a>(
     let mut ancestry = StringBuilder::new();
     let mut reached = StringBuilder::new();
     for (name, report) in reports {
-        for list in FINDING_LISTS {
+        for (list, _) in FINDING_LISTS {
             for f in report
                 .get(list)
                 .and_then(|l| l.as_array())
