@@ -324,7 +324,12 @@ fn every_format_holds_the_same_rows() {
         let got: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
         assert_eq!(got, want, "{fmt}");
     }
-    // CSV: a header and one line per row (CSV has no lists: argv is left out).
+    // CSV has no lists: refused before anything is written, naming the column.
+    let o = query(sql, &[a.out.as_path()], &["--format", "csv"]);
+    assert_eq!(o.code, 4, "{}", o.stderr);
+    assert!(o.stdout.is_empty(), "{}", o.stdout);
+    assert!(o.stderr.contains("argv"), "{}", o.stderr);
+    // CSV: a header and one line per row.
     let o = query(
         "select run, seq, kind, resolved_path from events order by seq",
         &[a.out.as_path()],

@@ -101,6 +101,14 @@ struct Csv<W: Write>(Option<csv::Writer<W>>);
 
 impl<W: Write> Sink for Csv<W> {
     fn start(&mut self, schema: &SchemaRef) -> Result<(), String> {
+        // Refused before anything is written: CSV has no lists or structs.
+        if let Some(f) = schema.fields().iter().find(|f| f.data_type().is_nested()) {
+            return Err(format!(
+                "CSV cannot hold column {} ({}): use --format json, arrow or parquet",
+                f.name(),
+                f.data_type()
+            ));
+        }
         // The header, even for a result of no rows.
         let w = self.0.as_mut().expect("not finished");
         w.write(&RecordBatch::new_empty(schema.clone()))

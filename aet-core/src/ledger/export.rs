@@ -193,8 +193,7 @@ fn write_run_row(
     form: Form,
     m: &super::record::LedgerMeta,
 ) -> Result<Option<String>, ExportError> {
-    let audit_file = ledger.parent().unwrap_or(Path::new(".")).join("audit.json");
-    let (audit, problem) = match super::runs::read_audit(&audit_file) {
+    let (audit, problem) = match super::runs::read_audit(&super::runs::audit_path(ledger)) {
         Ok(a) => (a, None),
         Err(e) => (None, Some(e)),
     };

@@ -46,13 +46,15 @@ pub struct RunRef {
 }
 
 impl RunRef {
-    /// The run's `audit.json` (beside the ledger), whether or not there is one.
+    /// The run's `audit.json`, whether or not there is one.
     pub fn audit_path(&self) -> PathBuf {
-        self.ledger
-            .parent()
-            .unwrap_or(Path::new("."))
-            .join("audit.json")
+        audit_path(&self.ledger)
     }
+}
+
+/// The audit report of the run whose ledger is `ledger`: `audit.json` beside it.
+pub fn audit_path(ledger: &Path) -> PathBuf {
+    ledger.parent().unwrap_or(Path::new(".")).join("audit.json")
 }
 
 /// The runs `args` name, in order: a run directory (it holds `ledger.arrow`), a ledger file, a
