@@ -227,6 +227,102 @@ fn a_bad_signing_key_stops_the_run_before_it_starts() {
     assert!(!marker.exists());
 }
 
+/// The footer's copies of two column names swapped (flatbuffer strings: length, bytes, NUL; the
+/// footer holds the last copy).
+fn swap_in_footer(file: &Path, a: &str, b: &str) {
+    let mut bytes = fs::read(file).unwrap();
+    let at = |n: &str| {
+        let mut pat = (n.len() as u32).to_le_bytes().to_vec();
+        pat.extend_from_slice(n.as_bytes());
+        pat.push(0);
+        4 + find_last(&bytes, &pat).unwrap()
+    };
+    let (ia, ib) = (at(a), at(b));
+    bytes[ia..ia + a.len()].copy_from_slice(b.as_bytes());
+    bytes[ib..ib + b.len()].copy_from_slice(a.as_bytes());
+    fs::write(file, bytes).unwrap();
+}
+
+#[test]
+fn a_footer_whose_columns_were_renamed_does_not_verify() {
+    let dir = tempdir();
+    let key = new_key(dir.path(), "k");
+    let r = signed_run(dir.path(), &key);
+    let public = dir.path().join("k.pub");
+    let original = aet_tests::rows(&r.ledger());
+    for (a, b) in [
+        ("path", "comm"),
+        ("resolved_path", "resolved_from"),
+        ("kind", "comm"),
+    ] {
+        let c = dir.path().join(format!("swap-{a}"));
+        copy_run(&r.out, &c);
+        swap_in_footer(&c.join("ledger.arrow"), a, b);
+        // What a reader decodes changed: the swap is real.
+        assert_ne!(
+            aet_tests::rows(&c.join("ledger.arrow")),
+            original,
+            "{a} <-> {b}"
+        );
+        let (code, out) = verify(&c, Some(&public));
+        assert_eq!(code, 1, "{a} <-> {b}: {out}");
+        assert!(out.contains("footer's schema"), "{a} <-> {b}: {out}");
+    }
+}
+
+#[test]
+fn what_the_signature_does_not_cover_is_named_and_queries_say_so() {
+    let dir = tempdir();
+    let key = new_key(dir.path(), "k");
+    let public = dir.path().join("k.pub");
+    // Signed without a policy: the manifest covers no audit report.
+    let bare = run_in(
+        &dir.path().join("bare"),
+        &["--sign", key.to_str().unwrap()],
+        &["true"],
+    );
+    assert_eq!(bare.code(), 0, "{}", bare.stderr());
+    let (code, out) = verify(&bare.out, Some(&public));
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("UNSIGNED"), "{out}");
+    // A forged report beside it.
+    let forged = serde_json::json!({"verdict": "clean", "cheat_hits": [], "contaminant_hits": [],
+        "out_of_scope": [], "warnings": [], "blocked": []});
+    fs::write(bare.out.join("audit.json"), forged.to_string()).unwrap();
+    let (code, out) = verify(&bare.out, Some(&public));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("UNSIGNED") && out.contains("audit.json is not signed"),
+        "{out}"
+    );
+    assert!(out.contains("except the files marked UNSIGNED"), "{out}");
+    // A run signed with its audit: covered.
+    let signed = signed_run(dir.path(), &key);
+    let (code, out) = verify(&signed.out, Some(&public));
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("audit.json is not signed"), "{out}");
+    let q = aet()
+        .args([
+            "query",
+            "--format",
+            "csv",
+            "select run, verdict, verdict_signed from runs order by run",
+        ])
+        .arg(&bare.out)
+        .arg(&signed.out)
+        .output()
+        .unwrap();
+    assert!(q.status.success(), "{}", text(&q.stderr));
+    let csv = text(&q.stdout);
+    assert!(csv.contains("bare,clean,false"), "{csv}");
+    assert!(csv.contains("run,") && csv.contains(",true"), "{csv}");
+    assert!(
+        text(&q.stderr).contains("unsigned report of a signed run"),
+        "{}",
+        text(&q.stderr)
+    );
+}
+
 fn find_last(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).rposition(|w| w == needle)
 }

@@ -188,6 +188,87 @@ pub struct Verification {
     pub ok: Vec<String>,
     /// What does not match, one line each: non-empty means the run was changed.
     pub problems: Vec<String>,
+    /// Files of the run directory that nothing verified covers (anyone may have written them),
+    /// one line each.
+    pub unsigned: Vec<String>,
+}
+
+/// Whether a run's `audit.json` is covered by its signed manifest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuditCoverage {
+    /// No `audit.json`.
+    NoReport,
+    /// The run is not signed: nothing covers anything but the chain.
+    UnsignedRun,
+    /// The signed manifest names this `audit.json` by its hash.
+    Signed,
+    /// The run is signed but its `audit.json` is not the one the manifest names (or the
+    /// manifest names none): the verdict is nobody's word. The reason says which.
+    UnsignedReport(String),
+}
+
+impl AuditCoverage {
+    /// `verdict_signed` in the runs table: null without a report.
+    pub fn verdict_signed(&self) -> Option<bool> {
+        match self {
+            Self::NoReport => None,
+            Self::Signed => Some(true),
+            Self::UnsignedRun | Self::UnsignedReport(_) => Some(false),
+        }
+    }
+}
+
+/// Reads the manifest, checks its signature, and says whether `audit.json` is the one it names.
+/// Cheap (the ledger is not hashed): for the runs table of thousands of runs. `aet verify` is
+/// the full check.
+pub fn audit_coverage(run_dir: &Path) -> AuditCoverage {
+    let audit = run_dir.join(crate::audit::AUDIT_FILE);
+    if !audit.exists() {
+        return AuditCoverage::NoReport;
+    }
+    let Ok(text) = fs::read_to_string(run_dir.join(MANIFEST_FILE)) else {
+        return AuditCoverage::UnsignedRun;
+    };
+    let unsigned = |why: &str| AuditCoverage::UnsignedReport(format!("{}: {why}", audit.display()));
+    let Some((body, sig)) = parse_manifest(&text) else {
+        return unsigned("the run's manifest does not decode, so nothing covers the verdict");
+    };
+    if !signature_holds(&body, &sig) {
+        return unsigned("the run's manifest does not verify, so nothing covers the verdict");
+    }
+    match &body.audit {
+        None => unsigned(
+            "the run was signed without an audit (aet run --sign without --policy): its \
+             manifest does not cover this report or its verdict",
+        ),
+        Some(a) => match sha256_file(&run_dir.join(&a.path)) {
+            Ok(h) if h == a.sha256 && Path::new(&a.path) == Path::new(crate::audit::AUDIT_FILE) => {
+                AuditCoverage::Signed
+            }
+            _ => unsigned("it is not the report the run's signed manifest names: it was changed"),
+        },
+    }
+}
+
+fn parse_manifest(text: &str) -> Option<(Body, Signature)> {
+    let mut value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let sig = value
+        .as_object_mut()
+        .and_then(|o| o.remove("signature"))
+        .and_then(|s| s.as_str().and_then(unhex))
+        .and_then(|b| <[u8; 64]>::try_from(b).ok())
+        .map(|b| Signature::from_bytes(&b))?;
+    Some((serde_json::from_value(value).ok()?, sig))
+}
+
+fn signer(body: &Body) -> Option<VerifyingKey> {
+    unhex(&body.public_key)
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .and_then(|b| VerifyingKey::from_bytes(&b).ok())
+}
+
+fn signature_holds(body: &Body, sig: &Signature) -> bool {
+    signer(body).is_some_and(|pk| pk.verify(&canonical(body), sig).is_ok())
 }
 
 /// Why `aet verify` cannot check (exit 4).
@@ -240,37 +321,25 @@ pub fn verify(run_dir: &Path, key: Option<&Path>) -> Result<Verification, Verify
                         .into(),
                 );
             }
+            v.unsigned = uncovered(run_dir, None);
             return Ok(v);
         }
     };
-    let mut value: serde_json::Value = match serde_json::from_str(&text) {
-        Ok(x) => x,
-        Err(e) => {
-            v.problems.push(format!(
-                "{}: not JSON ({e}): it was changed",
-                mpath.display()
-            ));
-            return Ok(v);
-        }
-    };
-    let sig = value
-        .as_object_mut()
-        .and_then(|o| o.remove("signature"))
-        .and_then(|s| s.as_str().and_then(unhex))
-        .and_then(|b| <[u8; 64]>::try_from(b).ok())
-        .map(|b| Signature::from_bytes(&b));
-    let body: Option<Body> = serde_json::from_value(value).ok();
-    let (Some(sig), Some(body)) = (sig, body) else {
+    if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
+        v.problems.push(format!(
+            "{}: not JSON ({e}): it was changed",
+            mpath.display()
+        ));
+        return Ok(v);
+    }
+    let Some((body, sig)) = parse_manifest(&text) else {
         v.problems.push(format!(
             "{}: not an aet manifest (a field is missing or has the wrong type): it was changed",
             mpath.display()
         ));
         return Ok(v);
     };
-    let signer = unhex(&body.public_key)
-        .and_then(|b| <[u8; 32]>::try_from(b).ok())
-        .and_then(|b| VerifyingKey::from_bytes(&b).ok());
-    match signer {
+    match signer(&body) {
         None => v
             .problems
             .push("the manifest's public key is not an Ed25519 key: it was changed".into()),
@@ -326,5 +395,40 @@ pub fn verify(run_dir: &Path, key: Option<&Path>) -> Result<Verification, Verify
             Err(e) => v.problems.push(format!("{}: {e}", p.display())),
         }
     }
+    v.unsigned = uncovered(run_dir, Some(&body));
     Ok(v)
+}
+
+/// The files of a run directory that the check covers: the ledger, and with a manifest, the
+/// manifest and the report it names.
+fn uncovered(run_dir: &Path, body: Option<&Body>) -> Vec<String> {
+    let mut covered = vec![std::ffi::OsString::from(crate::ledger::LEDGER_FILE)];
+    if let Some(b) = body {
+        covered.push(MANIFEST_FILE.into());
+        covered.extend(b.audit.as_ref().map(|a| a.path.clone().into()));
+    }
+    let mut names: Vec<_> = fs::read_dir(run_dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .filter(|n| !covered.contains(n))
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            let p = run_dir.join(&n);
+            if n == crate::audit::AUDIT_FILE {
+                format!(
+                    "{} is not signed: its verdict and findings are nobody's word (re-audit the \
+                     ledger: aet audit {} --policy POLICY)",
+                    p.display(),
+                    run_dir.display()
+                )
+            } else {
+                format!("{} is not signed", p.display())
+            }
+        })
+        .collect()
 }

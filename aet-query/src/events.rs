@@ -221,11 +221,21 @@ impl Iterator for Rows {
 }
 
 pub(crate) fn record(problems: &Problems, run: &str, message: String) {
+    push(problems, run, message, false);
+}
+
+/// Says something of a run that is in the tables whole.
+pub(crate) fn note(problems: &Problems, run: &str, message: String) {
+    push(problems, run, message, true);
+}
+
+fn push(problems: &Problems, run: &str, message: String, note: bool) {
     let mut p = problems.lock().unwrap_or_else(|e| e.into_inner());
     if !p.iter().any(|x| x.run == run && x.message == message) {
         p.push(crate::Problem {
             run: run.to_owned(),
             message,
+            note,
         });
     }
 }

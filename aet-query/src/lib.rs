@@ -11,7 +11,7 @@ mod events;
 pub mod output;
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{Arc, Mutex},
 };
 
@@ -32,6 +32,9 @@ use futures::StreamExt as _;
 pub struct Problem {
     pub run: String,
     pub message: String,
+    /// Said of the run, which is in the tables whole all the same (an unsigned report of a
+    /// signed run): no reason for a non-zero exit.
+    pub note: bool,
 }
 
 type Problems = Arc<Mutex<Vec<Problem>>>;
@@ -80,6 +83,8 @@ struct Opened {
     run: RecordBatch,
     audit: Option<serde_json::Value>,
     bytes: u64,
+    /// Said of the run, but no reason to leave anything out (so `--strict` does not refuse it).
+    note: Option<String>,
 }
 
 /// A run opened (with a problem that keeps it), or why it is left out.
@@ -102,10 +107,33 @@ fn open_run(r: &RunRef) -> Opening {
         Ok(a) => (a, None),
         Err(e) => (None, Some(e)),
     };
-    let run = runs::run_row(Some(&r.name), events, Form::Finished, &meta, audit.as_ref())
-        .map_err(|e| format!("{}: {e}", r.ledger.display()))?;
+    let coverage = aet_core::manifest::audit_coverage(r.ledger.parent().unwrap_or(Path::new(".")));
+    let run = runs::run_row(
+        Some(&r.name),
+        events,
+        Form::Finished,
+        &meta,
+        audit.as_ref(),
+        coverage.verdict_signed(),
+    )
+    .map_err(|e| format!("{}: {e}", r.ledger.display()))?;
     let bytes = std::fs::metadata(&r.ledger).map(|m| m.len()).unwrap_or(0);
-    Ok((Opened { run, audit, bytes }, problem))
+    let note = match coverage {
+        aet_core::manifest::AuditCoverage::UnsignedReport(why) if audit.is_some() => Some(format!(
+            "its verdict comes from an unsigned report of a signed run (verdict_signed is \
+             false): {why}"
+        )),
+        _ => None,
+    };
+    Ok((
+        Opened {
+            run,
+            audit,
+            bytes,
+            note,
+        },
+        problem,
+    ))
 }
 
 /// Opens every run, in parallel, keeping the order given.
@@ -170,6 +198,9 @@ fn session(
                 format!("{message} (its verdict is null)"),
             );
         }
+        if let Some(note) = o.note {
+            events::note(problems, &r.name, note);
+        }
         sources.push(events::Source {
             name: r.name.clone(),
             ledger: r.ledger.clone(),
@@ -216,7 +247,7 @@ fn session(
 
 /// A run row of nothing, for the `runs` table's schema.
 fn empty_run_row() -> RecordBatch {
-    runs::run_row(Some(""), 0, Form::Finished, &Default::default(), None)
+    runs::run_row(Some(""), 0, Form::Finished, &Default::default(), None, None)
         .expect("a row of defaults")
 }
 
@@ -268,7 +299,8 @@ fn strict_or_sql(e: DataFusionError, problems: &Problems, strict: bool) -> Query
     let first = problems
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .first()
+        .iter()
+        .find(|p| !p.note)
         .cloned();
     match first {
         Some(p) if strict => QueryError::Strict {

@@ -31,6 +31,12 @@ use crate::ledger::{
 /// Version of the audit report format.
 pub const REPORT_VERSION: u32 = 1;
 
+/// The audit report's file name in a run directory (`aet run --policy` writes it).
+pub const AUDIT_FILE: &str = "audit.json";
+
+/// The HTML report's file name in a run directory.
+pub const AUDIT_HTML_FILE: &str = "audit.html";
+
 /// Errors that stop an audit (exit code 4).
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {

@@ -187,6 +187,7 @@ pub fn verify(path: &Path) -> Result<Verified, ChainError> {
         spans.push((at as u64, len as u64));
         at += len;
     }
+    same_schema_as_head(&bytes, head_end, &footer)?;
     let (head, links) = links(&mut io::Cursor::new(&bytes[..]), head_end as u64, &spans)
         .map_err(|e| changed(format!("the file cannot be hashed ({e}): it was cut")))?;
     if Some(head) != unhex(&rec.head) {
@@ -224,6 +225,86 @@ pub fn verify(path: &Path) -> Result<Verified, ChainError> {
         rows,
         final_hash: fin,
     })
+}
+
+/// Readers decode the batches with the footer's schema, which the chain does not hash (its
+/// metadata is only known at the end, and is covered by `final`). So the footer's schema must
+/// say exactly what the hashed head's does, field by field (names, order, types, nullability,
+/// field metadata), with the same endianness and no dictionary batches (the ledger has none):
+/// otherwise two same-typed columns could swap names in the footer and a verified ledger would
+/// decode to something else.
+fn same_schema_as_head(
+    bytes: &[u8],
+    head_end: usize,
+    footer: &arrow_ipc::Footer<'_>,
+) -> Result<(), ChainError> {
+    // The head: magic padded to 8, then the schema message (continuation marker and length,
+    // or the pre-1.0 length alone), all of it inside the hashed head.
+    let msg = bytes
+        .get(8..head_end)
+        .and_then(|h| {
+            let (len_at, body_at): (usize, usize) = if h.get(..4)? == [0xff; 4] {
+                (4, 8)
+            } else {
+                (0, 4)
+            };
+            let len = i32::from_le_bytes(h.get(len_at..len_at + 4)?.try_into().ok()?);
+            h.get(body_at..body_at.checked_add(usize::try_from(len).ok()?)?)
+        })
+        .and_then(|m| arrow_ipc::root_as_message(m).ok())
+        .and_then(|m| m.header_as_schema());
+    let Some(head) = msg else {
+        return Err(changed(
+            "the head holds no schema message: the file was changed",
+        ));
+    };
+    let Some(foot) = footer.schema() else {
+        return Err(changed("the footer has no schema: it was changed"));
+    };
+    if footer.dictionaries().is_some_and(|d| !d.is_empty()) {
+        return Err(changed(
+            "the footer lists dictionary batches, which a ledger never has: it was changed",
+        ));
+    }
+    let (h, f) = (
+        arrow_ipc::convert::fb_to_schema(head),
+        arrow_ipc::convert::fb_to_schema(foot),
+    );
+    if head.endianness() != foot.endianness() {
+        return Err(changed(
+            "the footer's schema declares another byte order than the head's: it was changed",
+        ));
+    }
+    if h.fields() != f.fields() {
+        let differ = h
+            .fields()
+            .iter()
+            .zip(f.fields().iter())
+            .position(|(a, b)| a != b)
+            .map_or_else(
+                || {
+                    format!(
+                        "the head has {} columns, the footer {}",
+                        h.fields().len(),
+                        f.fields().len()
+                    )
+                },
+                |i| {
+                    format!(
+                        "column {i} is {:?} ({}) at the head and {:?} ({}) in the footer",
+                        h.field(i).name(),
+                        h.field(i).data_type(),
+                        f.field(i).name(),
+                        f.field(i).data_type()
+                    )
+                },
+            );
+        return Err(changed(format!(
+            "the footer's schema, which readers decode the batches with, is not the hashed \
+             head's ({differ}): the footer was changed"
+        )));
+    }
+    Ok(())
 }
 
 /// Where the footer starts, and the footer, of a finished Arrow file's bytes.
@@ -340,5 +421,49 @@ mod tests {
         let p = dir.path().join("cut.arrow");
         std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
         assert!(verify(&p).unwrap_err().to_string().contains("cut"));
+    }
+
+    /// The footer's copies of two column names (flatbuffer strings: length, bytes, NUL; the
+    /// footer is the last copy in the file) swapped: what a reader decodes changes.
+    fn swap_in_footer(bytes: &[u8], a: &str, b: &str) -> Vec<u8> {
+        assert_eq!(a.len(), b.len());
+        let find = |n: &str| {
+            let mut pat = (n.len() as u32).to_le_bytes().to_vec();
+            pat.extend_from_slice(n.as_bytes());
+            pat.push(0);
+            4 + bytes.windows(pat.len()).rposition(|w| w == pat).unwrap()
+        };
+        let (ia, ib) = (find(a), find(b));
+        let mut out = bytes.to_vec();
+        out[ia..ia + a.len()].copy_from_slice(b.as_bytes());
+        out[ib..ib + b.len()].copy_from_slice(a.as_bytes());
+        out
+    }
+
+    #[test]
+    fn a_footer_schema_that_is_not_the_head_schema_is_found() {
+        use crate::ledger::schema::col;
+        let dir = tempfile::tempdir().unwrap();
+        let path = ledger(dir.path(), 100);
+        let bytes = std::fs::read(&path).unwrap();
+        // Every pair of same-length, same-typed columns, their names swapped in the footer.
+        let schema = crate::ledger::schema::schema(Default::default());
+        let fields = schema.fields();
+        let mut pairs = Vec::new();
+        for (i, a) in fields.iter().enumerate() {
+            for b in &fields[i + 1..] {
+                if a.name().len() == b.name().len() && a.data_type() == b.data_type() {
+                    pairs.push((a.name().as_str(), b.name().as_str()));
+                }
+            }
+        }
+        assert!(pairs.contains(&(col::COMM, col::PATH)), "{pairs:?}");
+        for (a, b) in pairs {
+            let p = dir.path().join("swapped.arrow");
+            std::fs::write(&p, swap_in_footer(&bytes, a, b)).unwrap();
+            let e = verify(&p).unwrap_err().to_string();
+            assert!(e.contains("footer's schema"), "{a} <-> {b}: {e}");
+        }
+        assert!(verify(&path).is_ok());
     }
 }

@@ -56,6 +56,8 @@ pub struct Exported {
     pub unfinished: bool,
     /// The run's `audit.json` could not be read (its row's verdict and counts are null).
     pub audit_problem: Option<String>,
+    /// Said of the run's verdict, exported all the same (an unsigned report of a signed run).
+    pub audit_note: Option<String>,
 }
 
 /// A run's name as a Hive partition value: bytes outside `[A-Za-z0-9._-]` as `%XX` (what Spark
@@ -171,9 +173,10 @@ pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportEr
         }
         Ok(rows)
     })?;
-    let audit_problem = write_run_row(ledger, run, dir, rows, l.form(), &l.meta()?)?;
+    let (audit_problem, audit_note) = write_run_row(ledger, run, dir, rows, l.form(), &l.meta()?)?;
     Ok(Exported {
         audit_problem,
+        audit_note,
         run: run.to_owned(),
         bytes: fs::metadata(&file).map(|m| m.len()).unwrap_or(0),
         ledger_bytes: fs::metadata(ledger).map(|m| m.len()).unwrap_or(0),
@@ -183,8 +186,9 @@ pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportEr
     })
 }
 
-/// The run's row of `DIR/_runs` (see [`super::runs::run_row`]); a damaged `audit.json` is
-/// returned as a problem, the row written without the audit's columns.
+/// The run's row of `DIR/_runs` (see [`super::runs::run_row`]), and what to say of its audit: a
+/// damaged `audit.json` is a problem (the row is written without the audit's columns), an
+/// unsigned report of a signed run a note.
 fn write_run_row(
     ledger: &Path,
     run: &str,
@@ -192,13 +196,28 @@ fn write_run_row(
     events: u64,
     form: Form,
     m: &super::record::LedgerMeta,
-) -> Result<Option<String>, ExportError> {
+) -> Result<(Option<String>, Option<String>), ExportError> {
     let (audit, problem) = match super::runs::read_audit(&super::runs::audit_path(ledger)) {
         Ok(a) => (a, None),
         Err(e) => (None, Some(e)),
     };
-    let batch = super::runs::run_row(None, events, form, m, audit.as_ref())
-        .map_err(|e| werr(ledger, &e))?;
+    let coverage = crate::manifest::audit_coverage(ledger.parent().unwrap_or(Path::new(".")));
+    let batch = super::runs::run_row(
+        None,
+        events,
+        form,
+        m,
+        audit.as_ref(),
+        coverage.verdict_signed(),
+    )
+    .map_err(|e| werr(ledger, &e))?;
+    let note = match coverage {
+        crate::manifest::AuditCoverage::UnsignedReport(why) if audit.is_some() => Some(format!(
+            "its verdict comes from an unsigned report of a signed run (verdict_signed is \
+             false): {why}"
+        )),
+        _ => None,
+    };
     write_partition(
         &dir.join("_runs"),
         run,
@@ -206,7 +225,7 @@ fn write_run_row(
         WriterProperties::builder().build(),
         |w| w.write(&batch).map_err(|e| werr(ledger, &e)),
     )?;
-    Ok(problem)
+    Ok((problem, note))
 }
 
 #[cfg(test)]

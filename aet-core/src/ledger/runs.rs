@@ -54,7 +54,10 @@ impl RunRef {
 
 /// The audit report of the run whose ledger is `ledger`: `audit.json` beside it.
 pub fn audit_path(ledger: &Path) -> PathBuf {
-    ledger.parent().unwrap_or(Path::new(".")).join("audit.json")
+    ledger
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(crate::audit::AUDIT_FILE)
 }
 
 /// The runs `args` name, in order: a run directory (it holds `ledger.arrow`), a ledger file, a
@@ -171,14 +174,16 @@ pub const FINDING_LISTS: [(&str, &str); 5] = [
 /// One row per run: `command`, `scope`, `started_ns`, `ended_ns`, `duration_s`,
 /// `exit_status`, `events`, `lost`, `complete`, `incomplete_reasons`, `sandbox_verified`,
 /// `identity_uid`, and from the run's audit report (null without one) `verdict`, `cheats`,
-/// `contaminants`, `out_of_scope`, `warnings`, `blocked`; with a leading `run` column when
-/// `run` is given.
+/// `contaminants`, `out_of_scope`, `warnings`, `blocked`, and `verdict_signed` (whether the
+/// run's signed manifest covers that report: false for an unsigned run or an unsigned report of
+/// a signed one); with a leading `run` column when `run` is given.
 pub fn run_row(
     run: Option<&str>,
     events: u64,
     form: Form,
     m: &LedgerMeta,
     audit: Option<&serde_json::Value>,
+    verdict_signed: Option<bool>,
 ) -> Result<RecordBatch, ArrowError> {
     let count = |key: &str| -> ArrayRef {
         Arc::new(UInt64Array::from(vec![
@@ -259,6 +264,13 @@ pub fn run_row(
             .iter()
             .map(|(key, column)| (*column, count(key), true)),
     );
+    columns.push((
+        "verdict_signed",
+        Arc::new(BooleanArray::from(vec![
+            verdict_signed.filter(|_| audit.is_some()),
+        ])),
+        true,
+    ));
     RecordBatch::try_from_iter_with_nullable(columns)
 }
 

@@ -141,6 +141,9 @@ fn export(runs: &[PathBuf], dir: &std::path::Path) -> anyhow::Result<u8> {
                         ""
                     }
                 );
+                if let Some(n) = &e.audit_note {
+                    eprintln!("aet: {name}: {n}");
+                }
                 if let Some(p) = &e.audit_problem {
                     eprintln!("aet: {name}: exported without its verdict: {p}");
                     skipped += 1;

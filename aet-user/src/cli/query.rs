@@ -143,8 +143,12 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     for p in &outcome.problems {
         eprintln!("aet: run {}: {}", p.run, p.message);
     }
-    let skipped: std::collections::BTreeSet<&str> =
-        outcome.problems.iter().map(|p| p.run.as_str()).collect();
+    let skipped: std::collections::BTreeSet<&str> = outcome
+        .problems
+        .iter()
+        .filter(|p| !p.note)
+        .map(|p| p.run.as_str())
+        .collect();
     eprintln!(
         "aet: {} row(s) from {} run(s){}{}",
         outcome.rows,

@@ -240,8 +240,8 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 // The summary goes to stderr: stdout is the command's.
                 super::audit::write_outputs(
                     &r,
-                    Some(&run_dir.join("audit.json")),
-                    Some(&run_dir.join("audit.html")),
+                    Some(&run_dir.join(crate::audit::AUDIT_FILE)),
+                    Some(&run_dir.join(crate::audit::AUDIT_HTML_FILE)),
                     true,
                 )?;
                 if !quiet {
@@ -249,8 +249,8 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                     eprintln!(
                         "aet: audit: {} ({}, {})",
                         r.verdict.name(),
-                        run_dir.join("audit.json").display(),
-                        run_dir.join("audit.html").display()
+                        run_dir.join(crate::audit::AUDIT_FILE).display(),
+                        run_dir.join(crate::audit::AUDIT_HTML_FILE).display()
                     );
                 }
             }
@@ -301,7 +301,7 @@ fn sign(
     let chain = crate::ledger::chain::verify(&ledger)?;
     let meta = crate::ledger::reader::Ledger::open(&ledger)?.meta()?;
     let exe = std::env::current_exe()?;
-    let audit = run_dir.join("audit.json");
+    let audit = run_dir.join(crate::audit::AUDIT_FILE);
     let body = crate::manifest::Body {
         format: String::new(),
         version: 1,
@@ -321,7 +321,7 @@ fn sign(
         verdict,
         audit: if audit.is_file() {
             Some(FileHash {
-                path: "audit.json".into(),
+                path: crate::audit::AUDIT_FILE.into(),
                 sha256: sha256_file(&audit)?,
             })
         } else {

@@ -67,10 +67,16 @@ pub fn verify(a: Args) -> anyhow::Result<u8> {
     for l in &v.problems {
         out += &format!("CHANGED  {l}\n");
     }
-    out += if v.problems.is_empty() {
-        "aet verify: the run verifies\n"
-    } else {
-        "aet verify: THE RUN DOES NOT VERIFY\n"
+    for l in &v.unsigned {
+        out += &format!("UNSIGNED {l}\n");
+    }
+    out += match (v.problems.is_empty(), v.unsigned.is_empty()) {
+        (false, _) => "aet verify: THE RUN DOES NOT VERIFY\n",
+        (true, true) => "aet verify: the run verifies\n",
+        (true, false) => {
+            "aet verify: the run verifies, except the files marked UNSIGNED, which it does not \
+             cover\n"
+        }
     };
     super::print_out(&out)?;
     Ok(if v.problems.is_empty() {
