@@ -600,6 +600,16 @@ syscalls! {
     Accept4 = 107, "accept4", with_fd(sh(Net, N, N, 3, N), 0);
     Sendto = 108, "sendto", with_fd(sh(Net, N, N, 3, N), 0);
     Sendmsg = 109, "sendmsg", with_fd(sh(Net, N, N, 2, N), 0);
+    // No row: a successful bpf() by a task of a run is counted (`bpf_calls`), since it can
+    // change the monitor's own maps.
+    Bpf = 110, "bpf", unrecorded();
+}
+
+/// A syscall that is dispatched but makes no row.
+const fn unrecorded() -> Shape {
+    let mut s = sh(Open, N, N, N, N);
+    s.kind = 0;
+    s
 }
 
 /// Most bytes of a socket address a `net` record holds (`struct sockaddr_un` is 110).
@@ -766,8 +776,14 @@ pub mod counter {
     /// parse (more control messages or events than the programs read), or its carrier could
     /// not be read: at least one fd of the run has no `fd` row.
     pub const FD_UNRECORDED: u32 = 10;
+    /// A task of the run was moved to a cgroup outside the run's (by itself or by anyone): it
+    /// is no longer in what the run's end freezes and kills.
+    pub const SCOPE_LEFT: u32 = 11;
+    /// A task of the run made a successful bpf() call: it could change the monitor's maps
+    /// (untrack itself, say), so the record can no longer be trusted to be complete.
+    pub const BPF_CALLS: u32 = 12;
     /// Number of counters.
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 13;
     /// Counters that mean an event or part of one never reached userspace.
     pub const LOSSES: [u32; 6] = [
         RINGBUF_FULL,
@@ -790,6 +806,8 @@ pub mod counter {
         "io_uring_submitted",
         "quota_full",
         "fd_unrecorded",
+        "scope_left",
+        "bpf_calls",
     ];
 }
 
@@ -867,6 +885,9 @@ pub struct Offsets {
     pub kernfs_node_id: u32,
     /// `cgroup.level` (the root is 0).
     pub cgroup_level: u32,
+    /// `cgroup.self.parent` and `cgroup_subsys_state.cgroup`: a cgroup's parent.
+    pub cgroup_parent_css: u32,
+    pub css_cgroup: u32,
     /// `task_struct.start_time` (with the tid, a task's identity over time).
     pub task_start_time: u32,
     pub mm_arg_start: u32,
@@ -968,8 +989,8 @@ pub struct Config {
     pub _pad: u32,
 }
 
-const _: () = assert!(size_of::<Offsets>() == 304);
-const _: () = assert!(size_of::<Config>() == 320);
+const _: () = assert!(size_of::<Offsets>() == 312);
+const _: () = assert!(size_of::<Config>() == 328);
 
 /// An exec's entry, kept until `sched_process_exec` or the exec's failure (keyed by thread id).
 #[repr(C)]

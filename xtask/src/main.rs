@@ -336,6 +336,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "handover",
             "network",
             "barrier",
+            "tamper",
             "verify",
             "repos",
             "export",

@@ -182,6 +182,12 @@ pub enum Incomplete {
     /// The run handed work to a service manager or scheduler (`systemd-run`, `systemctl start`,
     /// `at`, `crontab`, ...) that runs it outside the run.
     HandedOutside { tool: String, pid: u32 },
+    /// Tasks of the run were moved to a cgroup outside the run's (by themselves or anyone
+    /// else): they left what the run's end freezes and kills.
+    ScopeLeft { moves: u64 },
+    /// Tasks of the run made successful bpf() calls: a privileged process can change the
+    /// monitor's own maps (take itself out of the tracked set), so events may be missing.
+    BpfCalls { calls: u64 },
     /// A reason this build does not know (from a newer aet).
     #[serde(other)]
     Unknown,
@@ -247,6 +253,16 @@ impl Incomplete {
                 "the run handed work to {tool} (pid {pid}), which runs it outside the run (now \
                  or later): it is not in the record"
             ),
+            Self::ScopeLeft { moves } => format!(
+                "{moves} time(s) a process of the run was moved to a cgroup outside the run's: \
+                 it left what the run's end freezes and kills, and may have gone on working \
+                 after the run"
+            ),
+            Self::BpfCalls { calls } => format!(
+                "processes of the run made {calls} successful bpf() call(s): a privileged \
+                 process can change the monitor's maps (take itself out of the record), so what \
+                 it did afterwards may be missing"
+            ),
             Self::Unknown => "a reason this version of aet does not know".into(),
         }
     }
@@ -268,6 +284,8 @@ impl Incomplete {
             Self::NotVerified { .. } => "not_verified",
             Self::ContainerOutside { .. } => "container_outside",
             Self::HandedOutside { .. } => "handed_outside",
+            Self::ScopeLeft { .. } => "scope_left",
+            Self::BpfCalls { .. } => "bpf_calls",
             Self::Unknown => "unknown",
         }
     }
@@ -318,6 +336,8 @@ impl Incomplete {
                 tool: "systemd-run".into(),
                 pid: 4243,
             },
+            Self::ScopeLeft { moves: 1 },
+            Self::BpfCalls { calls: 12 },
         ]
     }
 

@@ -1,13 +1,14 @@
 //! The process tree: every task created by an in-scope task joins the tracked set (so a process
-//! that leaves the run's cgroup is still followed); new processes and process ends are recorded.
+//! that leaves the run's cgroup is still followed); new processes and process ends are recorded;
+//! a task of a run moved to a cgroup outside the run's is counted (`scope_left`).
 
-use aet_common::{EventKind, Syscall, counter, kfunc};
+use aet_common::{EventKind, Syscall, counter, kfunc, runs::MAX_CGROUP_LEVEL};
 use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
 
 use super::fileio::fileio_flush;
 use crate::{
     kernel::rdonly_cast,
-    maps::{CONFIG, INFLIGHT, TRACKED, cfg, count, offsets},
+    maps::{CONFIG, INFLIGHT, NO_RUN, SCOPE_CGROUPS, TRACKED, cfg, count, offsets},
     record::{fill_proc_header, header, scratch, send},
     task::Task,
 };
@@ -75,5 +76,68 @@ pub(crate) fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
         code as i64,
     );
     send(s);
+    0
+}
+
+/// A task was moved to a cgroup (someone wrote its pid to a `cgroup.procs`; the tracepoint
+/// fires after the move). A task that enters a run's cgroup (or one below it: a container
+/// runtime placing its container under `$AET_CGROUP`) joins the run's tracked set, so that it
+/// stays recorded wherever it goes next. A tracked task whose cgroup v2 is now outside its run's
+/// has left what the run's end freezes and kills: counted (`scope_left`), and the record is
+/// incomplete. So is a task a run's process moves out when the task was not tracked.
+#[raw_tracepoint(tracepoint = "cgroup_attach_task")]
+pub(crate) fn cgroup_attach_task(ctx: RawTracePointContext) -> i32 {
+    let moved = rdonly_cast::<{ kfunc::TYPE_TASK }>(ctx.arg(2));
+    if moved.is_null() {
+        return 0;
+    }
+    let tid = moved.read::<i32>(cfg(&offsets().task_pid)) as u32;
+    // Where the task is now on the unified hierarchy (a move on a v1 hierarchy, which runc
+    // makes for every controller, leaves it unchanged): the run whose cgroup is it or an
+    // ancestor of it, looked up to the deepest level a run's cgroup may sit at.
+    let o = offsets();
+    let mut cg = moved
+        .ptr(cfg(&o.task_cgroups))
+        .ptr(cfg(&o.css_set_dfl_cgrp));
+    let mut now = NO_RUN;
+    for _ in 0..MAX_CGROUP_LEVEL + 8 {
+        if cg.is_null() {
+            break;
+        }
+        let kn = cg.ptr(cfg(&o.cgroup_kn));
+        let id = if kn.is_null() {
+            0
+        } else {
+            kn.read::<u64>(cfg(&o.kernfs_node_id))
+        };
+        // SAFETY: copied out.
+        if id != 0
+            && let Some(&s) = unsafe { SCOPE_CGROUPS.get(&id) }
+        {
+            now = s;
+            break;
+        }
+        let parent = cg.ptr(cfg(&o.cgroup_parent_css));
+        if parent.is_null() {
+            break;
+        }
+        cg = parent.ptr(cfg(&o.css_cgroup));
+    }
+    // SAFETY: copied out.
+    match unsafe { TRACKED.get(tid) }.copied() {
+        Some(was) if was != now => count(was, counter::SCOPE_LEFT),
+        Some(_) => {}
+        None if now != NO_RUN => {
+            if TRACKED.insert(tid, now, 0).is_err() {
+                count(now, counter::TRACKED_FULL);
+            }
+        }
+        None => {
+            let mut mover = Task::current();
+            if mover.in_scope() {
+                count(mover.run, counter::SCOPE_LEFT);
+            }
+        }
+    }
     0
 }

@@ -3,8 +3,8 @@
 //! has not changed them, and any user string it read is faulted in by now.
 
 use aet_common::{
-    EventKind, SHAPES, SYSCALL_COUNT, Shape, Syscall, fd_origin, fileio, flags, io, obj, section,
-    shape,
+    EventKind, SHAPES, SYSCALL_COUNT, Shape, Syscall, counter, fd_origin, fileio, flags, io, obj,
+    section, shape,
     uapi::{AT_FDCWD, CREAT_FLAGS, MAP_ANONYMOUS},
 };
 use aya_ebpf::{
@@ -21,7 +21,7 @@ use super::{
 };
 use crate::{
     kernel::KPtr,
-    maps::{FDMASK, FILEIO, SYSCALLS, cfg, offsets},
+    maps::{FDMASK, FILEIO, SYSCALLS, cfg, count, offsets},
     record::{
         USER, capture_str, fill_header, header, scratch, section_first_byte, send, stat_names,
     },
@@ -120,6 +120,14 @@ pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     if !task.in_scope() {
+        return 0;
+    }
+    if syscall == Syscall::Bpf as u16 {
+        // A bpf() that succeeded can reach the monitor's maps (a root task deleting its own
+        // entry from the tracked set): the run's record can no longer be called complete.
+        if ret >= 0 {
+            count(task.run, counter::BPF_CALLS);
+        }
         return 0;
     }
     let args = Args::read(regs, compat);

@@ -337,10 +337,25 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
             }
             None => err("no run on this connection".into()),
         },
-        Request::Untrack { tid } => {
-            d.engine.untrack(tid);
-            Response::Done
-        }
+        // Only a task of this connection's run, and only once it is gone: otherwise any client
+        // (or a root process of any run) could take a live task out of the record.
+        Request::Untrack { tid } => match run {
+            Some((slot, _)) if d.engine.tracked(*slot).contains(&tid) => {
+                if crate::kernel::procfs::exists(tid) {
+                    err(format!(
+                        "task {tid} is still running: only a task that is gone leaves the \
+                         tracked set"
+                    ))
+                } else {
+                    d.engine.untrack(tid);
+                    Response::Done
+                }
+            }
+            Some(_) => err(format!(
+                "task {tid} is not tracked by this connection's run"
+            )),
+            None => err("no run on this connection".into()),
+        },
         Request::Tracked => match run {
             Some((slot, _)) => Response::Tracked {
                 tids: d.engine.tracked(*slot),

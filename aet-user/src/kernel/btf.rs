@@ -233,6 +233,8 @@ impl KernelBtf {
             cgroup_kn: o("cgroup", "kn")?,
             kernfs_node_id: o("kernfs_node", "id")?,
             cgroup_level: o("cgroup", "level")?,
+            cgroup_parent_css: o("cgroup", "self.parent")?,
+            css_cgroup: o("cgroup_subsys_state", "cgroup")?,
             task_start_time: o("task_struct", "start_time")?,
             mm_arg_start: o("mm_struct", "arg_start")?,
             mm_arg_end: o("mm_struct", "arg_end")?,

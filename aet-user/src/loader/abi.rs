@@ -116,6 +116,7 @@ pub const NATIVE: &[(i64, Syscall)] = &[
     (288, Accept4),
     (44, Sendto),
     (46, Sendmsg),
+    (321, Bpf),
 ];
 /// i386 numbers. The 16- and 32-bit-uid variants of chown map to the same syscall; the
 /// 64-bit-offset and old-layout stat variants too (their buffers are not read for identity).
@@ -244,6 +245,7 @@ pub const COMPAT: &[(i64, Syscall)] = &[
     (364, Accept4),
     (369, Sendto),
     (370, Sendmsg),
+    (357, Bpf),
 ];
 /// `pt_regs` members holding the syscall number and arguments 0..5 (native, then compat).
 pub const REGS_NR: &str = "orig_ax";

@@ -50,6 +50,10 @@ pub const PROGRAMS: &[(&str, Attach)] = &[
         Attach::RawTracePoint("sched_process_exec"),
     ),
     (
+        "cgroup_attach_task",
+        Attach::RawTracePoint("cgroup_attach_task"),
+    ),
+    (
         "io_uring_submit_req",
         Attach::RawTracePoint("io_uring_submit_req"),
     ),

@@ -521,6 +521,14 @@ fn finish(
             submitted,
         });
     }
+    let moves = counters.get(counter::SCOPE_LEFT);
+    if moves > 0 {
+        reasons.push(Incomplete::ScopeLeft { moves });
+    }
+    let calls = counters.get(counter::BPF_CALLS);
+    if calls > 0 {
+        reasons.push(Incomplete::BpfCalls { calls });
+    }
     let by_reason: BTreeMap<String, u64> = counter::LOSSES
         .iter()
         .map(|&i| (counter::NAMES[i as usize].to_owned(), counters.get(i)))
