@@ -225,3 +225,189 @@ fn bad_repo_entries_are_refused_with_each_problem_named() {
         "{err}"
     );
 }
+
+/// Runs `verify` on the clean task after `plant` put something in it: the run must stop before
+/// the agent runs, naming `want`.
+fn verify_names(plant: impl FnOnce(&Task), want: &str) {
+    let t = Task::clean();
+    plant(&t);
+    let marker = t.root.join("ws/ran");
+    let r = t.run(
+        &t.spec("verify", "main"),
+        &[],
+        &format!("touch {}", marker.display()),
+    );
+    assert_eq!(r.code(), 125, "{want}: {}", r.stderr());
+    assert!(!marker.exists(), "{want}: the agent ran");
+    assert!(r.stderr().contains(want), "{want}: {}", r.stderr());
+}
+
+/// The fix as a commit of its own on a throwaway branch (then deleted): its id.
+fn fix_commit(t: &Task) -> String {
+    let r = &t.repo;
+    git(r, &["checkout", "-q", "-b", "tmp"]);
+    fs::write(r.join("code.py"), "FIXED\n").unwrap();
+    git(r, &["commit", "-qam", "the fix"]);
+    let fix = git(r, &["rev-parse", "HEAD"]);
+    git(r, &["checkout", "-q", "main"]);
+    git(r, &["branch", "-q", "-D", "tmp"]);
+    fix
+}
+
+#[test]
+fn verify_never_runs_what_the_repository_configures_and_names_a_partial_clone() {
+    let t = Task::clean();
+    let r = &t.repo;
+    let marker = t.root.join("pwned");
+    let hook = format!("sh -c 'id -u > {}; exit 1'", marker.display());
+    // A partial clone whose promisor remote's upload-pack is a shell command, one blob of base
+    // missing (git would fetch it lazily), an fsmonitor and a hook path that run commands too.
+    for (k, v) in [
+        ("extensions.partialClone", "origin"),
+        ("remote.origin.url", "/nonexistent"),
+        ("remote.origin.promisor", "true"),
+        ("remote.origin.uploadpack", hook.as_str()),
+        ("core.fsmonitor", hook.as_str()),
+        ("core.repositoryformatversion", "1"),
+    ] {
+        git(r, &["config", k, v]);
+    }
+    let blob = git(r, &["rev-parse", "HEAD:code.py"]);
+    fs::remove_file(r.join(format!(".git/objects/{}/{}", &blob[..2], &blob[2..]))).unwrap();
+    let spec = t.spec("verify", "main");
+    let out = t.run(&spec, &[], "true");
+    assert_eq!(out.code(), 125, "{}", out.stderr());
+    assert!(
+        !marker.exists(),
+        "the repository's command ran as uid {:?}",
+        fs::read_to_string(&marker)
+    );
+    assert!(out.stderr().contains("partial clone"), "{}", out.stderr());
+    // sanitize refuses too (the base's blob is not there), without running anything.
+    let out = t.run(&t.spec("sanitize", "main"), &[], "true");
+    assert_eq!(out.code(), 125, "{}", out.stderr());
+    assert!(!marker.exists(), "sanitize ran the repository's command");
+}
+
+#[test]
+fn verify_names_grafts_and_a_shallow_file_that_reach_past_base() {
+    verify_names(
+        |t| {
+            let fix = fix_commit(t);
+            fs::write(
+                t.repo.join(".git/info/grafts"),
+                format!("{} {fix}\n", t.base),
+            )
+            .unwrap();
+        },
+        "info/grafts",
+    );
+    verify_names(
+        |t| {
+            let fix = fix_commit(t);
+            fs::write(t.repo.join(".git/shallow"), format!("{fix}\n")).unwrap();
+        },
+        "shallow names",
+    );
+}
+
+#[test]
+fn verify_names_history_kept_anywhere_else_in_the_git_directory_or_the_work_tree() {
+    type Plant = fn(&Task);
+    let cases: &[(Plant, &str)] = &[
+        (
+            |t| {
+                let m = t.repo.join(".git/modules/lib");
+                fs::create_dir_all(&m).unwrap();
+                git(&m, &["init", "-q", "--bare"]);
+            },
+            "modules/",
+        ),
+        (
+            |t| {
+                fs::write(
+                    t.repo.join(".git/objects/pack/tmp_pack_ab12"),
+                    b"PACK\0\0\0\x02",
+                )
+                .unwrap();
+            },
+            "objects/pack/tmp_pack_ab12",
+        ),
+        (
+            |t| {
+                fs::create_dir_all(t.repo.join(".git/objects/incoming-x1/ab")).unwrap();
+            },
+            "objects/incoming-x1",
+        ),
+        (
+            |t| {
+                let d = t.repo.join(".git/rr-cache/0123abcd");
+                fs::create_dir_all(&d).unwrap();
+                fs::write(d.join("postimage"), "FIXED\n").unwrap();
+            },
+            "rr-cache/",
+        ),
+        (
+            |t| {
+                let d = t.repo.join(".git/rebase-apply");
+                fs::create_dir_all(&d).unwrap();
+                fs::write(d.join("patch"), "+FIXED\n").unwrap();
+            },
+            "rebase-apply/",
+        ),
+        (
+            |t| fs::write(t.repo.join(".git/MERGE_MSG"), "Merge the fix\n").unwrap(),
+            "MERGE_MSG",
+        ),
+        (
+            |t| fs::write(t.repo.join(".git/SQUASH_MSG"), "the fix: FIXED\n").unwrap(),
+            "SQUASH_MSG",
+        ),
+        (
+            |t| fs::write(t.repo.join(".git/COMMIT_EDITMSG"), "the fix: FIXED\n").unwrap(),
+            "COMMIT_EDITMSG",
+        ),
+        (
+            |t| {
+                let d = t.repo.join(".git/lfs/objects/ab/cd");
+                fs::create_dir_all(&d).unwrap();
+                fs::write(d.join("abcd1234"), "FIXED\n").unwrap();
+            },
+            "lfs/",
+        ),
+        (
+            |t| {
+                let fix = fix_commit(t);
+                let r = &t.repo;
+                git(r, &["branch", "-q", "future", &fix]);
+                git(r, &["bundle", "create", "-q", "notes.txt", "future"]);
+                git(r, &["branch", "-q", "-D", "future"]);
+                git(r, &["reflog", "expire", "--expire=now", "--all"]);
+                git(r, &["gc", "-q", "--prune=now"]);
+            },
+            "notes.txt is a git bundle of commits outside the base's history",
+        ),
+        (
+            |t| fs::write(t.repo.join(".git/mystery"), "whatever\n").unwrap(),
+            "mystery is not something aet checks",
+        ),
+    ];
+    for (plant, want) in cases {
+        verify_names(plant, want);
+    }
+}
+
+#[test]
+fn sanitize_works_whatever_the_branch_is_called() {
+    for branch in ["master", "main", "trunk"] {
+        let t = Task::clean();
+        git(&t.repo, &["branch", "-q", "-m", branch]);
+        let r = t.run(
+            &t.spec("sanitize", branch),
+            &[],
+            "cd repo && git branch --show-current && git log --format=%s",
+        );
+        assert_eq!(r.code(), 0, "{branch}: {}", r.stderr());
+        assert_eq!(r.stdout(), format!("{branch}\nbase\n"), "{branch}");
+    }
+}
