@@ -771,3 +771,37 @@ fn the_swe_bench_preset_flags_history_mining() {
         assert!(rules.contains(&want), "{want}: {rules:?}");
     }
 }
+
+/// A file the command starts with is matched by path rules like any other access: a cheat
+/// given as `< golden.yaml` disqualifies the run.
+#[test]
+fn a_cheat_given_as_the_commands_stdin_is_a_cheat() {
+    let f = Fixture::new();
+    let policy = f.root.join("stdin-policy.toml");
+    fs::write(&policy, "[cheats]\ngolden = 'secret/golden'\n").unwrap();
+    let out = f.root.join("stdin-run");
+    let stdin = fs::File::open(f.root.join("secret/golden.yaml")).unwrap();
+    let o = aet()
+        .args(["run", "-q", "--policy"])
+        .arg(&policy)
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "cat"])
+        .stdin(stdin)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "expected: 42\n");
+    let a: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out.join("audit.json")).unwrap()).unwrap();
+    assert_eq!(a["verdict"], "disqualified", "{a:#}");
+    let golden = f.root.join("secret/golden.yaml");
+    assert!(
+        a["cheat_hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["path"] == golden.to_str().unwrap() && c["reached"] == "inherited"),
+        "{a:#}"
+    );
+}

@@ -494,3 +494,86 @@ fn enforce_blocks_execs_and_changes_outside_the_lists_and_never_claims_what_land
         "{v:#}"
     );
 }
+
+#[test]
+fn links_never_grant_what_is_left_out_and_proc_aliases_are_listed_as_blocked() {
+    let t = Task::new();
+    // An innocent name for the key, a cheat-named link to an innocent file, and the key
+    // reached through /proc: none may read what the cheat rule leaves out.
+    std::os::unix::fs::symlink("answers/key.txt", t.root.join("task/notes.txt")).unwrap();
+    std::os::unix::fs::symlink("../README", t.root.join("task/answers/readme-link")).unwrap();
+    let policy = t.policy("[cheats]\nkey = 'answers/'\n");
+    let key = t.s("task/answers/key.txt");
+    let script = format!(
+        "cat {notes}; cat /proc/self/root{key}; cat {secret_via_root}; \
+         python3 -c 'import os; fd = os.open(\"{secret}\", os.O_PATH); \
+         os.open(\"/proc/self/fd/%d\" % fd, os.O_RDONLY)' 2>/dev/null; true",
+        notes = t.s("task/notes.txt"),
+        secret_via_root = format!("/proc/self/root{}", t.s("outside/secret.txt")),
+        secret = t.s("outside/secret.txt"),
+    );
+    let r = t.run("links", &policy, "enforce", &script);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert!(!r.stdout().contains("SECRET"), "{}", r.stdout());
+    assert!(!r.stdout().contains("OUTSIDE"), "{}", r.stdout());
+    let b: serde_json::Value = serde_json::from_str(&r.meta()["aet.barrier"]).unwrap();
+    // No rule is on a link (a rule on one grants its target).
+    for rule in b["rules"].as_array().unwrap() {
+        let p = Path::new(rule["path"].as_str().unwrap());
+        assert!(!p.is_symlink(), "a rule on the link {}: {b:#}", p.display());
+    }
+    let got = blocked(&audit_of(&r));
+    for path in [
+        t.s("task/notes.txt"),
+        key.clone(),
+        t.s("outside/secret.txt"),
+    ] {
+        assert!(
+            got.iter()
+                .any(|(a, p, o)| a == "read" && *p == path && o == "blocked"),
+            "{path}: {got:#?}"
+        );
+    }
+    // The secret was denied twice through /proc (root and an fd reopen): both explained.
+    let secret = t.s("outside/secret.txt");
+    let a = audit_of(&r);
+    let n: u64 = a["blocked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["path"] == secret.as_str())
+        .map(|f| f["count"].as_u64().unwrap_or(1))
+        .sum();
+    assert!(n >= 2, "{a:#}");
+}
+
+#[test]
+fn a_cheat_link_leaves_its_target_out_too() {
+    let t = Task::new();
+    fs::write(t.root.join("task/src/real-key.txt"), "SECRET\n").unwrap();
+    std::os::unix::fs::symlink("../src/real-key.txt", t.root.join("task/answers/key2.txt"))
+        .unwrap();
+    let policy = t.policy("[cheats]\nkey = 'answers/'\n");
+    let target = t.s("task/src/real-key.txt");
+    let r = t.run(
+        "target",
+        &policy,
+        "enforce",
+        &format!(
+            "cat {target}; cat {}; cat {}; true",
+            t.s("task/answers/key2.txt"),
+            t.s("task/src/a.c")
+        ),
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert_eq!(r.stdout(), "int main;\n", "{}", r.stderr());
+    let b: serde_json::Value = serde_json::from_str(&r.meta()["aet.barrier"]).unwrap();
+    assert!(
+        b["excluded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["path"] == target.as_str()),
+        "{b:#}"
+    );
+}

@@ -877,6 +877,48 @@ pub struct Read {
 }
 
 /// Scans a ledger with a policy.
+/// The file a `/proc` magic link leads to, as far as the record knows it:
+/// `/proc/{self,thread-self,PID}/root/REST` is `/REST` (a run's processes share the root of
+/// their view), `/proc/{self,thread-self,PID}/fd/N` the path that process last opened as fd N.
+/// Links through links are followed (a few levels). `None` for any other path.
+fn proc_alias(p: &[u8], pid: u32, fds: &FxHashMap<(u32, i32), Vec<u8>>) -> Option<Vec<u8>> {
+    let mut cur = p.to_vec();
+    let mut changed = false;
+    for _ in 0..8 {
+        let Some(rest) = cur.strip_prefix(b"/proc/") else {
+            break;
+        };
+        let (who, rest) = match rest.iter().position(|&b| b == b'/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => break,
+        };
+        let owner = match who {
+            b"self" | b"thread-self" => pid,
+            d if !d.is_empty() && d.iter().all(u8::is_ascii_digit) => {
+                std::str::from_utf8(d).ok()?.parse().ok()?
+            }
+            _ => break,
+        };
+        let next = if let Some(r) = rest.strip_prefix(b"/root") {
+            if r.is_empty() {
+                b"/".to_vec()
+            } else if r.starts_with(b"/") {
+                r.to_vec()
+            } else {
+                break;
+            }
+        } else if let Some(n) = rest.strip_prefix(b"/fd/") {
+            let fd: i32 = std::str::from_utf8(n).ok()?.parse().ok()?;
+            fds.get(&(owner, fd))?.clone()
+        } else {
+            break;
+        };
+        cur = next;
+        changed = true;
+    }
+    changed.then_some(cur)
+}
+
 pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadError> {
     let mut ledger = Ledger::open_columns(ledger_path, COLUMNS)?;
     let meta = ledger.meta()?;
@@ -913,10 +955,22 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
     // How fds arrived: by (pid, fd) from the fd rows, with the file's identity; and by identity
     // (fd rows and the fds the command started with).
     let mut fd_origins: FxHashMap<(u32, i32), FdOrigin> = FxHashMap::default();
+    // Under a barrier, the path each process's open fds were opened by (the last open that
+    // returned it): a denied reopen through `/proc/PID/fd/N` is that file.
+    let mut fd_paths: FxHashMap<(u32, i32), Vec<u8>> = FxHashMap::default();
     let mut ident_origins: FxHashMap<(u64, u64), &'static str> = FxHashMap::default();
+    // The files the command started with, by identity, with the path aet saw them by: path
+    // rules are matched against it when the run reads through such an fd (`< answers/key.txt`).
+    let mut inherited_paths: FxHashMap<(u64, u64), Vec<u8>> = FxHashMap::default();
     for f in &meta.inherited_fds {
         if f.kind == "file" || f.kind == "directory" {
             ident_origins.insert((f.dev, f.ino), "inherited");
+            if let Some(p) = &f.path {
+                inherited_paths.insert(
+                    (f.dev, f.ino),
+                    p.as_path().as_os_str().as_encoded_bytes().to_vec(),
+                );
+            }
         }
     }
     let mut first = true;
@@ -1262,7 +1316,21 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
                 _ => (false, false),
             };
             let err = (!ok && errno.is_valid(i)).then(|| errno.value(i));
+            if governed
+                && kind == EventKind::Open
+                && ok
+                && let Some(p1) = row.resolved.or(row.raw)
+            {
+                fd_paths.insert((p, ret.value(i) as i32), p1.to_vec());
+            }
             if governed && let Some(p1) = row.resolved.or(row.raw) {
+                // A denial reached through a /proc magic link is the file it leads to.
+                let alias = if err == Some(b"EACCES") {
+                    proc_alias(p1, p, &fd_paths)
+                } else {
+                    None
+                };
+                let p1 = alias.as_deref().unwrap_or(p1);
                 let id = e.path_id(p1);
                 for a in Access::ALL {
                     if a1 & a.bit() != 0 {
@@ -1299,6 +1367,14 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
                         ids[n] = id;
                         n += 1;
                     }
+                }
+                if n == 0
+                    && reached == Some("inherited")
+                    && let Some(p1) = row_ident.and_then(|id| inherited_paths.get(&id))
+                {
+                    // Bytes read through an fd the command started with: the path it had then.
+                    ids[0] = e.path_id(p1);
+                    n = 1;
                 }
                 if n == 0
                     && let Some(id) = ident
@@ -1421,5 +1497,30 @@ mod tests {
         }
         let distinct: std::collections::HashSet<_> = ids.iter().collect();
         assert_eq!(distinct.len(), paths.len());
+    }
+
+    #[test]
+    fn proc_magic_links_lead_to_the_file_they_name() {
+        let mut fds = FxHashMap::default();
+        fds.insert((7, 3), b"/task/answers/key.txt".to_vec());
+        let a = |p: &str, pid| proc_alias(p.as_bytes(), pid, &fds).map(|v| lossy(&v));
+        assert_eq!(a("/proc/self/root/etc/x", 7).as_deref(), Some("/etc/x"));
+        assert_eq!(a("/proc/12/root", 7).as_deref(), Some("/"));
+        assert_eq!(
+            a("/proc/thread-self/fd/3", 7).as_deref(),
+            Some("/task/answers/key.txt")
+        );
+        assert_eq!(
+            a("/proc/7/fd/3", 1).as_deref(),
+            Some("/task/answers/key.txt")
+        );
+        assert_eq!(
+            a("/proc/self/root/proc/self/fd/3", 7).as_deref(),
+            Some("/task/answers/key.txt")
+        );
+        assert_eq!(a("/proc/self/fd/4", 7), None);
+        assert_eq!(a("/proc/self/rootx/a", 7), None);
+        assert_eq!(a("/proc/self/status", 7), None);
+        assert_eq!(a("/etc/passwd", 7), None);
     }
 }

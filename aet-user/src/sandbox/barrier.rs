@@ -134,6 +134,8 @@ struct Walker<'a> {
     walked: u64,
     /// Left-out paths found under each walked root.
     found: BTreeMap<PathBuf, String>,
+    /// Files a cheat pattern left out that have other hard links: left out by identity too.
+    cheat_ids: BTreeMap<(u64, u64), String>,
     walked_roots: BTreeSet<PathBuf>,
 }
 
@@ -143,7 +145,34 @@ impl Walker<'_> {
         if let Some(i) = m.iter().next() {
             return Some(self.plan.cheats[i].rule.clone());
         }
-        id.and_then(|k| self.ids.get(&k)).map(|s| (*s).to_owned())
+        id.and_then(|k| {
+            self.ids
+                .get(&k)
+                .map(|s| (*s).to_owned())
+                .or_else(|| self.cheat_ids.get(&k).cloned())
+        })
+    }
+
+    /// What else reaches a left-out entry: Landlock grants a symlink's target through the
+    /// target's own directory, so a left-out link leaves its target out too (and the target's
+    /// own target, to the end of the chain); a file with other hard links is left out under
+    /// every name (its identity is added, and the walk is made again: see [`build`]).
+    fn leave_out_aliases(&mut self, p: &Path, rule: &str) {
+        let Ok(m) = fs::symlink_metadata(p) else {
+            return;
+        };
+        if m.file_type().is_symlink() {
+            if let Ok(target) = fs::canonicalize(p) {
+                self.found
+                    .entry(target)
+                    .or_insert_with(|| format!("{rule} (the target of the link {})", p.display()));
+            }
+        } else if m.is_file() && m.nlink() > 1 {
+            let id = (m.dev(), m.ino());
+            if !self.ids.contains_key(&id) && !self.cheat_ids.contains_key(&id) {
+                self.cheat_ids.insert(id, rule.to_owned());
+            }
+        }
     }
 
     /// Walks `root` (a directory), noting every left-out entry below it.
@@ -179,7 +208,7 @@ impl Walker<'_> {
                     ));
                 }
                 let p = e.path();
-                let meta = if self.ids.is_empty() {
+                let meta = if self.ids.is_empty() && self.cheat_ids.is_empty() {
                     None
                 } else {
                     match e.metadata() {
@@ -191,6 +220,7 @@ impl Walker<'_> {
                     }
                 };
                 if let Some(rule) = self.excluded(&p, meta.as_ref().map(|m| (m.dev(), m.ino()))) {
+                    self.leave_out_aliases(&p, &rule);
                     self.found.insert(p, rule);
                     continue;
                 }
@@ -228,6 +258,7 @@ pub fn build(plan: &BarrierPlan) -> Result<Built, String> {
             .collect(),
         walked: 0,
         found: BTreeMap::new(),
+        cheat_ids: BTreeMap::new(),
         walked_roots: BTreeSet::new(),
     };
     let mut report = BarrierReport {
@@ -258,14 +289,27 @@ pub fn build(plan: &BarrierPlan) -> Result<Built, String> {
         match fs::canonicalize(g.path.as_path()) {
             Ok(p) => {
                 let is_dir = fs::metadata(&p).is_ok_and(|m| m.is_dir());
-                let list_only = g.rights.0 & !Rights::READ_DIR == 0;
-                if is_dir && exclusions && !list_only && !pseudo_fs(&p) {
-                    w.walk(&p)?;
-                }
                 resolved.push((g, p, is_dir));
             }
             Err(_) => report.missing.push(g.entry.clone()),
         }
+    }
+    let walk_all = |w: &mut Walker<'_>| -> Result<(), String> {
+        for (g, p, is_dir) in &resolved {
+            let list_only = g.rights.0 & !Rights::READ_DIR == 0;
+            if *is_dir && exclusions && !list_only && !pseudo_fs(p) {
+                w.walk(p)?;
+            }
+        }
+        Ok(())
+    };
+    walk_all(&mut w)?;
+    // Hard links of a left-out file found late: walk again with their identities, so that a
+    // name met before the left-out one is left out too.
+    if !w.cheat_ids.is_empty() {
+        w.walked_roots.clear();
+        w.walked = 0;
+        walk_all(&mut w)?;
     }
     let mut partial: BTreeSet<PathBuf> = BTreeSet::new();
     for (g, p, is_dir) in &resolved {
@@ -334,7 +378,12 @@ pub fn build(plan: &BarrierPlan) -> Result<Built, String> {
             let Ok(rd) = fs::read_dir(a) else { continue };
             for e in rd.flatten() {
                 let c = e.path();
-                if w.found.contains_key(&c) || ancestors.contains(&c) {
+                // A link needs no rule (Landlock checks the file it leads to), and a rule on
+                // one would grant its target wherever that is, left out or not.
+                if w.found.contains_key(&c)
+                    || ancestors.contains(&c)
+                    || e.file_type().is_ok_and(|t| t.is_symlink())
+                {
                     continue;
                 }
                 let dir = e.file_type().is_ok_and(|t| t.is_dir());
