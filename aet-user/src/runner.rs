@@ -38,6 +38,10 @@ use crate::{
 /// Errors of `run` and `monitor`.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The run's ledger can no longer be written (disk full, file made immutable): the run
+    /// was stopped.
+    #[error("the ledger can no longer be written: {0}")]
+    LedgerWrite(String),
     /// The output directory could not be prepared.
     #[error("cannot use output directory {path}: {source}")]
     OutDir {
@@ -124,8 +128,17 @@ pub struct RunOutcome {
     pub report: MonitorReport,
 }
 
+/// The run directory made, and its ledger's path, absolute: a daemon (whose working directory
+/// is not the client's) writes where the client said.
+/// How often a run checks that its ledger is still being written.
+const LEDGER_CHECK: Duration = Duration::from_millis(100);
+
 fn prepare_out(out: &Path) -> Result<PathBuf, RunError> {
     std::fs::create_dir_all(out).map_err(|source| RunError::OutDir {
+        path: out.to_owned(),
+        source,
+    })?;
+    let out = std::path::absolute(out).map_err(|source| RunError::OutDir {
         path: out.to_owned(),
         source,
     })?;
@@ -555,6 +568,7 @@ async fn drive(
     };
     let mut sigterm = signals(SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut sigint = signals(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    let mut write_failed: Option<String> = None;
     let mut sighup = signals(SignalKind::hangup()).map_err(RunError::Signals)?;
 
     fault("cgroup").map_err(|e| {
@@ -612,8 +626,23 @@ async fn drive(
             let mut reporter = crate::progress::Reporter::new(opts.progress);
             let mut ticks = tokio::time::interval(crate::progress::INTERVAL);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            // A ledger that can no longer be written stops the run at once: nothing the
+            // command does after it would be recorded.
+            let mut health = tokio::time::interval(LEDGER_CHECK);
+            health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let status = loop {
                 tokio::select! {
+                    _ = health.tick(), if write_failed.is_none() => {
+                        if let Some(e) = monitor.write_error() {
+                            reporter.clear();
+                            eprintln!(
+                                "aet: error: the ledger can no longer be written ({e}): \
+                                 killing the run"
+                            );
+                            cg.kill_all()?;
+                            write_failed = Some(e);
+                        }
+                    }
                     _ = ticks.tick(), if reporter.active() => {
                         let status = crate::progress::Status::new(
                             started.elapsed(),
@@ -654,6 +683,9 @@ async fn drive(
                 }
             };
             drop(reporter);
+            if let Some(e) = write_failed {
+                return Err(RunError::LedgerWrite(e));
+            }
             let code = exit_code_of(status);
             note(
                 opts.quiet,

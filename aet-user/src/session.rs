@@ -235,8 +235,19 @@ impl Session {
         match self {
             Self::Local { engine, slot, .. } => engine.progress(*slot),
             Self::Remote { client, .. } => match client.call(&Request::Progress) {
-                Ok(Response::Progress { progress }) => progress,
+                Ok(Response::Progress { progress, .. }) => progress,
                 _ => Progress::default(),
+            },
+        }
+    }
+
+    /// Why the run's ledger can no longer be written, once it cannot.
+    pub fn write_error(&mut self) -> Option<String> {
+        match self {
+            Self::Local { engine, slot, .. } => engine.write_error(*slot),
+            Self::Remote { client, .. } => match client.call(&Request::Progress) {
+                Ok(Response::Progress { write_error, .. }) => write_error,
+                _ => None,
             },
         }
     }

@@ -337,6 +337,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "network",
             "barrier",
             "tamper",
+            "faults",
             "verify",
             "repos",
             "export",

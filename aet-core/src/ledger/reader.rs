@@ -83,6 +83,9 @@ pub struct Ledger {
     batches: Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>>>,
     /// Set when reading an unfinished ledger stopped at a damaged (partly written) batch.
     pub damaged_tail: Option<String>,
+    /// Bytes at the end of an unfinished file that make no whole message, found at open: the
+    /// damaged tail once the batches before them are read.
+    cut_tail: Option<String>,
 }
 
 impl Ledger {
@@ -117,17 +120,40 @@ impl Ledger {
             path: path.to_owned(),
             source,
         };
-        let (form, schema, batches): (Form, SchemaRef, Box<dyn Iterator<Item = _>>) =
-            match FileReader::try_new(BufReader::new(file), None) {
-                Ok(r) => (Form::Finished, r.schema(), Box::new(r)),
-                Err(_) => {
-                    // No footer: read the stream that follows the 8-byte head.
-                    let mut file = File::open(path).map_err(io_err)?;
-                    file.seek(SeekFrom::Start(8)).map_err(io_err)?;
-                    let r = StreamReader::try_new(BufReader::new(file), None).map_err(corrupt)?;
-                    (Form::Unfinished, r.schema(), Box::new(r))
+        // Every length the file declares is checked against the file before a reader
+        // allocates by it (Arrow's readers allocate what a block or a message says, and an
+        // allocation of 2^50 bytes aborts the process).
+        let len = file.metadata().map_err(io_err)?.len();
+        let bytes = |e: String| ReadError::Corrupt {
+            path: path.to_owned(),
+            source: ArrowError::ParseError(e),
+        };
+        let finished = footer_blocks_fit(&mut file, len).map_err(bytes)?;
+        file.seek(SeekFrom::Start(0)).map_err(io_err)?;
+        let mut cut_tail = None;
+        let (form, schema, batches): (Form, SchemaRef, Box<dyn Iterator<Item = _>>) = match finished
+            .then(|| FileReader::try_new(BufReader::new(file), None))
+            .and_then(Result::ok)
+        {
+            Some(r) => (Form::Finished, r.schema(), Box::new(r)),
+            None => {
+                // No footer: read the stream that follows the 8-byte head, up to the first
+                // message whose declared lengths pass the file's end (a damaged tail).
+                let mut file = File::open(path).map_err(io_err)?;
+                let end = stream_extent(&mut file, len).map_err(io_err)?;
+                if end < len {
+                    cut_tail = Some(format!(
+                        "the last {} bytes (from offset {end}) are not a whole message: \
+                             the file was cut or its lengths are damaged",
+                        len - end
+                    ));
                 }
-            };
+                file.seek(SeekFrom::Start(8)).map_err(io_err)?;
+                let r = StreamReader::try_new(BufReader::new(file.take(end - 8)), None)
+                    .map_err(corrupt)?;
+                (Form::Unfinished, r.schema(), Box::new(r))
+            }
+        };
         let missing = check_schema(path, &schema)?;
         let batches = match columns {
             None => batches,
@@ -185,6 +211,7 @@ impl Ledger {
             schema,
             batches,
             damaged_tail: None,
+            cut_tail,
         })
     }
 
@@ -239,7 +266,12 @@ impl Ledger {
             ))))
         });
         match next {
-            None => Ok(None),
+            None => {
+                if self.damaged_tail.is_none() {
+                    self.damaged_tail = self.cut_tail.take();
+                }
+                Ok(None)
+            }
             Some(Ok(b)) => Ok(Some(b)),
             Some(Err(e)) if self.form == Form::Unfinished => {
                 self.damaged_tail = Some(e.to_string());
@@ -521,6 +553,114 @@ fn text_as_bytes(b: &RecordBatch) -> Result<RecordBatch, ArrowError> {
     RecordBatch::try_new(schema, columns)
 }
 
+/// Whether the file ends with a footer, having checked that every block the footer lists lies
+/// inside the file (an error naming the first that does not). `Ok(false)`: no footer.
+fn footer_blocks_fit(file: &mut File, len: u64) -> Result<bool, String> {
+    if len < 18 {
+        return Ok(false);
+    }
+    let mut trailer = [0u8; 10];
+    file.seek(SeekFrom::Start(len - 10))
+        .and_then(|_| file.read_exact(&mut trailer))
+        .map_err(|e| e.to_string())?;
+    if &trailer[4..] != MAGIC {
+        return Ok(false);
+    }
+    let flen = i32::from_le_bytes(trailer[..4].try_into().expect("4 bytes"));
+    let Some(start) = u64::try_from(flen)
+        .ok()
+        .and_then(|f| (len - 10).checked_sub(f))
+        .filter(|s| *s >= 8)
+    else {
+        return Err(format!(
+            "the footer's length ({flen}) does not fit in the file ({len} bytes)"
+        ));
+    };
+    let mut footer = vec![0u8; (len - 10 - start) as usize];
+    file.seek(SeekFrom::Start(start))
+        .and_then(|_| file.read_exact(&mut footer))
+        .map_err(|e| e.to_string())?;
+    let Ok(f) = arrow_ipc::root_as_footer(&footer) else {
+        // Not a footer after all: read as a stream.
+        return Ok(false);
+    };
+    let blocks = f
+        .recordBatches()
+        .into_iter()
+        .flatten()
+        .map(|b| ("batch", b))
+        .chain(
+            f.dictionaries()
+                .into_iter()
+                .flatten()
+                .map(|b| ("dictionary", b)),
+        );
+    for (i, (what, b)) in blocks.enumerate() {
+        let end = u64::try_from(b.offset()).ok().and_then(|o| {
+            o.checked_add(u64::try_from(b.metaDataLength()).ok()?)?
+                .checked_add(u64::try_from(b.bodyLength()).ok()?)
+        });
+        if b.offset() < 8 || end.is_none_or(|e| e > start) {
+            return Err(format!(
+                "the footer's {what} block {i} (offset {}, {} + {} bytes) lies outside the \
+                 file ({len} bytes)",
+                b.offset(),
+                b.metaDataLength(),
+                b.bodyLength()
+            ));
+        }
+    }
+    Ok(true)
+}
+
+/// Where the stream of an unfinished file stops making sense: the offset of its first message
+/// whose declared lengths pass the file's end (or the end of the file).
+fn stream_extent(file: &mut File, len: u64) -> io::Result<u64> {
+    let mut at = 8u64;
+    file.seek(SeekFrom::Start(at))?;
+    let mut r = BufReader::new(file);
+    loop {
+        let mut word = [0u8; 4];
+        if at + 4 > len || r.read_exact(&mut word).is_err() {
+            return Ok(at.min(len).max(8));
+        }
+        let mut head = 4u64;
+        let mut meta_len = i32::from_le_bytes(word);
+        if meta_len == -1 {
+            if at + 8 > len || r.read_exact(&mut word).is_err() {
+                return Ok(at);
+            }
+            head = 8;
+            meta_len = i32::from_le_bytes(word);
+        }
+        if meta_len == 0 {
+            return Ok(len);
+        }
+        let Some(meta_end) = u64::try_from(meta_len)
+            .ok()
+            .map(|m| at + head + m)
+            .filter(|e| *e <= len)
+        else {
+            return Ok(at);
+        };
+        let mut meta = vec![0u8; (meta_end - at - head) as usize];
+        if r.read_exact(&mut meta).is_err() {
+            return Ok(at);
+        }
+        let Some(body) = arrow_ipc::root_as_message(&meta)
+            .ok()
+            .and_then(|m| u64::try_from(m.bodyLength()).ok())
+        else {
+            return Ok(at);
+        };
+        let Some(end) = meta_end.checked_add(body).filter(|e| *e <= len) else {
+            return Ok(at);
+        };
+        r.seek_relative(body as i64)?;
+        at = end;
+    }
+}
+
 fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
@@ -706,6 +846,70 @@ mod tests {
         assert!(
             check_array(&text).is_err(),
             "text columns are projected as binary; anything else is refused"
+        );
+    }
+
+    /// A finished ledger of `rows` sample rows.
+    fn sample_ledger(dir: &Path, rows: u64) -> PathBuf {
+        let path = dir.join(format!("l{rows}.arrow"));
+        let mut w = super::super::writer::LedgerWriter::create(&path, HashMap::new()).unwrap();
+        let sample: Vec<schema::Row<'static>> = (0..40).map(schema::Row::sample).collect();
+        for i in 0..rows {
+            w.append(&sample[(i % 40) as usize]).unwrap();
+        }
+        w.finish(HashMap::new()).unwrap();
+        path
+    }
+
+    #[test]
+    fn lengths_past_the_file_are_errors_never_allocations() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = sample_ledger(dir.path(), 100);
+        let bytes = std::fs::read(&path).unwrap();
+        let first = super::super::chain::batch_spans(&bytes).unwrap()[0].start as i64;
+        // The footer's block: offset (i64), metadata length (i32, padded), body length (i64).
+        let at = bytes
+            .windows(8)
+            .rposition(|w| w == first.to_le_bytes())
+            .unwrap();
+        let mut b = bytes.clone();
+        b[at + 16..at + 24].copy_from_slice(&(1i64 << 50).to_le_bytes());
+        let p = dir.path().join("huge-block.arrow");
+        std::fs::write(&p, &b).unwrap();
+        for open in [Ledger::open as fn(&Path) -> _, |p| {
+            Ledger::open_columns(p, &["seq"])
+        }] {
+            let e = open(&p).err().expect("an error").to_string();
+            assert!(e.contains("lies outside the file"), "{e}");
+            assert!(e.contains("huge-block.arrow"), "{e}");
+        }
+        // An unfinished file whose last message declares a body past the end: the batches
+        // before it are read and the tail is named.
+        let spans = super::super::chain::batch_spans(&bytes).unwrap();
+        let mut cut = bytes[..spans[0].end].to_vec();
+        let meta_at = spans[0].start;
+        let mut tail = bytes[meta_at..spans[0].end].to_vec();
+        // The message's body length is in its flatbuffer; a cut message does as well.
+        tail.truncate(tail.len() / 2);
+        cut.extend_from_slice(&tail);
+        let p = dir.path().join("cut.arrow");
+        std::fs::write(&p, &cut).unwrap();
+        let mut l = Ledger::open(&p).unwrap();
+        assert_eq!(l.form(), Form::Unfinished);
+        assert_eq!(
+            l.read_all()
+                .unwrap()
+                .iter()
+                .map(|b| b.num_rows())
+                .sum::<usize>(),
+            100
+        );
+        assert!(
+            l.damaged_tail
+                .as_deref()
+                .is_some_and(|t| t.contains("not a whole message")),
+            "{:?}",
+            l.damaged_tail
         );
     }
 }

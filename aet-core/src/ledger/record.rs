@@ -729,6 +729,8 @@ mod tests {
             "not_verified",
             "container_outside",
             "handed_outside",
+            "scope_left",
+            "bpf_calls",
         ];
         assert_eq!(codes, all.into_iter().collect());
     }

@@ -57,6 +57,23 @@ pub fn write_outputs(
 }
 
 pub fn run(a: Args) -> anyhow::Result<u8> {
+    let ledger = if a.run.is_dir() {
+        a.run.join(crate::ledger::LEDGER_FILE)
+    } else {
+        a.run.clone()
+    };
+    let mut inputs = vec![ledger.as_path(), a.policy.as_path()];
+    inputs.extend(a.transcripts.as_deref());
+    let mut outputs = Vec::new();
+    outputs.extend(a.json.as_deref().map(|p| ("--json", p)));
+    outputs.extend(a.html.as_deref().map(|p| ("--html", p)));
+    super::refuse_overwriting_inputs(&outputs, &inputs)?;
+    if let (Some(j), Some(h)) = (&a.json, &a.html)
+        && j.as_os_str() != "-"
+        && std::path::absolute(j).ok() == std::path::absolute(h).ok()
+    {
+        anyhow::bail!("--json and --html name the same file {}", j.display());
+    }
     let report = audit::audit(
         &a.run,
         &a.policy,

@@ -287,6 +287,34 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 /// Writes to stdout, turning a closed pipe into an error `main` treats as a clean exit.
+/// Refuses an output that is one of the command's inputs (the same file, by identity or by
+/// path) or lies inside an input directory: no command overwrites what it reads.
+pub(crate) fn refuse_overwriting_inputs(
+    outputs: &[(&str, &std::path::Path)],
+    inputs: &[&std::path::Path],
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let id = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+    for (flag, out) in outputs {
+        if out.as_os_str() == "-" {
+            continue;
+        }
+        for input in inputs {
+            let same = id(out).is_some_and(|o| Some(o) == id(input)) || abs(out) == abs(input);
+            let inside = input.is_dir() && abs(out).starts_with(abs(input));
+            if same || inside {
+                anyhow::bail!(
+                    "{flag} {} would overwrite {}, an input of this command: write it elsewhere",
+                    out.display(),
+                    input.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let closed = |e: std::io::Error| -> anyhow::Error {

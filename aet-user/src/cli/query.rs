@@ -87,6 +87,15 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         );
     }
     let runs = aet_query::discover(&a.runs)?;
+    if let Some(o) = &a.output {
+        let reports: Vec<PathBuf> = runs.iter().map(|r| r.audit_path()).collect();
+        let inputs: Vec<&std::path::Path> = runs
+            .iter()
+            .map(|r| r.ledger.as_path())
+            .chain(reports.iter().map(PathBuf::as_path))
+            .collect();
+        super::refuse_overwriting_inputs(&[("-o", o)], &inputs)?;
+    }
     let opts = aet_query::Options {
         strict: a.strict,
         threads: a.threads,

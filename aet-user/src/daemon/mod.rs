@@ -365,6 +365,7 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
         Request::Progress => match run {
             Some((slot, _)) => Response::Progress {
                 progress: d.engine.progress(*slot),
+                write_error: d.engine.write_error(*slot),
             },
             None => err("no run on this connection".into()),
         },

@@ -70,6 +70,9 @@ pub enum Response {
     },
     Progress {
         progress: Progress,
+        /// Why the run's ledger can no longer be written, once it cannot.
+        #[serde(default)]
+        write_error: Option<String>,
     },
     Stopped {
         report: MonitorReport,

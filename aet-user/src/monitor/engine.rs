@@ -367,6 +367,15 @@ impl Engine {
         p
     }
 
+    /// Why a run's ledger can no longer be written, once it cannot (disk full, file made
+    /// immutable): the run must stop, its record cannot be kept.
+    pub fn write_error(&self, slot: u32) -> Option<String> {
+        self.shared
+            .lock_sinks()
+            .get(&slot)
+            .and_then(|s| s.error.as_ref().map(ToString::to_string))
+    }
+
     /// The runs being served.
     pub fn runs(&self) -> Vec<RunStatus> {
         let mut v: Vec<RunStatus> = self
