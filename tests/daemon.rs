@@ -390,3 +390,50 @@ fn a_full_daemon_makes_a_run_standalone_or_refuses_it_with_daemon() {
     assert!(st.success(), "{err}");
     assert_complete(&dir.path().join("first/ledger.arrow"));
 }
+
+/// An agent that stops the daemon (SIGSTOP) and exits: `aet run` says so within a bounded time
+/// (exit 125), never waits forever; and a run waiting on a stopped daemon still ends on SIGTERM.
+#[test]
+fn a_stopped_daemon_is_a_clear_error_within_a_bounded_time() {
+    let d = Daemon::start();
+    let dir = tempdir();
+    let pid = d.pid();
+    let started = Instant::now();
+    let o = d
+        .aet()
+        .args(["run", "--daemon", "--out"])
+        .arg(dir.path().join("run"))
+        .args(["--", "sh", "-c", &format!("kill -STOP {pid}; sleep 1")])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("is stopped"), "{}", text(&o.stderr));
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    // A long command, the daemon stopped from outside, then SIGTERM to aet.
+    let mut child = d
+        .aet()
+        .args(["run", "--daemon", "--out"])
+        .arg(dir.path().join("run2"))
+        .args(["--", "sleep", "60"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signals to our own children.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(200));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let started = Instant::now();
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "aet run did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    assert_ne!(st.code(), Some(0), "{st}");
+}

@@ -49,7 +49,7 @@ fn a_ledger_that_cannot_be_written_stops_the_run_at_once() {
     assert_eq!(r.code(), 125, "{}", r.stderr());
     assert!(!done.exists(), "the command ran on unrecorded to its end");
     let err = r.stderr();
-    assert!(err.contains("can no longer be written"), "{err}");
+    assert!(err.contains("can no longer be recorded"), "{err}");
     assert!(err.contains("No space left on device"), "{err}");
     // What reached the file reads as an unfinished ledger: never a complete record.
     let l = aet::ledger::reader::Ledger::open(&r.ledger()).unwrap();

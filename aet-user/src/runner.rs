@@ -38,10 +38,10 @@ use crate::{
 /// Errors of `run` and `monitor`.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// The run's ledger can no longer be written (disk full, file made immutable): the run
-    /// was stopped.
-    #[error("the ledger can no longer be written: {0}")]
-    LedgerWrite(String),
+    /// The run can no longer be recorded (its ledger cannot be written: disk full, file made
+    /// immutable; or its daemon is stopped or silent): the run was stopped.
+    #[error("the run can no longer be recorded: {0}")]
+    Unrecorded(String),
     /// The output directory could not be prepared.
     #[error("cannot use output directory {path}: {source}")]
     OutDir {
@@ -130,8 +130,9 @@ pub struct RunOutcome {
 
 /// The run directory made, and its ledger's path, absolute: a daemon (whose working directory
 /// is not the client's) writes where the client said.
-/// How often a run checks that its ledger is still being written.
-const LEDGER_CHECK: Duration = Duration::from_millis(100);
+/// How often a run checks that it is still being recorded (its ledger written, its daemon
+/// answering).
+const LEDGER_CHECK: Duration = Duration::from_millis(250);
 
 fn prepare_out(out: &Path) -> Result<PathBuf, RunError> {
     std::fs::create_dir_all(out).map_err(|source| RunError::OutDir {
@@ -633,11 +634,11 @@ async fn drive(
             let status = loop {
                 tokio::select! {
                     _ = health.tick(), if write_failed.is_none() => {
-                        if let Some(e) = monitor.write_error() {
+                        if let Some(e) = monitor.unrecorded() {
                             reporter.clear();
                             eprintln!(
-                                "aet: error: the ledger can no longer be written ({e}): \
-                                 killing the run"
+                                "aet: error: the run can no longer be recorded ({e}): \
+                                 killing it"
                             );
                             cg.kill_all()?;
                             write_failed = Some(e);
@@ -684,7 +685,7 @@ async fn drive(
             };
             drop(reporter);
             if let Some(e) = write_failed {
-                return Err(RunError::LedgerWrite(e));
+                return Err(RunError::Unrecorded(e));
             }
             let code = exit_code_of(status);
             note(

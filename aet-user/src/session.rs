@@ -89,6 +89,9 @@ fn thaw_guard() -> Result<(crate::guard::Guard, PathBuf), SessionError> {
     Ok((guard, dir))
 }
 
+/// How long a daemon may take to say how a run goes.
+pub const HEALTH_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Session {
     /// Starts recording `scope` into a new ledger at `ledger`. `owned`: the scope is a cgroup
     /// this aet created for the run (the daemon kills it if it dies). `ringbuf_bytes` sizes the
@@ -241,14 +244,18 @@ impl Session {
         }
     }
 
-    /// Why the run's ledger can no longer be written, once it cannot.
-    pub fn write_error(&mut self) -> Option<String> {
+    /// Why the run can no longer be recorded, once it cannot: its ledger cannot be written, or
+    /// the daemon recording it is stopped or does not answer within [`HEALTH_LIMIT`].
+    pub fn unrecorded(&mut self) -> Option<String> {
         match self {
             Self::Local { engine, slot, .. } => engine.write_error(*slot),
-            Self::Remote { client, .. } => match client.call(&Request::Progress) {
-                Ok(Response::Progress { write_error, .. }) => write_error,
-                _ => None,
-            },
+            Self::Remote { client, .. } => {
+                match client.call_within(&Request::Progress, HEALTH_LIMIT) {
+                    Ok(Response::Progress { write_error, .. }) => write_error,
+                    Ok(other) => Some(client.unexpected(other).to_string()),
+                    Err(e) => Some(e.to_string()),
+                }
+            }
         }
     }
 

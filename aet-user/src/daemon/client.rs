@@ -18,6 +18,13 @@ use super::{
 };
 
 /// A connection to the daemon.
+/// How long a request may take before the daemon is taken as unresponsive (a `Stop` drains
+/// the run's records, which can take seconds on a loaded host).
+pub const CALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// How long one wait for an answer lasts before the daemon's state is looked at.
+const POLL: Duration = Duration::from_millis(500);
+
 pub struct Client {
     socket: PathBuf,
     stream: UnixStream,
@@ -96,8 +103,14 @@ impl Client {
         &self.socket
     }
 
-    /// Sends a request and reads its response; an `Error` response is an error.
+    /// Sends a request and reads its response; an `Error` response is an error. A daemon
+    /// that does not answer within [`CALL_LIMIT`], or is stopped, is an error too.
     pub fn call(&mut self, req: &Request) -> Result<Response, DaemonError> {
+        self.call_within(req, CALL_LIMIT)
+    }
+
+    /// [`Client::call`] with its own limit.
+    pub fn call_within(&mut self, req: &Request, limit: Duration) -> Result<Response, DaemonError> {
         // A daemon that died shows as a broken pipe or a reset as often as an end of file,
         // whichever the request meets first: each is the daemon gone.
         let gone = &self.gone;
@@ -121,8 +134,39 @@ impl Client {
         let mut line = serde_json::to_string(req).expect("requests serialise");
         line.push('\n');
         self.stream.write_all(line.as_bytes()).map_err(io)?;
+        // Read in short waits, looking at the daemon between them: a stopped daemon is named
+        // at once, a silent one once the limit has passed.
+        let _ = self.stream.set_read_timeout(Some(POLL));
+        let started = std::time::Instant::now();
         let mut answer = String::new();
-        let n = self.reader.read_line(&mut answer).map_err(io)?;
+        let n = loop {
+            match self.reader.read_line(&mut answer) {
+                Ok(n) => break n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    let why = if crate::kernel::procfs::stopped(self.pid) {
+                        Some("is stopped (SIGSTOP or a debugger)".to_owned())
+                    } else if started.elapsed() >= limit {
+                        Some(format!("did not answer within {} s", limit.as_secs()))
+                    } else {
+                        None
+                    };
+                    if let Some(why) = why {
+                        return Err(DaemonError::Unresponsive {
+                            socket: self.socket.clone(),
+                            pid: self.pid,
+                            why,
+                        });
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io(e)),
+            }
+        };
         if n == 0 {
             self.gone.store(true, Ordering::Release);
             return Err(DaemonError::Gone {

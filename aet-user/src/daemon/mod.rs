@@ -61,6 +61,14 @@ pub enum DaemonError {
     /// The daemon said something this aet does not understand.
     #[error("the aet daemon at {socket}: {message}")]
     Protocol { socket: PathBuf, message: String },
+    /// The daemon is alive but does not answer: stopped (SIGSTOP), or busy past the time a
+    /// request may take.
+    #[error("the aet daemon (pid {pid}) at {socket} {why}: the run cannot be recorded")]
+    Unresponsive {
+        socket: PathBuf,
+        pid: u32,
+        why: String,
+    },
     /// Another daemon already serves the socket.
     #[error("an aet daemon already serves {0}")]
     Running(PathBuf),

@@ -19,6 +19,15 @@ pub fn exists(tid: u32) -> bool {
     }
 }
 
+/// Is the process stopped (state `T` or `t`: SIGSTOP, or traced)?
+pub fn stopped(pid: u32) -> bool {
+    pid != 0
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| parse_stat_state(&s))
+            .is_some_and(|c| c == 'T' || c == 't')
+}
+
 /// The state letter out of `/proc/PID/stat` text.
 pub fn parse_stat_state(stat: &str) -> Option<char> {
     stat[stat.rfind(')')? + 1..]
