@@ -135,6 +135,15 @@ pub struct Allow {
     pub patterns: BTreeMap<&'static str, Vec<String>>,
 }
 
+/// Most bytes of a policy file: more is refused before anything is compiled.
+pub const MAX_POLICY_BYTES: usize = 4 << 20;
+/// Most rules (cheats, contaminants and warnings together) of a policy.
+pub const MAX_RULES: usize = 10_000;
+/// Most bytes one rule's compiled pattern may take.
+const RULE_REGEX_BYTES: usize = 1 << 20;
+/// Most bytes all rules' patterns together may take compiled.
+const SET_REGEX_BYTES: usize = 64 << 20;
+
 /// A policy, compiled once: every rule's pattern in one [`RegexSet`], the allow-lists in
 /// [`GlobSet`]s.
 #[derive(Clone, Debug)]
@@ -349,6 +358,18 @@ impl Policy {
 
     /// Reads and compiles a policy file.
     pub fn load(path: &Path) -> Result<Self, PolicyError> {
+        if let Ok(m) = fs::metadata(path)
+            && m.len() > MAX_POLICY_BYTES as u64
+        {
+            return Err(PolicyError::Invalid {
+                path: path.to_owned(),
+                message: format!(
+                    "{} bytes: a policy may hold at most {MAX_POLICY_BYTES} (write fewer, \
+                     broader rules)",
+                    m.len()
+                ),
+            });
+        }
         let text = fs::read_to_string(path).map_err(|source| PolicyError::Read {
             path: path.to_owned(),
             source,
@@ -359,10 +380,25 @@ impl Policy {
         })
     }
 
-    /// Parses and compiles policy text (`path` only names it).
+    /// Parses and compiles policy text (`path` only names it). Every problem of the rules is
+    /// named, one per line; the cost is bounded by [`MAX_POLICY_BYTES`] and [`MAX_RULES`].
     pub fn parse(text: &str, path: &Path) -> Result<Self, String> {
+        if text.len() > MAX_POLICY_BYTES {
+            return Err(format!(
+                "{} bytes: a policy may hold at most {MAX_POLICY_BYTES} (write fewer, broader \
+                 rules)",
+                text.len()
+            ));
+        }
         let spec: PolicySpec =
             toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
+        let count = spec.cheats.len() + spec.contaminants.len() + spec.warns.len();
+        if count > MAX_RULES {
+            return Err(format!(
+                "{count} rules: a policy may hold at most {MAX_RULES} (write fewer, broader rules)"
+            ));
+        }
+        let mut problems: Vec<String> = Vec::new();
         let mut rules = Vec::new();
         let mut patterns = Vec::new();
         let (mut argv_patterns, mut argv_rules) = (Vec::new(), Vec::new());
@@ -374,19 +410,29 @@ impl Policy {
             for (name, r) in table {
                 let full = format!("{}.{name}", sev.key());
                 let at = LineOf(text, r.span());
-                let (pat, access, attempts, target) =
-                    rule_fields(r.get_ref(), sev).map_err(|e| format!("{at}: {full}: {e}"))?;
-                if let Err(e) = regex::bytes::Regex::new(&pat) {
+                let (pat, access, attempts, target) = match rule_fields(r.get_ref(), sev) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        problems.push(format!("{at}: {full}: {e}"));
+                        continue;
+                    }
+                };
+                if let Err(e) = regex::bytes::RegexBuilder::new(&pat)
+                    .size_limit(RULE_REGEX_BYTES)
+                    .build()
+                {
                     let first = e.to_string();
                     let first = first.lines().last().unwrap_or("invalid").trim();
-                    return Err(format!(
+                    problems.push(format!(
                         "{at}: {full} = {pat:?}: invalid regular expression: {first}"
                     ));
+                    continue;
                 }
                 if access.is_empty() {
-                    return Err(format!(
+                    problems.push(format!(
                         "{at}: {full}: `access` is empty: the rule could never match"
                     ));
+                    continue;
                 }
                 let access_mask = access.iter().fold(0u8, |m, a| m | a.bit());
                 // The path set keeps one entry per rule (its index is the rule's): an argv
@@ -410,8 +456,29 @@ impl Policy {
                 });
             }
         }
-        let set = RegexSet::new(&patterns).map_err(|e| format!("rules: {e}"))?;
-        let argv_set = RegexSet::new(&argv_patterns).map_err(|e| format!("argv rules: {e}"))?;
+        if !problems.is_empty() {
+            return Err(problems.join("\n"));
+        }
+        let set_of = |patterns: &[String], what: &str| {
+            regex::bytes::RegexSetBuilder::new(patterns)
+                .size_limit(SET_REGEX_BYTES)
+                .build()
+                .map_err(|e| {
+                    let mut longest: Vec<&Rule> = rules.iter().collect();
+                    longest.sort_by_key(|r| std::cmp::Reverse(r.pattern.len()));
+                    let names: Vec<&str> =
+                        longest.iter().take(3).map(|r| r.name.as_str()).collect();
+                    format!(
+                        "the {} {what} together do not compile within {SET_REGEX_BYTES} bytes \
+                         ({}): write fewer or simpler patterns (the longest: {})",
+                        patterns.len(),
+                        e.to_string().lines().last().unwrap_or("too large").trim(),
+                        names.join(", ")
+                    )
+                })
+        };
+        let set = set_of(&patterns, "rules")?;
+        let argv_set = set_of(&argv_patterns, "argv rules")?;
         let allow = match &spec.allow {
             None => None,
             Some(a) => {
@@ -546,6 +613,35 @@ oracle_src = 'oracle\.py'
             }
         }
         assert!(n >= 2, "the example policies are there");
+    }
+
+    #[test]
+    fn every_bad_rule_is_named_and_the_cost_is_bounded() {
+        let e = Policy::parse(
+            "[cheats]\na = '(unclosed'\nb = { pattern = 'x', access = [] }\nc = 'fine'\n\
+             [warns]\nd = '[z-a]'\n",
+            Path::new("p"),
+        )
+        .unwrap_err();
+        for want in ["cheats.a", "cheats.b", "warns.d"] {
+            assert!(e.contains(want), "{want}: {e}");
+        }
+        assert_eq!(e.lines().count(), 3, "{e}");
+        // Too many rules, too many bytes: refused at once, the limit named.
+        let mut many = String::from("[cheats]\n");
+        for i in 0..=MAX_RULES {
+            many += &format!("r{i} = 'x{i}'\n");
+        }
+        let t = std::time::Instant::now();
+        let e = Policy::parse(&many, Path::new("p")).unwrap_err();
+        assert!(e.contains(&MAX_RULES.to_string()), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+        let big = format!("# {}\n", "x".repeat(MAX_POLICY_BYTES));
+        let e = Policy::parse(&big, Path::new("p")).unwrap_err();
+        assert!(e.contains(&MAX_POLICY_BYTES.to_string()), "{e}");
+        // One pattern that compiles too large is named.
+        let e = Policy::parse("[cheats]\nhuge = '(\\w{100}){100}'\n", Path::new("p")).unwrap_err();
+        assert!(e.contains("cheats.huge"), "{e}");
     }
 
     #[test]

@@ -228,15 +228,68 @@ impl SandboxSpec {
             path: path.to_owned(),
             source,
         })?;
-        let spec = Self::parse(&text).map_err(|message| SpecError::Parse {
-            path: path.to_owned(),
-            message,
-        })?;
-        spec.check().map_err(|problems| SpecError::Invalid {
-            path: path.to_owned(),
-            problems,
-        })?;
+        let (spec, mut problems) = match Self::parse(&text) {
+            Ok(s) => (s, Vec::new()),
+            Err(message) => match Self::parse_known(&text) {
+                // Unknown keys, and otherwise a spec: every problem is listed together.
+                Some((s, unknown)) if !unknown.is_empty() => (s, unknown),
+                _ => {
+                    return Err(SpecError::Parse {
+                        path: path.to_owned(),
+                        message,
+                    });
+                }
+            },
+        };
+        if let Err(more) = spec.check() {
+            problems.extend(more);
+        }
+        if !problems.is_empty() {
+            return Err(SpecError::Invalid {
+                path: path.to_owned(),
+                problems,
+            });
+        }
         Ok(spec)
+    }
+
+    /// The spec without its unknown keys, and a problem naming each: `None` when the text is
+    /// not TOML or is wrong in another way too.
+    fn parse_known(text: &str) -> Option<(Self, Vec<String>)> {
+        let mut table: toml::Table = toml::from_str(text).ok()?;
+        let mut unknown = Vec::new();
+        for _ in 0..64 {
+            let e = match Self::deserialize(toml::Value::Table(table.clone())) {
+                Ok(s) => return Some((s, unknown)),
+                Err(e) => e.to_string(),
+            };
+            let name = e.split("unknown field `").nth(1)?.split('`').next()?.to_owned();
+            let line = text
+                .lines()
+                .position(|l| {
+                    l.trim_start()
+                        .strip_prefix(name.as_str())
+                        .is_some_and(|r| r.trim_start().starts_with('='))
+                })
+                .map(|n| format!("line {}: ", n + 1))
+                .unwrap_or_default();
+            if table.remove(&name).is_some() {
+                unknown.push(format!("{line}unknown key `{name}`"));
+                continue;
+            }
+            let repos = table.get_mut("repo")?.as_array_mut()?;
+            let mut found = false;
+            for (i, r) in repos.iter_mut().enumerate() {
+                if r.as_table_mut().and_then(|t| t.remove(&name)).is_some() {
+                    unknown.push(format!("{line}repo[{i}]: unknown key `{name}`"));
+                    found = true;
+                }
+            }
+            if !found {
+                return None;
+            }
+        }
+        None
     }
 
     /// Parses TOML text (no checks against the file system).
@@ -287,6 +340,18 @@ impl SandboxSpec {
                 continue;
             }
             match e.role {
+                Role::Workspace
+                    if fs::symlink_metadata(&e.path).is_ok_and(|m| m.file_type().is_symlink()) =>
+                {
+                    problems.push(format!(
+                        "{}: is a symbolic link{}: name the directory itself (the agent's working \
+                         directory is bound at the path given)",
+                        e.name(),
+                        fs::canonicalize(&e.path)
+                            .map(|t| format!(" to {}", t.display()))
+                            .unwrap_or_default()
+                    ));
+                }
                 Role::Workspace | Role::Allow | Role::ExtraBind | Role::RwBind => {
                     match fs::metadata(&e.path) {
                         Ok(m) if e.role == Role::Workspace && !m.is_dir() => {
@@ -514,6 +579,33 @@ dns         = true
         assert!(e.contains("line 2") && e.contains("allw"), "{e}");
         let e = SandboxSpec::parse("workspace = \"/w\"\ndns = \"yes\"\n").unwrap_err();
         assert!(e.contains("line 2") && e.contains("dns"), "{e}");
+    }
+
+    #[test]
+    fn a_spec_with_an_unknown_key_lists_every_other_problem_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        fs::create_dir(&real).unwrap();
+        let link = dir.path().join("ws");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let spec = dir.path().join("s.toml");
+        fs::write(
+            &spec,
+            format!(
+                "workspace = {link:?}\nallw = [\"/x\"]\nallow = [\"/no/such/dir\"]\n\
+                 [[repo]]\npath = {real:?}\nbase = \"HEAD\"\nhistroy = \"verify\"\n"
+            ),
+        )
+        .unwrap();
+        let e = SandboxSpec::load(&spec).unwrap_err().to_string();
+        for want in [
+            "line 2: unknown key `allw`",
+            "repo[0]: unknown key `histroy`",
+            "allow[0]",
+            "is a symbolic link",
+        ] {
+            assert!(e.contains(want), "{want}: {e}");
+        }
     }
 
     #[test]
