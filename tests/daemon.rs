@@ -410,7 +410,11 @@ fn a_stopped_daemon_is_a_clear_error_within_a_bounded_time() {
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(pid as i32, libc::SIGCONT) };
     assert_eq!(o.status.code(), Some(125), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains("is stopped"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("is stopped"),
+        "{}",
+        text(&o.stderr)
+    );
     assert!(took < Duration::from_secs(20), "took {took:?}");
     // A long command, the daemon stopped from outside, then SIGTERM to aet.
     let mut child = d
@@ -431,7 +435,10 @@ fn a_stopped_daemon_is_a_clear_error_within_a_bounded_time() {
         if let Some(st) = child.try_wait().unwrap() {
             break st;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "aet run did not end");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "aet run did not end"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     unsafe { libc::kill(pid as i32, libc::SIGCONT) };

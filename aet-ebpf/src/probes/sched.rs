@@ -112,7 +112,7 @@ pub(crate) fn cgroup_attach_task(ctx: RawTracePointContext) -> i32 {
         };
         // SAFETY: copied out.
         if id != 0
-            && let Some(&s) = unsafe { SCOPE_CGROUPS.get(&id) }
+            && let Some(&s) = unsafe { SCOPE_CGROUPS.get(id) }
         {
             now = s;
             break;

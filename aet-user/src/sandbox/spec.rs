@@ -263,7 +263,12 @@ impl SandboxSpec {
                 Ok(s) => return Some((s, unknown)),
                 Err(e) => e.to_string(),
             };
-            let name = e.split("unknown field `").nth(1)?.split('`').next()?.to_owned();
+            let name = e
+                .split("unknown field `")
+                .nth(1)?
+                .split('`')
+                .next()?
+                .to_owned();
             let line = text
                 .lines()
                 .position(|l| {
