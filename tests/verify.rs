@@ -300,7 +300,19 @@ fn what_the_signature_does_not_cover_is_named_and_queries_say_so() {
     let signed = signed_run(dir.path(), &key);
     let (code, out) = verify(&signed.out, Some(&public));
     assert_eq!(code, 0, "{out}");
-    assert!(!out.contains("audit.json is not signed"), "{out}");
+    // The report and its HTML page are both signed: nothing is left unsigned.
+    assert!(!out.contains("UNSIGNED"), "{out}");
+    assert!(
+        out.contains("audit.html is the one the manifest names"),
+        "{out}"
+    );
+    // A page edited afterwards is found.
+    let c = dir.path().join("html");
+    copy_run(&signed.out, &c);
+    fs::write(c.join("audit.html"), "<p>clean</p>").unwrap();
+    let (code, out) = verify(&c, Some(&public));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("audit.html: sha256"), "{out}");
     let q = aet()
         .args([
             "query",

@@ -56,6 +56,9 @@ pub struct Body {
     /// The audit's verdict (`aet run --policy`), and `audit.json`'s hash.
     pub verdict: Option<String>,
     pub audit: Option<FileHash>,
+    /// `audit.html`'s hash (absent from manifests written before aet signed it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_html: Option<FileHash>,
     /// The signer's public key (hex).
     pub public_key: String,
 }
@@ -381,7 +384,7 @@ pub fn verify(run_dir: &Path, key: Option<&Path>) -> Result<Verification, Verify
             ));
         }
     }
-    if let Some(a) = &body.audit {
+    for a in body.audit.iter().chain(&body.audit_html) {
         let p = run_dir.join(&a.path);
         match sha256_file(&p) {
             Ok(h) if h == a.sha256 => {
@@ -405,7 +408,12 @@ fn uncovered(run_dir: &Path, body: Option<&Body>) -> Vec<String> {
     let mut covered = vec![std::ffi::OsString::from(crate::ledger::LEDGER_FILE)];
     if let Some(b) = body {
         covered.push(MANIFEST_FILE.into());
-        covered.extend(b.audit.as_ref().map(|a| a.path.clone().into()));
+        covered.extend(
+            b.audit
+                .iter()
+                .chain(&b.audit_html)
+                .map(|a| a.path.clone().into()),
+        );
     }
     let mut names: Vec<_> = fs::read_dir(run_dir)
         .into_iter()

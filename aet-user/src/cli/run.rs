@@ -302,6 +302,7 @@ fn sign(
     let meta = crate::ledger::reader::Ledger::open(&ledger)?.meta()?;
     let exe = std::env::current_exe()?;
     let audit = run_dir.join(crate::audit::AUDIT_FILE);
+    let html = run_dir.join(crate::audit::AUDIT_HTML_FILE);
     let body = crate::manifest::Body {
         format: String::new(),
         version: 1,
@@ -323,6 +324,14 @@ fn sign(
             Some(FileHash {
                 path: crate::audit::AUDIT_FILE.into(),
                 sha256: sha256_file(&audit)?,
+            })
+        } else {
+            None
+        },
+        audit_html: if html.is_file() {
+            Some(FileHash {
+                path: crate::audit::AUDIT_HTML_FILE.into(),
+                sha256: sha256_file(&html)?,
             })
         } else {
             None
