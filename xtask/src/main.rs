@@ -152,7 +152,7 @@ pub fn build() -> anyhow::Result<PathBuf> {
 }
 
 fn demo() -> anyhow::Result<()> {
-    setup::setup()?;
+    setup::setup_for(setup::Purpose::Demo)?;
     let aet = build()?;
     let example = root().join("examples/demo");
     let out = root().join("target/aet-demo");

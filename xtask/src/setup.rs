@@ -14,28 +14,37 @@ use crate::sh;
 
 /// The bpf-linker version aet is built with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
-/// Debian packages: bubblewrap for sandboxes; gcc and make for the end-to-end tests' helpers
-/// and the demo; git for the benchmark; chromium for the test that opens the HTML report; attr
-/// (setfattr) for the test that changes a file's extended attributes; Docker, Podman (with runc:
-/// crun refuses this machine's hybrid cgroups) and a static busybox for the container tests, whose
-/// images are made here and never pulled; bpftool for the benchmark's program statistics;
-/// libseccomp-dev to link the seccomp filter that closes io_uring in the sandbox; a JRE for the
+/// What a setup is for: the demo needs only what builds aet and runs the built-in example; the
+/// tests need everything.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Demo,
+    Test,
+}
+
+/// Debian packages, with whether the demo needs them: bubblewrap for sandboxes; gcc and make for
+/// the demo's example and the end-to-end tests' helpers; libseccomp-dev to link the seccomp
+/// filter that closes io_uring in the sandbox; git for the repository tests and the benchmark;
+/// chromium for the test that opens the HTML report; attr (setfattr) for the test that changes a
+/// file's extended attributes; Docker, Podman (with runc: crun refuses this machine's hybrid
+/// cgroups) and a static busybox for the container tests, whose images are made here and never
+/// pulled; bpftool for the tamper test and the benchmark's program statistics; a JRE for the
 /// PySpark check of the Parquet export (an entry whose first field is a path is checked by that
 /// file, the others by `command -v`).
-const APT_PACKAGES: &[(&str, &str)] = &[
-    ("bwrap", "bubblewrap"),
-    ("setfattr", "attr"),
-    ("dockerd", "docker.io"),
-    ("podman", "podman"),
-    ("runc", "runc"),
-    ("busybox", "busybox-static"),
-    ("bpftool", "bpftool"),
-    ("gcc", "gcc"),
-    ("make", "make"),
-    ("git", "git"),
-    ("chromium", "chromium"),
-    ("/usr/include/seccomp.h", "libseccomp-dev"),
-    ("java", "openjdk-17-jre-headless"),
+const APT_PACKAGES: &[(&str, &str, bool)] = &[
+    ("bwrap", "bubblewrap", true),
+    ("gcc", "gcc", true),
+    ("make", "make", true),
+    ("/usr/include/seccomp.h", "libseccomp-dev", true),
+    ("setfattr", "attr", false),
+    ("dockerd", "docker.io", false),
+    ("podman", "podman", false),
+    ("runc", "runc", false),
+    ("busybox", "busybox-static", false),
+    ("bpftool", "bpftool", false),
+    ("git", "git", false),
+    ("chromium", "chromium", false),
+    ("java", "openjdk-17-jre-headless", false),
 ];
 /// Python packages the tests use to check that notebooks read ledgers as they are, and to
 /// execute `examples/notebooks`.
@@ -82,20 +91,35 @@ pub fn path_with_cargo_bin() -> std::ffi::OsString {
     std::env::join_paths(paths).unwrap_or_default()
 }
 
+/// Everything (`cargo xtask setup`, the tests, the benchmarks).
 pub fn setup() -> anyhow::Result<()> {
+    setup_for(Purpose::Test)
+}
+
+/// What `purpose` needs, installed where missing.
+pub fn setup_for(purpose: Purpose) -> anyhow::Result<()> {
     println!("== setup");
-    apt()?;
+    apt(purpose)?;
     rust_src()?;
     bpf_linker()?;
-    python()?;
+    if purpose == Purpose::Test {
+        python()?;
+    }
     tracefs()?;
-    dockerd()?;
+    if purpose == Purpose::Test {
+        dockerd()?;
+    }
     println!("== setup complete");
     Ok(())
 }
 
-fn apt() -> anyhow::Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES
+fn apt(purpose: Purpose) -> anyhow::Result<()> {
+    let wanted: Vec<(&str, &str)> = APT_PACKAGES
+        .iter()
+        .filter(|(_, _, demo)| *demo || purpose == Purpose::Test)
+        .map(|(bin, pkg, _)| (*bin, *pkg))
+        .collect();
+    let missing: Vec<&str> = wanted
         .iter()
         .filter(|(bin, _)| {
             if bin.starts_with('/') {
@@ -109,11 +133,7 @@ fn apt() -> anyhow::Result<()> {
     if missing.is_empty() {
         println!(
             "ok   apt packages ({})",
-            APT_PACKAGES
-                .iter()
-                .map(|p| p.1)
-                .collect::<Vec<_>>()
-                .join(", ")
+            wanted.iter().map(|p| p.1).collect::<Vec<_>>().join(", ")
         );
         return Ok(());
     }
