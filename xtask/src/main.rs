@@ -138,6 +138,44 @@ pub fn cargo() -> Command {
     c
 }
 
+/// The time each step of a task took, printed at its end (and when a step fails, with what ran
+/// before it).
+struct Steps {
+    done: Vec<(&'static str, std::time::Duration)>,
+    started: std::time::Instant,
+}
+
+impl Steps {
+    fn new() -> Self {
+        Self {
+            done: Vec::new(),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn run<T>(
+        &mut self,
+        name: &'static str,
+        f: impl FnOnce() -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let t = std::time::Instant::now();
+        let r = f();
+        self.done.push((name, t.elapsed()));
+        if r.is_err() {
+            self.print(&format!("{name} failed"));
+        }
+        r
+    }
+
+    fn print(&self, how: &str) {
+        println!("\n== times ({how})");
+        for (name, d) in &self.done {
+            println!("{:>8.1} s  {name}", d.as_secs_f64());
+        }
+        println!("{:>8.1} s  in all", self.started.elapsed().as_secs_f64());
+    }
+}
+
 /// Builds the release binary and returns its path.
 pub fn build() -> anyhow::Result<PathBuf> {
     sh(cargo().args([
@@ -152,15 +190,24 @@ pub fn build() -> anyhow::Result<PathBuf> {
 }
 
 fn demo() -> anyhow::Result<()> {
-    setup::setup_for(setup::Purpose::Demo)?;
-    let aet = build()?;
+    let mut steps = Steps::new();
+    steps.run("setup (what the demo needs)", || {
+        setup::setup_for(setup::Purpose::Demo)
+    })?;
+    let aet = steps.run("build", build)?;
+    steps.run("the demo's runs", || demo_runs(&aet))?;
+    steps.print("cargo xtask demo");
+    Ok(())
+}
+
+fn demo_runs(aet: &Path) -> anyhow::Result<()> {
     let example = root().join("examples/demo");
     let out = root().join("target/aet-demo");
     let _ = std::fs::remove_dir_all(&out);
     println!(
         "\n$ aet run --out target/aet-demo --policy policies/demo.toml -- ./examples/demo/agent.sh"
     );
-    let status = user_command(&aet)
+    let status = user_command(aet)
         .current_dir(root())
         .args(["run", "--out"])
         .arg(&out)
@@ -170,9 +217,9 @@ fn demo() -> anyhow::Result<()> {
         .status()?;
     println!("(the command exited with {status})");
     println!("\n$ aet ledger summary target/aet-demo");
-    sh(Command::new(&aet).args(["ledger", "summary"]).arg(&out))?;
+    sh(Command::new(aet).args(["ledger", "summary"]).arg(&out))?;
     println!("\n$ aet ledger summary --files target/aet-demo | grep examples/demo");
-    let files = Command::new(&aet)
+    let files = Command::new(aet)
         .args(["ledger", "summary", "--files"])
         .arg(&out)
         .output()?;
@@ -181,7 +228,7 @@ fn demo() -> anyhow::Result<()> {
             println!("{line}");
         }
     }
-    demo_isolated(&aet)
+    demo_isolated(aet)
 }
 
 /// The same example with all three parts: the sandbox (the answer key denied), the agent
@@ -251,7 +298,38 @@ fn demo_isolated(aet: &Path) -> anyhow::Result<()> {
 }
 
 fn test(filter: Option<String>) -> anyhow::Result<()> {
-    setup::setup()?;
+    let mut steps = Steps::new();
+    steps.run("setup", setup::setup)?;
+    steps.run("format and lints", lints)?;
+    println!("== pure logic on stable Rust alone (no nightly, no bpf-linker on PATH)");
+    steps.run("aet-core on stable Rust", || {
+        sh(stable_only_cargo()?.args(["test", "--package", "aet-core", "--lib", "--tests"]))
+    })?;
+    // In the release profile, like the binary and the end-to-end tests: DataFusion (aet query)
+    // is then built once, not once per profile (it is most of a cold build).
+    println!("== unit tests");
+    steps.run("unit tests (release build)", || {
+        sh(cargo().args([
+            "test",
+            "--release",
+            "--workspace",
+            "--exclude",
+            "aet-core",
+            "--exclude",
+            "aet-tests",
+            "--exclude",
+            "aet-ebpf",
+        ]))
+    })?;
+    let aet = steps.run("build the aet binary", build)?;
+    steps.run("end-to-end tests (standalone, then with a daemon)", || {
+        end_to_end(&aet, filter.as_deref())
+    })?;
+    steps.print("cargo xtask test");
+    Ok(())
+}
+
+fn lints() -> anyhow::Result<()> {
     println!("== format and lints");
     sh(cargo().args(["fmt", "--all", "--check"]))?;
     sh(cargo().args([
@@ -279,24 +357,11 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "--",
             "-D",
             "warnings",
-        ]))?;
-    println!("== pure logic on stable Rust alone (no nightly, no bpf-linker on PATH)");
-    sh(stable_only_cargo()?.args(["test", "--package", "aet-core", "--lib", "--tests"]))?;
-    // In the release profile, like the binary and the end-to-end tests: DataFusion (aet query)
-    // is then built once, not once per profile (it is most of a cold build).
-    println!("== unit tests");
-    sh(cargo().args([
-        "test",
-        "--release",
-        "--workspace",
-        "--exclude",
-        "aet-core",
-        "--exclude",
-        "aet-tests",
-        "--exclude",
-        "aet-ebpf",
-    ]))?;
-    let aet = build()?;
+        ]))
+}
+
+/// The privileged end-to-end tests: standalone, then served by one daemon.
+fn end_to_end(aet: &Path, filter: Option<&str>) -> anyhow::Result<()> {
     let e2e = |mode: &str, socket: &Path, tests: &[&str]| -> anyhow::Result<()> {
         let mut cmd = cargo();
         cmd.args(["test", "--release", "--package", "aet-tests"]);
@@ -304,10 +369,10 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             cmd.args(["--test", t]);
         }
         cmd.args(["--", "--test-threads=1", "--nocapture"])
-            .env("AET_BIN", &aet)
+            .env("AET_BIN", aet)
             .env("AET_TEST_MODE", mode)
             .env("AET_SOCKET", socket);
-        if let Some(f) = &filter {
+        if let Some(f) = filter {
             cmd.arg(f);
         }
         sh(&mut cmd)
@@ -322,7 +387,7 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
     println!(
         "== the end-to-end tests again, every run served by one aet daemon (but the daemon's own)"
     );
-    let daemon = daemon::Daemon::start(&aet, "test", &[])?;
+    let daemon = daemon::Daemon::start(aet, "test", &[])?;
     e2e(
         "daemon",
         daemon.socket(),
