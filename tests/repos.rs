@@ -391,6 +391,21 @@ fn verify_names_history_kept_anywhere_else_in_the_git_directory_or_the_work_tree
             |t| fs::write(t.repo.join(".git/mystery"), "whatever\n").unwrap(),
             "mystery is not something aet checks",
         ),
+        // A link to a file only root may read is never read (nor copied into git's view,
+        // which is the repository owner's), and a FIFO never blocks the guard.
+        (
+            |t| std::os::unix::fs::symlink("/etc/shadow", t.repo.join(".git/shallow")).unwrap(),
+            "shallow: it is a symbolic link",
+        ),
+        (
+            |t| {
+                let p = t.repo.join(".git/ORIG_HEAD");
+                let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+                // SAFETY: a NUL-terminated path.
+                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            },
+            "ORIG_HEAD: it is not a regular file",
+        ),
     ];
     for (plant, want) in cases {
         verify_names(plant, want);

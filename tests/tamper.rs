@@ -47,7 +47,10 @@ fn raw_request(socket: &Path, request: serde_json::Value) -> serde_json::Value {
         s.set_read_timeout(Some(Duration::from_secs(10)))?;
         let mut r = BufReader::new(s.try_clone()?);
         let mut line = String::new();
-        for req in [serde_json::json!({"op": "hello", "version": 1}), request] {
+        for req in [
+            serde_json::json!({"op": "hello", "version": aet::daemon::protocol::VERSION}),
+            request,
+        ] {
             s.write_all(format!("{req}\n").as_bytes())?;
             line.clear();
             r.read_line(&mut line)?;

@@ -128,12 +128,12 @@ pub struct RunOutcome {
     pub report: MonitorReport,
 }
 
-/// The run directory made, and its ledger's path, absolute: a daemon (whose working directory
-/// is not the client's) writes where the client said.
 /// How often a run checks that it is still being recorded (its ledger written, its daemon
 /// answering).
 const LEDGER_CHECK: Duration = Duration::from_millis(250);
 
+/// The run directory made, and its ledger's path, absolute: a daemon (whose working directory
+/// is not the client's) writes where the client said.
 fn prepare_out(out: &Path) -> Result<PathBuf, RunError> {
     std::fs::create_dir_all(out).map_err(|source| RunError::OutDir {
         path: out.to_owned(),
@@ -569,7 +569,7 @@ async fn drive(
     };
     let mut sigterm = signals(SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut sigint = signals(SignalKind::interrupt()).map_err(RunError::Signals)?;
-    let mut write_failed: Option<String> = None;
+    let mut unrecorded: Option<String> = None;
     let mut sighup = signals(SignalKind::hangup()).map_err(RunError::Signals)?;
 
     fault("cgroup").map_err(|e| {
@@ -627,13 +627,13 @@ async fn drive(
             let mut reporter = crate::progress::Reporter::new(opts.progress);
             let mut ticks = tokio::time::interval(crate::progress::INTERVAL);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            // A ledger that can no longer be written stops the run at once: nothing the
-            // command does after it would be recorded.
+            // A run that can no longer be recorded (its ledger cannot be written, its daemon
+            // is stopped or silent) stops at once: nothing the command did after would be.
             let mut health = tokio::time::interval(LEDGER_CHECK);
             health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let status = loop {
                 tokio::select! {
-                    _ = health.tick(), if write_failed.is_none() => {
+                    _ = health.tick(), if unrecorded.is_none() => {
                         if let Some(e) = monitor.unrecorded() {
                             reporter.clear();
                             eprintln!(
@@ -641,7 +641,7 @@ async fn drive(
                                  killing it"
                             );
                             cg.kill_all()?;
-                            write_failed = Some(e);
+                            unrecorded = Some(e);
                         }
                     }
                     _ = ticks.tick(), if reporter.active() => {
@@ -684,7 +684,7 @@ async fn drive(
                 }
             };
             drop(reporter);
-            if let Some(e) = write_failed {
+            if let Some(e) = unrecorded {
                 return Err(RunError::Unrecorded(e));
             }
             let code = exit_code_of(status);

@@ -238,7 +238,7 @@ impl Session {
         match self {
             Self::Local { engine, slot, .. } => engine.progress(*slot),
             Self::Remote { client, .. } => match client.call(&Request::Progress) {
-                Ok(Response::Progress { progress, .. }) => progress,
+                Ok(Response::Progress { progress }) => progress,
                 _ => Progress::default(),
             },
         }
@@ -250,8 +250,8 @@ impl Session {
         match self {
             Self::Local { engine, slot, .. } => engine.write_error(*slot),
             Self::Remote { client, .. } => {
-                match client.call_within(&Request::Progress, HEALTH_LIMIT) {
-                    Ok(Response::Progress { write_error, .. }) => write_error,
+                match client.call_within(&Request::Health, HEALTH_LIMIT) {
+                    Ok(Response::Health { write_error }) => write_error,
                     Ok(other) => Some(client.unexpected(other).to_string()),
                     Err(e) => Some(e.to_string()),
                 }

@@ -373,20 +373,12 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::ledger::{schema::Row, writer::LedgerWriter};
+    use crate::ledger::writer::sample_ledger;
 
     /// A finished ledger of `rows` sample rows (two batches when more than one batch's worth).
     fn ledger(dir: &Path, rows: u64) -> std::path::PathBuf {
-        let path = dir.join(format!("l{rows}.arrow"));
-        let mut w = LedgerWriter::create(&path, HashMap::new()).unwrap();
-        let sample: Vec<Row<'static>> = (0..40).map(Row::sample).collect();
-        for i in 0..rows {
-            w.append(&sample[(i % 40) as usize]).unwrap();
-        }
-        let mut end = HashMap::new();
-        end.insert(meta::COMPLETE.to_owned(), "false".to_owned());
-        w.finish(end).unwrap();
-        path
+        let end = HashMap::from([(meta::COMPLETE.to_owned(), "false".to_owned())]);
+        sample_ledger(&dir.join(format!("l{rows}.arrow")), rows, end)
     }
 
     #[test]

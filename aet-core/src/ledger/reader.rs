@@ -849,22 +849,14 @@ mod tests {
         );
     }
 
-    /// A finished ledger of `rows` sample rows.
-    fn sample_ledger(dir: &Path, rows: u64) -> PathBuf {
-        let path = dir.join(format!("l{rows}.arrow"));
-        let mut w = super::super::writer::LedgerWriter::create(&path, HashMap::new()).unwrap();
-        let sample: Vec<schema::Row<'static>> = (0..40).map(schema::Row::sample).collect();
-        for i in 0..rows {
-            w.append(&sample[(i % 40) as usize]).unwrap();
-        }
-        w.finish(HashMap::new()).unwrap();
-        path
-    }
-
     #[test]
     fn lengths_past_the_file_are_errors_never_allocations() {
         let dir = tempfile::tempdir().unwrap();
-        let path = sample_ledger(dir.path(), 100);
+        let path = super::super::writer::sample_ledger(
+            &dir.path().join("l100.arrow"),
+            100,
+            HashMap::new(),
+        );
         let bytes = std::fs::read(&path).unwrap();
         let first = super::super::chain::batch_spans(&bytes).unwrap()[0].start as i64;
         // The footer's block: offset (i64), metadata length (i32, padded), body length (i64).

@@ -24,6 +24,19 @@ use super::{
 /// Rows per record batch.
 pub const BATCH_ROWS: usize = 16 * 1024;
 
+/// A finished ledger at `path` of `rows` sample rows (cycling through 40 of
+/// [`Row::sample`]), its footer holding `end`: for the tests of the readers and the chain.
+#[cfg(test)]
+pub(crate) fn sample_ledger(path: &Path, rows: u64, end: HashMap<String, String>) -> PathBuf {
+    let mut w = LedgerWriter::create(path, HashMap::new()).unwrap();
+    let sample: Vec<Row<'static>> = (0..40).map(Row::sample).collect();
+    for i in 0..rows {
+        w.append(&sample[(i % 40) as usize]).unwrap();
+    }
+    w.finish(end).unwrap();
+    path.to_owned()
+}
+
 /// Errors writing a ledger.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {

@@ -301,8 +301,17 @@ fn sign(
     let chain = crate::ledger::chain::verify(&ledger)?;
     let meta = crate::ledger::reader::Ledger::open(&ledger)?.meta()?;
     let exe = std::env::current_exe()?;
-    let audit = run_dir.join(crate::audit::AUDIT_FILE);
-    let html = run_dir.join(crate::audit::AUDIT_HTML_FILE);
+    // A report of the run, named relative to the run directory, when there is one.
+    let report = |name: &str| -> anyhow::Result<Option<FileHash>> {
+        let p = run_dir.join(name);
+        if !p.is_file() {
+            return Ok(None);
+        }
+        Ok(Some(FileHash {
+            path: name.into(),
+            sha256: sha256_file(&p).with_context(|| format!("hashing {}", p.display()))?,
+        }))
+    };
     let body = crate::manifest::Body {
         format: String::new(),
         version: 1,
@@ -320,22 +329,8 @@ fn sign(
         complete: meta.complete,
         incomplete_reasons: meta.incomplete.texts(),
         verdict,
-        audit: if audit.is_file() {
-            Some(FileHash {
-                path: crate::audit::AUDIT_FILE.into(),
-                sha256: sha256_file(&audit)?,
-            })
-        } else {
-            None
-        },
-        audit_html: if html.is_file() {
-            Some(FileHash {
-                path: crate::audit::AUDIT_HTML_FILE.into(),
-                sha256: sha256_file(&html)?,
-            })
-        } else {
-            None
-        },
+        audit: report(crate::audit::AUDIT_FILE)?,
+        audit_html: report(crate::audit::AUDIT_HTML_FILE)?,
         public_key: String::new(),
     };
     Ok(crate::manifest::write(run_dir, body, key)?)

@@ -373,6 +373,11 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
         Request::Progress => match run {
             Some((slot, _)) => Response::Progress {
                 progress: d.engine.progress(*slot),
+            },
+            None => err("no run on this connection".into()),
+        },
+        Request::Health => match run {
+            Some((slot, _)) => Response::Health {
                 write_error: d.engine.write_error(*slot),
             },
             None => err("no run on this connection".into()),

@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// Version of the protocol; a client and a daemon of different versions refuse each other.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// A request.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -42,6 +42,8 @@ pub enum Request {
     Tracked,
     /// What the run has recorded so far.
     Progress,
+    /// Whether the run's ledger is still being written (asked every 250 ms: no map is read).
+    Health,
     /// Stop recording and finish the ledger.
     Stop {
         extra: HashMap<String, String>,
@@ -70,8 +72,9 @@ pub enum Response {
     },
     Progress {
         progress: Progress,
-        /// Why the run's ledger can no longer be written, once it cannot.
-        #[serde(default)]
+    },
+    /// Why the run's ledger can no longer be written, once it cannot.
+    Health {
         write_error: Option<String>,
     },
     Stopped {

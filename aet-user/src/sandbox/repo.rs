@@ -280,11 +280,39 @@ fn text(b: &[u8]) -> String {
 /// A file of the repository as text: `None` when it is not there; an error when it is there
 /// but cannot be read (nothing unread is taken as clean).
 fn read_text(p: &Path) -> Result<Option<String>, String> {
-    match fs::read(p) {
-        Ok(b) => Ok(Some(text(&b))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+    use std::io::Read as _;
+    let mut b = Vec::new();
+    match open_regular(p).and_then(|f| f.map(|mut f| f.read_to_end(&mut b)).transpose()) {
+        Ok(Some(_)) => Ok(Some(text(&b))),
+        Ok(None) => Ok(None),
         Err(e) => Err(format!("cannot read {}: {e}", p.display())),
     }
+}
+
+/// A file of the repository opened for reading, only when it is a regular file: no link is
+/// followed (a repository's file may name any file of the machine, which aet reads as root and
+/// partly copies into git's view, the owner's) and no FIFO or device is opened (it would block
+/// the guard). `Ok(None)` when there is none.
+fn open_regular(p: &Path) -> std::io::Result<Option<fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(p)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(std::io::Error::other(
+                "it is a symbolic link, which aet does not follow in a repository",
+            ));
+        }
+        Err(e) => return Err(e),
+    };
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("it is not a regular file"));
+    }
+    Ok(Some(f))
 }
 
 /// The full name of `base` in `repo` (a commit).
@@ -742,9 +770,10 @@ fn work_tree_history(
                 continue;
             }
             let mut head = [0u8; 16];
-            let n = fs::File::open(&p)
-                .and_then(|mut f| f.read(&mut head))
-                .unwrap_or(0);
+            let n = match open_regular(&p) {
+                Ok(Some(mut f)) => f.read(&mut head).unwrap_or(0),
+                _ => 0,
+            };
             let head = &head[..n];
             if head.starts_with(b"# v2 git bundle") || head.starts_with(b"# v3 git bundle") {
                 let path = p.to_string_lossy().into_owned();
