@@ -52,8 +52,8 @@ fn a_ledger_that_cannot_be_written_stops_the_run_at_once() {
     assert!(err.contains("can no longer be recorded"), "{err}");
     assert!(err.contains("No space left on device"), "{err}");
     // What reached the file reads as an unfinished ledger: never a complete record.
-    let l = aet::ledger::reader::Ledger::open(&r.ledger()).unwrap();
-    assert_eq!(l.form(), aet::ledger::reader::Form::Unfinished);
+    let l = aet_core::ledger::reader::Ledger::open(&r.ledger()).unwrap();
+    assert_eq!(l.form(), aet_core::ledger::reader::Form::Unfinished);
 }
 
 #[test]

@@ -512,8 +512,8 @@ fn sigkill_of_the_monitor_leaves_a_readable_ledger_and_kills_the_run() {
         String::from_utf8_lossy(&rec.stderr)
     );
     let recovered = out.join("ledger.recovered.arrow");
-    let (l, rows) = aet::ledger::rows::read_rows(&recovered).unwrap();
-    assert_eq!(l.form(), aet::ledger::reader::Form::Finished);
+    let (l, rows) = aet_core::ledger::rows::read_rows(&recovered).unwrap();
+    assert_eq!(l.form(), aet_core::ledger::reader::Form::Finished);
     assert_eq!(rows.len() as u64, events);
     let m = l.metadata();
     assert_eq!(m["aet.recovered"], "true");

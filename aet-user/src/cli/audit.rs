@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use crate::audit;
+use aet_core::audit;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -58,7 +58,7 @@ pub fn write_outputs(
 
 pub fn run(a: Args) -> anyhow::Result<u8> {
     let ledger = if a.run.is_dir() {
-        a.run.join(crate::ledger::LEDGER_FILE)
+        a.run.join(aet_core::ledger::LEDGER_FILE)
     } else {
         a.run.clone()
     };

@@ -2,7 +2,7 @@
 use super::Exit;
 use std::path::PathBuf;
 
-use crate::ledger::{
+use aet_core::ledger::{
     reader::{Form, Ledger},
     recover, summary,
 };
@@ -56,7 +56,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             files,
             check,
         } => {
-            let path = crate::ledger::ledger_path(&ledger);
+            let path = aet_core::ledger::ledger_path(&ledger);
             let mut l = Ledger::open(&path)?;
             if l.form() == Form::Unfinished {
                 eprintln!(
@@ -79,7 +79,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             .code())
         }
         Command::Recover { ledger, out } => {
-            let path = crate::ledger::ledger_path(&ledger);
+            let path = aet_core::ledger::ledger_path(&ledger);
             let out = out.unwrap_or_else(|| recover::default_out(&path));
             let r = recover::recover(&path, &out)?;
             eprintln!(
@@ -95,9 +95,9 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
 
 /// `aet ledger export`.
 fn export(runs: &[PathBuf], dir: &std::path::Path) -> anyhow::Result<u8> {
-    use crate::ledger::export;
+    use aet_core::ledger::export;
     // Names first: two runs of one name would land in one partition.
-    let named: Vec<(String, PathBuf)> = crate::ledger::runs::discover(runs)?
+    let named: Vec<(String, PathBuf)> = aet_core::ledger::runs::discover(runs)?
         .into_iter()
         .map(|r| (r.name, r.ledger))
         .collect();

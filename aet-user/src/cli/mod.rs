@@ -105,13 +105,13 @@ impl From<Exit> for ExitCode {
     }
 }
 
-impl From<crate::audit::Verdict> for Exit {
-    fn from(v: crate::audit::Verdict) -> Self {
+impl From<aet_core::audit::Verdict> for Exit {
+    fn from(v: aet_core::audit::Verdict) -> Self {
         match v {
-            crate::audit::Verdict::Clean => Self::Success,
-            crate::audit::Verdict::Flagged => Self::Negative,
-            crate::audit::Verdict::Disqualified => Self::Disqualified,
-            crate::audit::Verdict::Inconclusive => Self::Inconclusive,
+            aet_core::audit::Verdict::Clean => Self::Success,
+            aet_core::audit::Verdict::Flagged => Self::Negative,
+            aet_core::audit::Verdict::Disqualified => Self::Disqualified,
+            aet_core::audit::Verdict::Inconclusive => Self::Inconclusive,
         }
     }
 }
@@ -189,7 +189,7 @@ pub fn main() -> ExitCode {
     // file as corrupt, so the panic itself is not printed.
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if !crate::ledger::reader::decoding() {
+        if !aet_core::ledger::reader::decoding() {
             default_hook(info);
         }
     }));
@@ -351,8 +351,8 @@ pub struct MonitorArgs {
 }
 
 impl MonitorArgs {
-    pub fn mode(&self) -> crate::session::Mode {
-        use crate::session::Mode;
+    pub fn mode(&self) -> crate::run::session::Mode {
+        use crate::run::session::Mode;
         let socket = self
             .socket
             .clone()
@@ -399,7 +399,7 @@ fn error_text(e: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod docs {
-    use crate::docgen;
+    use aet_core::docgen;
 
     /// `docs/cli.md` is the reference clap makes, and its exit-code table is [`super::Exit`]'s.
     #[test]

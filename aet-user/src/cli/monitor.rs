@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use crate::runner::{self, ScopeKind, Target};
+use crate::run::{self, ScopeKind, Target};
 
 /// `--scope`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -69,7 +69,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         _ => unreachable!("clap requires one target"),
     };
     let report = super::runtime()?
-        .block_on(runner::monitor(runner::MonitorOptions {
+        .block_on(run::monitor(run::MonitorOptions {
             target,
             scope: a.scope.map(Into::into),
             out: a.out,

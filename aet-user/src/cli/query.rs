@@ -1,4 +1,8 @@
 //! `aet query SQL RUNS…`: SQL over many runs (see `aet_query`).
+//!
+//! The engine (DataFusion) is most of a cold build, so it is the `query` feature (on by default);
+//! `cargo xtask demo` builds without it, and such a binary says so when asked for a query.
+#![cfg_attr(not(feature = "query"), allow(dead_code, unused_imports))]
 use std::{
     io::Write,
     path::PathBuf,
@@ -8,6 +12,7 @@ use std::{
     },
 };
 
+#[cfg(feature = "query")]
 use aet_query::output::Format;
 
 use super::Exit;
@@ -71,6 +76,15 @@ impl Stdout {
     }
 }
 
+#[cfg(not(feature = "query"))]
+pub fn run(_: Args) -> anyhow::Result<u8> {
+    anyhow::bail!(
+        "this aet was built without `aet query` (the `query` feature: `cargo xtask demo` leaves \
+         the SQL engine out to build fast); `cargo xtask build` builds the whole aet"
+    )
+}
+
+#[cfg(feature = "query")]
 pub fn run(a: Args) -> anyhow::Result<u8> {
     use std::io::IsTerminal as _;
     let format = match a.format {

@@ -4,7 +4,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 use anyhow::Context as _;
 
 use super::Exit;
-use crate::runner;
+use crate::run;
 
 /// `--progress`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -16,8 +16,8 @@ pub enum Progress {
 }
 
 impl Progress {
-    fn mode(self, quiet: bool) -> crate::progress::ProgressMode {
-        use crate::progress::ProgressMode as M;
+    fn mode(self, quiet: bool) -> crate::run::progress::ProgressMode {
+        use crate::run::progress::ProgressMode as M;
         match self {
             Self::Auto if !quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) => M::Line,
             Self::Auto | Self::None => M::None,
@@ -114,25 +114,25 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     let out = a.out.unwrap_or_else(default_out);
     // A signing key is read before anything runs.
     let signing = match &a.sign {
-        Some(k) => Some(crate::manifest::read_secret(k)?),
+        Some(k) => Some(aet_core::manifest::read_secret(k)?),
         None => None,
     };
-    let ledger = out.join(crate::ledger::LEDGER_FILE);
+    let ledger = out.join(aet_core::ledger::LEDGER_FILE);
     if ledger.symlink_metadata().is_ok() {
-        anyhow::bail!(runner::RunError::LedgerExists(ledger));
+        anyhow::bail!(run::RunError::LedgerExists(ledger));
     }
     // A policy is checked before anything runs, and its protected files are identified now.
     let policy = match &a.policy {
-        Some(p) => Some(crate::audit::policy::Policy::load(p)?),
+        Some(p) => Some(aet_core::audit::policy::Policy::load(p)?),
         None => None,
     };
-    let mut head = crate::ledger::record::MetaMap::new();
+    let mut head = aet_core::ledger::record::MetaMap::new();
     let protected = policy
         .as_ref()
         .map(|p| p.protected_identities())
         .unwrap_or_default();
     if policy.as_ref().is_some_and(|p| !p.protected.is_empty()) {
-        head.set_json(crate::ledger::schema::meta::PROTECTED, &protected);
+        head.set_json(aet_core::ledger::schema::meta::PROTECTED, &protected);
     }
     // The barrier is planned (and the kernel checked) before anything runs.
     let barrier = match (a.mode, &policy) {
@@ -144,7 +144,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 anyhow::bail!("{why}");
             }
             let mut plan =
-                crate::barrier::plan(p, enforce, &protected).map_err(anyhow::Error::msg)?;
+                aet_core::barrier::plan(p, enforce, &protected).map_err(anyhow::Error::msg)?;
             // The command's own program: aet runs it, so the barrier lets it.
             let program = std::path::Path::new(&a.command[0]);
             let found = if program.as_os_str().as_encoded_bytes().contains(&b'/') {
@@ -153,10 +153,10 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 program.to_str().and_then(crate::sandbox::find_on_path)
             };
             if let Some(path) = found.filter(|p| p.is_file()) {
-                plan.grants.push(crate::barrier::Grant {
+                plan.grants.push(aet_core::barrier::Grant {
                     entry: "aet: the command's program".into(),
                     path: crate::sandbox::plan::PPath(path),
-                    rights: crate::barrier::Rights::EXECUTE,
+                    rights: aet_core::barrier::Rights::EXECUTE,
                 });
             }
             Some(plan)
@@ -193,9 +193,9 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         if a.env_prefix.is_some() {
             anyhow::bail!("--env-prefix applies inside a sandbox or as an agent identity");
         }
-        crate::launch::Launch::plain(a.command.clone())
+        crate::run::launch::Launch::plain(a.command.clone())
     } else {
-        crate::launch::Launch::prepare(crate::launch::LaunchOptions {
+        crate::run::launch::Launch::prepare(crate::run::launch::LaunchOptions {
             command: a.command.clone(),
             env_prefix: a.env_prefix.clone(),
             sandbox,
@@ -209,7 +209,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     let command = a.command;
     let run_dir = out.clone();
     let quiet = a.quiet;
-    let opts = runner::RunOptions {
+    let opts = run::RunOptions {
         head,
         out,
         command,
@@ -222,14 +222,14 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         launch,
     };
     let outcome = super::runtime()?
-        .block_on(runner::run(opts))
+        .block_on(run::run(opts))
         .context("aet run failed")?;
     let mut verdict = None;
     if let Some(policy) = &policy {
-        let report = crate::audit::audit_with(
+        let report = aet_core::audit::audit_with(
             &run_dir,
             policy,
-            &crate::audit::Options {
+            &aet_core::audit::Options {
                 transcripts: a.transcripts.as_deref(),
                 transcript_format: "claude-jsonl",
             },
@@ -240,17 +240,17 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 // The summary goes to stderr: stdout is the command's.
                 super::audit::write_outputs(
                     &r,
-                    Some(&run_dir.join(crate::audit::AUDIT_FILE)),
-                    Some(&run_dir.join(crate::audit::AUDIT_HTML_FILE)),
+                    Some(&run_dir.join(aet_core::audit::AUDIT_FILE)),
+                    Some(&run_dir.join(aet_core::audit::AUDIT_HTML_FILE)),
                     true,
                 )?;
                 if !quiet {
-                    eprint!("{}", crate::audit::render_text(&r));
+                    eprint!("{}", aet_core::audit::render_text(&r));
                     eprintln!(
                         "aet: audit: {} ({}, {})",
                         r.verdict.name(),
-                        run_dir.join(crate::audit::AUDIT_FILE).display(),
-                        run_dir.join(crate::audit::AUDIT_HTML_FILE).display()
+                        run_dir.join(aet_core::audit::AUDIT_FILE).display(),
+                        run_dir.join(aet_core::audit::AUDIT_HTML_FILE).display()
                     );
                 }
             }
@@ -258,7 +258,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         }
     }
     if let Some(key) = &signing {
-        match sign(
+        match crate::run::sign::sign(
             &run_dir,
             key,
             a.policy.as_deref(),
@@ -277,68 +277,14 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         }
     }
     Ok(match outcome.end {
-        runner::CommandEnd::Exited(code) => u8::try_from(code.clamp(0, 255)).unwrap_or(255),
-        runner::CommandEnd::Refused => Exit::AetFailed.code(),
+        run::CommandEnd::Exited(code) => u8::try_from(code.clamp(0, 255)).unwrap_or(255),
+        run::CommandEnd::Refused => Exit::AetFailed.code(),
     })
-}
-
-/// Writes the run's signed manifest.
-fn sign(
-    run_dir: &std::path::Path,
-    key: &ed25519_dalek::SigningKey,
-    policy: Option<&std::path::Path>,
-    spec: Option<&std::path::Path>,
-    verdict: Option<String>,
-) -> anyhow::Result<PathBuf> {
-    use crate::manifest::{FileHash, sha256_file};
-    let hashed = |p: &std::path::Path| -> anyhow::Result<FileHash> {
-        Ok(FileHash {
-            path: p.display().to_string(),
-            sha256: sha256_file(p).with_context(|| format!("hashing {}", p.display()))?,
-        })
-    };
-    let ledger = run_dir.join(crate::ledger::LEDGER_FILE);
-    let chain = crate::ledger::chain::verify(&ledger)?;
-    let meta = crate::ledger::reader::Ledger::open(&ledger)?.meta()?;
-    let exe = std::env::current_exe()?;
-    // A report of the run, named relative to the run directory, when there is one.
-    let report = |name: &str| -> anyhow::Result<Option<FileHash>> {
-        let p = run_dir.join(name);
-        if !p.is_file() {
-            return Ok(None);
-        }
-        Ok(Some(FileHash {
-            path: name.into(),
-            sha256: sha256_file(&p).with_context(|| format!("hashing {}", p.display()))?,
-        }))
-    };
-    let body = crate::manifest::Body {
-        format: String::new(),
-        version: 1,
-        aet_version: env!("CARGO_PKG_VERSION").into(),
-        ledger: crate::ledger::LEDGER_FILE.into(),
-        ledger_final_hash: crate::ledger::chain::hex(&chain.final_hash),
-        ledger_batches: chain.batches,
-        ledger_rows: chain.rows,
-        policy: policy.map(hashed).transpose()?,
-        sandbox_spec: spec.map(hashed).transpose()?,
-        aet_binary: hashed(&exe)?,
-        ebpf_object_sha256: crate::manifest::sha256(crate::loader::ebpf_object()),
-        kernel_release: meta.kernel_release.clone(),
-        events_lost: meta.events_lost,
-        complete: meta.complete,
-        incomplete_reasons: meta.incomplete.texts(),
-        verdict,
-        audit: report(crate::audit::AUDIT_FILE)?,
-        audit_html: report(crate::audit::AUDIT_HTML_FILE)?,
-        public_key: String::new(),
-    };
-    Ok(crate::manifest::write(run_dir, body, key)?)
 }
 
 /// `runs/<UTC time>` for a run without `--out`.
 fn default_out() -> PathBuf {
-    let secs = crate::util::now_ns() / 1_000_000_000;
+    let secs = aet_core::util::now_ns() / 1_000_000_000;
     PathBuf::from("runs").join(utc_stamp(secs))
 }
 

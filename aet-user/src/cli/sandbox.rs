@@ -157,7 +157,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
                 .prefix("probe-")
                 .tempdir_in(sandbox::runtime_dir()?)
                 .context("cannot create the probe's home")?;
-            let launch = crate::launch::Launch::prepare(crate::launch::LaunchOptions {
+            let launch = crate::run::launch::Launch::prepare(crate::run::launch::LaunchOptions {
                 command: Vec::new(),
                 env_prefix: None,
                 sandbox: Some(spec),
@@ -221,7 +221,7 @@ pub fn probe_table(results: &[ProbeResult]) -> String {
             r.read,
             r.write,
             r.list,
-            crate::util::escape_path(&r.path.0.to_string_lossy())
+            aet_core::util::escape_path(&r.path.0.to_string_lossy())
         ));
     }
     s
@@ -282,7 +282,7 @@ fn run_sandboxed(
                         .join(" ")
                 );
             }
-            Ok(u8::try_from(crate::runner::exit_code_of(status).clamp(0, 255)).unwrap_or(255))
+            Ok(u8::try_from(crate::run::exit_code_of(status).clamp(0, 255)).unwrap_or(255))
         }
     }
 }

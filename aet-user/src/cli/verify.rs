@@ -18,7 +18,7 @@ pub fn key(c: KeyCommand) -> anyhow::Result<u8> {
         KeyCommand::New { key } => {
             let mut seed = [0u8; 32];
             getrandom(&mut seed)?;
-            let public = crate::manifest::new_key(&key, seed)?;
+            let public = aet_core::manifest::new_key(&key, seed)?;
             eprintln!(
                 "aet: wrote the secret key {} (mode 0600) and the public key {}",
                 key.display(),
@@ -59,7 +59,7 @@ pub struct Args {
 /// Exit 0 when everything verifies, 1 when anything was changed (each difference named), 4 for
 /// a missing run or key or bad arguments.
 pub fn verify(a: Args) -> anyhow::Result<u8> {
-    let v = crate::manifest::verify(&a.run, a.key.as_deref())?;
+    let v = aet_core::manifest::verify(&a.run, a.key.as_deref())?;
     let mut out = String::new();
     for l in &v.ok {
         out += &format!("ok       {l}\n");

@@ -26,9 +26,11 @@ use std::{
 use protocol::{Request, Response, VERSION};
 
 use crate::{
-    ledger::record::{Incomplete, MetaMap, Reasons},
     loader::{LoadOptions, Scope},
     monitor::{MonitorError, engine::Engine},
+};
+use aet_core::{
+    ledger::record::{Incomplete, MetaMap, Reasons},
     util::now_ns,
 };
 

@@ -6,13 +6,13 @@ use std::{collections::HashMap, path::PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ledger::record::Reasons,
     loader::Scope,
     monitor::{
         MonitorReport,
         engine::{Progress, RunStatus},
     },
 };
+use aet_core::ledger::record::Reasons;
 
 /// Version of the protocol; a client and a daemon of different versions refuse each other.
 pub const VERSION: u32 = 2;

@@ -28,14 +28,14 @@ use super::{
     overload::{Freezer, OnOverload},
     source::{EventSource, RingSource},
 };
-use crate::{
+use crate::loader::{Counters, LoadError, LoadOptions, Programs, Scope};
+use aet_core::{
     access::{Access, RowFields, classify},
     ledger::{
         record::{Incomplete, MetaMap, Reasons},
         schema::meta,
         writer::{LedgerWriter, Row, WriteError},
     },
-    loader::{Counters, LoadError, LoadOptions, Programs, Scope},
     util::{WallClock, now_ns},
 };
 

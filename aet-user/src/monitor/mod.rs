@@ -21,13 +21,13 @@ use std::{
 
 use aet_common::{EventKind, flags};
 
-use crate::{
+use crate::loader::{Counters, LoadError};
+use aet_core::{
     ledger::{
         record::Reasons,
         schema::capture,
         writer::{Row, WriteError},
     },
-    loader::{Counters, LoadError},
     util::WallClock,
 };
 use decode::RawEvent;
@@ -186,9 +186,11 @@ fn tool_argv(argv: &[u8], known: &[&[&str]]) -> Option<Vec<String>> {
         let name = a.rsplit(|&b| b == b'/').next().unwrap_or(a);
         known.iter().any(|k| k.iter().any(|n| n.as_bytes() == name))
     };
-    let first = crate::util::split_argv(argv).take(3).position(is_known)?;
+    let first = aet_core::util::split_argv(argv)
+        .take(3)
+        .position(is_known)?;
     Some(
-        crate::util::split_argv(argv)
+        aet_core::util::split_argv(argv)
             .skip(first)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect(),
@@ -807,7 +809,7 @@ pub struct MonitorReport {
     pub incomplete: Reasons,
     /// How the run met overload.
     #[serde(default)]
-    pub overload: Option<crate::ledger::record::OverloadRecord>,
+    pub overload: Option<aet_core::ledger::record::OverloadRecord>,
 }
 
 impl MonitorReport {

@@ -13,7 +13,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{ledger::record::OverloadRecord, loader::Scope};
+use crate::loader::Scope;
+use aet_core::ledger::record::OverloadRecord;
 
 /// What a run does when the record cannot keep up.
 #[derive(

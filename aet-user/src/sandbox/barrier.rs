@@ -17,10 +17,10 @@ use landlock::{
 };
 use regex::bytes::RegexSet;
 
-use crate::barrier::{
+use crate::sandbox::plan::PPath;
+use aet_core::barrier::{
     BarrierMode, BarrierPlan, BarrierReport, BarrierRule, Excluded, MIN_ABI, Rights,
 };
-use crate::sandbox::plan::PPath;
 
 /// The ABI whose rights the ruleset handles (file rights of ABI 5, scopes of ABI 6).
 const HANDLED: ABI = ABI::V6;
@@ -419,7 +419,7 @@ pub fn build(plan: &BarrierPlan) -> Result<Built, String> {
 
 /// The dynamic loaders of the view: the kernel executes the one a program names (PT_INTERP), so
 /// a program that may run needs it too.
-fn loaders() -> Vec<crate::barrier::Grant> {
+fn loaders() -> Vec<aet_core::barrier::Grant> {
     let mut out = Vec::new();
     for d in [
         "/lib64",
@@ -434,7 +434,7 @@ fn loaders() -> Vec<crate::barrier::Grant> {
             let name = e.file_name();
             let n = name.as_bytes();
             if n.starts_with(b"ld-linux") || n.starts_with(b"ld-musl") || n == b"ld.so" {
-                out.push(crate::barrier::Grant {
+                out.push(aet_core::barrier::Grant {
                     entry:
                         "aet: the dynamic loader (the kernel executes it for every dynamic program)"
                             .into(),

@@ -758,7 +758,7 @@ mod tests {
             crate::sandbox::format_args_lines(&b.argv()).replace(root.to_str().unwrap(), "$ROOT");
         let golden =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/seed.bwrap-argv.txt");
-        if std::env::var_os(crate::docgen::BLESS_ENV).is_some() {
+        if std::env::var_os(aet_core::docgen::BLESS_ENV).is_some() {
             fs::write(&golden, &got).unwrap();
         }
         let want = fs::read_to_string(&golden).unwrap_or_default();

@@ -91,7 +91,7 @@ pub struct PrepareOptions {
     /// Writable binds added to the spec's (an agent identity's home).
     pub extra_rw: Vec<PathBuf>,
     /// The barrier the stage builds (`--mode shadow|enforce`).
-    pub barrier: Option<crate::barrier::BarrierPlan>,
+    pub barrier: Option<aet_core::barrier::BarrierPlan>,
 }
 
 /// A sandbox ready to start: the bwrap arguments (handed over with `bwrap --args FD`, so the
@@ -244,8 +244,8 @@ impl Prepared {
 
     /// What the run record keeps of the sandbox: the spec, the exact arguments, the variable
     /// names (never values), and the stage's report.
-    pub fn record(&self, report: Option<&Report>) -> crate::ledger::record::SandboxRecord {
-        crate::ledger::record::SandboxRecord {
+    pub fn record(&self, report: Option<&Report>) -> aet_core::ledger::record::SandboxRecord {
+        aet_core::ledger::record::SandboxRecord {
             spec: self.spec_path.clone(),
             bwrap_argv: self
                 .built

@@ -27,7 +27,7 @@ pub const EXIT_VERIFY_FAILED: i32 = 125;
 pub const EXIT_PRIVILEGES: i32 = 124;
 
 fn errno_name(e: &io::Error) -> String {
-    crate::util::errno_name(e.raw_os_error().unwrap_or(0)).to_owned()
+    aet_core::util::errno_name(e.raw_os_error().unwrap_or(0)).to_owned()
 }
 
 fn read_only(p: &Path) -> io::Result<bool> {

@@ -16,7 +16,6 @@ use crate::{
         client::Client,
         protocol::{Request, Response},
     },
-    ledger::record::{MetaMap, Reasons},
     loader::{LoadOptions, Scope},
     monitor::{
         MonitorError, MonitorReport,
@@ -24,6 +23,7 @@ use crate::{
         overload::OnOverload,
     },
 };
+use aet_core::ledger::record::{MetaMap, Reasons};
 
 /// Where the monitor should come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,7 +82,7 @@ fn thaw_guard() -> Result<(crate::guard::Guard, PathBuf), SessionError> {
     let dir = crate::sandbox::runtime_dir().map_err(io)?.join(format!(
         "frozen-{}-{}",
         std::process::id(),
-        crate::util::now_ns()
+        aet_core::util::now_ns()
     ));
     std::fs::create_dir(&dir).map_err(io)?;
     let guard = crate::guard::Guard::start_thaw(&dir).map_err(io)?;

@@ -13,7 +13,6 @@ use std::{
 
 use crate::{
     identity::{self, GraderRoot, HandOver, IdentityConfig, IdentityError, ProcessRef},
-    ledger::record::IdentityRecord,
     sandbox::{
         self, PrepareOptions, Prepared, SandboxError, build,
         env::{self, Env},
@@ -21,6 +20,7 @@ use crate::{
         spec::SandboxSpec,
     },
 };
+use aet_core::ledger::record::IdentityRecord;
 
 /// Why a run cannot start as asked.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +49,7 @@ pub struct LaunchOptions {
     pub mode: Mode,
     /// The barrier (`--mode shadow|enforce`): built by the stage; a run with neither sandbox
     /// nor identity gets a stage for it.
-    pub barrier: Option<crate::barrier::BarrierPlan>,
+    pub barrier: Option<aet_core::barrier::BarrierPlan>,
 }
 
 /// An agent identity, set up.

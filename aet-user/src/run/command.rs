@@ -1,0 +1,532 @@
+//! `aet run`: create the run's cgroup, attach the monitor scoped to it, start the command inside
+//! it (the child moves itself into the cgroup before it execs, so the command's first instruction
+//! is already watched), wait for it, give the rest of the run `grace` to finish, kill what is
+//! left, drain every record, finish the ledger. It never starts the command without a monitor.
+
+use std::{
+    ffi::OsString,
+    io,
+    os::fd::AsRawFd as _,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use aet_core::ledger::{
+    record::{Incomplete, MetaMap, ProcessRef, Reasons},
+    schema::meta,
+};
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::{
+    CGROUP_ENV, CommandEnd, RunError, exit_code_of, fault,
+    fds::{child_fd_hygiene, inherited_fd_ranges, inherited_fds},
+    note, prepare_out, report_end,
+    session::{Mode, Session, SessionError},
+};
+use crate::{
+    kernel::{
+        cgroup::{self, CgroupError, RunCgroup},
+        procfs,
+    },
+    loader::Scope,
+    monitor::MonitorReport,
+};
+
+/// Options of `aet run`.
+pub struct RunOptions {
+    pub out: PathBuf,
+    pub command: Vec<OsString>,
+    pub grace: Duration,
+    pub ringbuf_bytes: u32,
+    pub on_overload: crate::monitor::overload::OnOverload,
+    pub quiet: bool,
+    /// How the command starts: in a sandbox (bwrap starts inside the run's cgroup, so its
+    /// set-up is in the ledger too), as an agent identity, or as it is.
+    pub launch: crate::run::launch::Launch,
+    /// Metadata written with the ledger's head (e.g. protected files' identities at start).
+    pub head: MetaMap,
+    /// Where the monitor comes from (the daemon, or programs loaded for this run).
+    pub mode: Mode,
+    /// The live status on stderr while the command runs.
+    pub progress: crate::run::progress::ProgressMode,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunOutcome {
+    pub end: CommandEnd,
+    /// Processes killed at teardown.
+    pub killed: Vec<ProcessRef>,
+    pub report: MonitorReport,
+}
+
+/// How often a run checks that it is still being recorded (its ledger written, its daemon
+/// answering).
+const LEDGER_CHECK: Duration = Duration::from_millis(250);
+
+fn command_text(cmd: &[OsString]) -> Vec<String> {
+    cmd.iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Processes of the tracked set (thread ids mapped to their processes) that still exist and are
+/// not in `cg`.
+fn tracked_outside(monitor: &mut Session, cg: Option<&Path>) -> Vec<u32> {
+    let mut pids: Vec<u32> = monitor
+        .tracked()
+        .into_iter()
+        .filter_map(|tid| {
+            let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Tgid:"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        })
+        .filter(|&pid| match cg {
+            Some(cg) => cgroup::cgroup_of(pid).map(|p| p != cg).unwrap_or(true),
+            None => true,
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// `aet run`. Once the monitor is attached, every path out of here finishes the ledger: an error
+/// of aet's own stops the run (its processes are killed), is recorded as the reason the record
+/// is incomplete, and is returned after the ledger is finished.
+pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
+    if opts.command.is_empty() {
+        return Err(RunError::NoCommand);
+    }
+    let ledger = prepare_out(&opts.out)?;
+    // Whole seconds: ctimes are compared at that resolution.
+    let run_started = std::time::SystemTime::now() - Duration::from_secs(1);
+    let name = format!("run-{}-{}", std::process::id(), aet_core::util::now_ns());
+    let cg = RunCgroup::create(&name)?;
+    let guard = crate::guard::Guard::start(cg.path()).map_err(RunError::Guard)?;
+    let (relative, level) = cgroup::relative(cg.path())?;
+    let scope = Scope::Cgroup {
+        path: cg.path().to_owned(),
+        id: cg.id(),
+        level,
+    };
+    let mut head = opts.head.clone();
+    head.set_json(meta::COMMAND, &command_text(&opts.command));
+    head.set_json(meta::INHERITED_FDS, &inherited_fds());
+    let mut monitor = Session::start(
+        &opts.mode,
+        &scope,
+        &ledger,
+        head,
+        true,
+        opts.ringbuf_bytes,
+        opts.on_overload,
+    )?;
+    note(
+        opts.quiet,
+        format_args!(
+            "monitoring in {} -> {}{}",
+            scope.describe(),
+            ledger.display(),
+            match monitor.daemon_pid() {
+                Some(pid) => format!(" (aet daemon {pid})"),
+                None => String::new(),
+            }
+        ),
+    );
+
+    let mut reasons = Reasons::new();
+    let mut extra = MetaMap::new();
+    let driven = drive(&opts, &cg, &relative, &mut monitor).await;
+    let (status, killed) = match driven {
+        Ok(d) => {
+            if let Some(e) = d.kill_error {
+                reasons.push(Incomplete::KillFailed { error: e });
+            }
+            (Ok(d.status), d.killed)
+        }
+        Err(e) => {
+            // aet failed while the command ran: nothing of the run may go on unmonitored.
+            eprintln!("aet: error: {e}; stopping the run");
+            let _ = cg.kill_all();
+            if monitor.failed() && monitor.mode() == "daemon" {
+                // The daemon is gone, and the ledger with it: nothing more can be written.
+                drop(monitor);
+                drop(cg);
+                guard.release();
+                return Err(RunError::DaemonGone(ledger));
+            }
+            reasons.push(Incomplete::AetFailed {
+                error: e.to_string(),
+            });
+            (Err(e), Vec::new())
+        }
+    };
+    if monitor.failed() {
+        reasons.push(Incomplete::ConsumerStopped);
+    }
+    let mut end = status
+        .as_ref()
+        .map_or(CommandEnd::Refused, |s| CommandEnd::Exited(*s));
+    let stage = opts.launch.stage_report();
+    match &stage {
+        None => {}
+        Some(Ok(r)) if r.ok => {
+            if let Some(sb) = &opts.launch.sandbox {
+                note(
+                    opts.quiet,
+                    format_args!(
+                        "sandbox {} verified from inside: {} checks{}",
+                        sb.spec_path.display(),
+                        r.checks.len(),
+                        if r.io_uring.is_some() {
+                            "; io_uring closed (seccomp)"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
+            if let Some(p) = &r.privileges {
+                note(opts.quiet, format_args!("the command ran as {p}"));
+            }
+            if let Some(b) = &r.barrier {
+                note(
+                    opts.quiet,
+                    format_args!(
+                        "barrier ({}): {} Landlock rules{}, {} file(s) left out, {} entries walked{}",
+                        b.mode.name(),
+                        b.rules.len(),
+                        match &b.enforced {
+                            Some(e) => format!(" {e} (ABI {})", b.abi),
+                            None => " built, not applied".into(),
+                        },
+                        b.excluded.len(),
+                        b.walked,
+                        if b.scoped.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; {} scoped to the run", b.scoped.join(" and "))
+                        }
+                    ),
+                );
+                if !b.partial_dirs.is_empty() {
+                    let shown: Vec<String> = b
+                        .partial_dirs
+                        .iter()
+                        .take(3)
+                        .map(|d| d.0.display().to_string())
+                        .collect();
+                    note(
+                        opts.quiet,
+                        format_args!(
+                            "barrier: {} director(ies) hold a left-out file below them, so only their \
+                             existing entries are granted (nothing new can be made in them): {}{}",
+                            b.partial_dirs.len(),
+                            shown.join(", "),
+                            if b.partial_dirs.len() > 3 {
+                                ", ..."
+                            } else {
+                                ""
+                            }
+                        ),
+                    );
+                }
+            }
+        }
+        Some(Ok(r)) => {
+            eprintln!(
+                "aet: THE AGENT'S ENVIRONMENT WAS NOT AS SPECIFIED; the command was not run:"
+            );
+            for f in &r.failures {
+                eprintln!("aet:   - {f}");
+            }
+            end = CommandEnd::Refused;
+        }
+        Some(Err(e)) => {
+            eprintln!("aet: error: {e}");
+            end = CommandEnd::Refused;
+        }
+    }
+    let report_ok = stage.as_ref().and_then(|r| r.as_ref().ok());
+    if let Some(b) = report_ok.and_then(|r| r.barrier.as_ref()) {
+        extra.set_json(meta::BARRIER, b);
+    }
+    if let Some(sb) = &opts.launch.sandbox {
+        extra.set_json(meta::SANDBOX, &sb.record(report_ok));
+    }
+    if let Some(id) = &opts.launch.identity {
+        // No process of the agent's uid may outlive the run, anywhere on the machine.
+        let (strays, reap_error) = match crate::identity::reap_uid(id.uid) {
+            Ok(s) => (s, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        if !strays.is_empty() {
+            let list: Vec<String> = strays
+                .iter()
+                .map(|k| format!("{} ({})", k.pid, k.comm))
+                .collect();
+            eprintln!(
+                "aet: killed {} process(es) of uid {} found outside the run after teardown: {}",
+                strays.len(),
+                id.uid,
+                list.join(", ")
+            );
+        }
+        if let Some(e) = &reap_error {
+            eprintln!("aet: error: {e}");
+            reasons.push(Incomplete::ReapFailed { error: e.clone() });
+        }
+        let (files, total) = crate::identity::leftovers(
+            id.uid,
+            run_started,
+            &[id.workspace.clone(), id.home.clone()],
+            1000,
+        );
+        if total > 0 {
+            note(
+                opts.quiet,
+                format_args!(
+                    "the agent (uid {}) left {total} file(s) outside its workspace and home, e.g. {}",
+                    id.uid,
+                    files[0].display()
+                ),
+            );
+        }
+        extra.set_json(
+            meta::IDENTITY,
+            &id.record(report_ok, &strays, reap_error.as_deref(), &files, total),
+        );
+    }
+    if let CommandEnd::Exited(code) = end {
+        extra.set(meta::EXIT_STATUS, code);
+    }
+    extra.set_json(meta::KILLED, &killed);
+    let report = monitor.stop(extra, reasons)?;
+    drop(cg);
+    guard.release();
+    report_end(&report, opts.quiet);
+    status?;
+    Ok(RunOutcome {
+        end,
+        killed,
+        report,
+    })
+}
+
+/// What driving the command found.
+struct Driven {
+    /// The command's shell-style status.
+    status: i32,
+    killed: Vec<ProcessRef>,
+    /// The run's processes could not all be killed.
+    kill_error: Option<String>,
+}
+
+/// Starts the command in the run's cgroup, waits for it (forwarding signals), gives the rest of
+/// the run `grace`, and kills what is left.
+async fn drive(
+    opts: &RunOptions,
+    cg: &RunCgroup,
+    relative: &Path,
+    monitor: &mut Session,
+) -> Result<Driven, RunError> {
+    let program = &opts.command[0];
+    let signals = |kind| {
+        fault("signals")?;
+        signal(kind)
+    };
+    let mut sigterm = signals(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut sigint = signals(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    let mut unrecorded: Option<String> = None;
+    let mut sighup = signals(SignalKind::hangup()).map_err(RunError::Signals)?;
+
+    fault("cgroup").map_err(|e| {
+        RunError::Cgroup(CgroupError::Io {
+            path: cg.path().to_owned(),
+            source: e,
+        })
+    })?;
+    let procs = cg.procs_file()?;
+    let procs_fd = procs.as_raw_fd();
+    let (mut std_cmd, keep_fd) = opts.launch.command();
+    // The run's cgroup, as `--cgroup-parent` takes it: a container started with it is recorded
+    // from its first exec.
+    std_cmd.env(CGROUP_ENV, relative);
+    let strays = inherited_fd_ranges();
+    let mut cmd = tokio::process::Command::from(std_cmd);
+    // SAFETY: the closure only calls async-signal-safe syscalls (write, fcntl, and those of
+    // child_fd_hygiene).
+    unsafe {
+        cmd.pre_exec(move || {
+            child_fd_hygiene(&strays);
+            let r = libc::write(procs_fd, b"0".as_ptr().cast(), 1);
+            if r != 1 {
+                return Err(io::Error::last_os_error());
+            }
+            if let Some(fd) = keep_fd {
+                crate::sandbox::inherit_fd(fd)?;
+            }
+            Ok(())
+        });
+    }
+    let started = Instant::now();
+    let spawned = cmd.spawn();
+    drop(procs);
+    let status = match spawned {
+        Err(e) => {
+            let code = if e.kind() == io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            eprintln!("aet: cannot run {}: {e}", program.to_string_lossy());
+            code
+        }
+        Ok(mut child) => {
+            let child_pid = child.id();
+            let forward = |sig| {
+                if let Some(pid) = child_pid {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+                }
+            };
+            let mut interrupts = 0;
+            let lost = monitor.lost();
+            tokio::pin!(lost);
+            let mut reporter = crate::run::progress::Reporter::new(opts.progress);
+            let mut ticks = tokio::time::interval(crate::run::progress::INTERVAL);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            // A run that can no longer be recorded (its ledger cannot be written, its daemon
+            // is stopped or silent) stops at once: nothing the command did after would be.
+            let mut health = tokio::time::interval(LEDGER_CHECK);
+            health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let status = loop {
+                tokio::select! {
+                    _ = health.tick(), if unrecorded.is_none() => {
+                        if let Some(e) = monitor.unrecorded() {
+                            reporter.clear();
+                            eprintln!(
+                                "aet: error: the run can no longer be recorded ({e}): \
+                                 killing it"
+                            );
+                            cg.kill_all()?;
+                            unrecorded = Some(e);
+                        }
+                    }
+                    _ = ticks.tick(), if reporter.active() => {
+                        let status = crate::run::progress::Status::new(
+                            started.elapsed(),
+                            crate::run::progress::processes(cg.path()),
+                            monitor.progress(),
+                        );
+                        reporter.show(&status);
+                    }
+                    () = &mut lost => {
+                        let _ = cg.kill_all();
+                        return Err(RunError::Session(SessionError::Daemon(
+                            crate::daemon::DaemonError::Gone {
+                                socket: match &opts.mode {
+                                    Mode::Auto(s) | Mode::Daemon(s) => s.clone(),
+                                    Mode::Standalone => PathBuf::new(),
+                                },
+                            },
+                        )));
+                    }
+                    st = child.wait() => {
+                        fault("wait").map_err(RunError::Wait)?;
+                        break st.map_err(RunError::Wait)?
+                    }
+                    _ = sigterm.recv() => {
+                        reporter.clear();
+                        forward(nix::sys::signal::Signal::SIGTERM);
+                        note(opts.quiet, "SIGTERM: forwarded to the command");
+                    }
+                    _ = sighup.recv() => forward(nix::sys::signal::Signal::SIGHUP),
+                    _ = sigint.recv() => {
+                        interrupts += 1;
+                        if interrupts >= 2 {
+                            reporter.clear();
+                            note(opts.quiet, "second interrupt: killing the run");
+                            cg.kill_all()?;
+                        }
+                    }
+                }
+            };
+            drop(reporter);
+            if let Some(e) = unrecorded {
+                return Err(RunError::Unrecorded(e));
+            }
+            let code = exit_code_of(status);
+            note(
+                opts.quiet,
+                format_args!(
+                    "command exited with status {code} after {:.3} s",
+                    started.elapsed().as_secs_f64()
+                ),
+            );
+            code
+        }
+    };
+
+    // The rest of the run gets `grace` to finish, then is killed.
+    fault("teardown").map_err(|e| {
+        RunError::Cgroup(CgroupError::Io {
+            path: cg.path().to_owned(),
+            source: e,
+        })
+    })?;
+    let deadline = Instant::now() + opts.grace;
+    while cg.populated()? && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut killed = Vec::new();
+    let mut kill_error = None;
+    let mut leftovers = cg.procs()?;
+    leftovers.extend(tracked_outside(monitor, Some(cg.path())));
+    leftovers.sort_unstable();
+    leftovers.dedup();
+    if !leftovers.is_empty() {
+        for &pid in &leftovers {
+            killed.push(ProcessRef {
+                pid,
+                comm: procfs::comm(pid).unwrap_or_default(),
+            });
+        }
+        for k in &killed {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(k.pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if let Err(e) = cg.kill_all() {
+            kill_error = Some(e.to_string());
+        }
+        let list: Vec<String> = killed
+            .iter()
+            .map(|k| format!("{} ({})", k.pid, k.comm))
+            .collect();
+        note(
+            opts.quiet,
+            format_args!(
+                "killed {} process(es) still running {:.1} s after the command ended: {}",
+                killed.len(),
+                opts.grace.as_secs_f64(),
+                list.join(", ")
+            ),
+        );
+        // Let the killed processes' exits reach the ring buffer.
+        for _ in 0..100 {
+            if tracked_outside(monitor, None).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    Ok(Driven {
+        status,
+        killed,
+        kill_error,
+    })
+}
