@@ -223,7 +223,7 @@ pub fn main() -> ExitCode {
         Command::GuardDaemon { state } => (crate::daemon::guard_main(&state).map(|()| 0), 1),
         Command::GuardThaw { dir } => (crate::guard::thaw_main(&dir).map(|()| 0), 1),
         Command::Replay { dump, ledger } => (
-            crate::monitor::engine::replay(&dump, &ledger)
+            crate::monitor::replay::replay(&dump, &ledger)
                 .map(|r| {
                     println!(
                         "records={} rows={} cpu_ns={} finish_cpu_ns={} wall_ns={}",

@@ -27,7 +27,7 @@ use protocol::{Request, Response, VERSION};
 
 use crate::{
     loader::{LoadOptions, Scope},
-    monitor::{MonitorError, engine::Engine},
+    monitor::{MonitorError, slots::Monitor},
 };
 use aet_core::{
     ledger::record::{Incomplete, MetaMap, Reasons},
@@ -102,7 +102,7 @@ fn state_dir(socket: &Path) -> PathBuf {
 
 /// What every connection's thread shares.
 struct Daemon {
-    engine: Engine,
+    engine: Monitor,
     opts: DaemonOptions,
     started_ns: i64,
     state: PathBuf,
@@ -130,7 +130,7 @@ pub fn serve(opts: DaemonOptions) -> Result<(), DaemonError> {
     // SIGINT and SIGTERM are taken by one thread; blocked first, so every thread started from
     // here on (the consumer too) leaves them to it.
     let mut signals = signal_hook_lite()?;
-    let engine = Engine::load(&LoadOptions {
+    let engine = Monitor::load(&LoadOptions {
         ringbuf_bytes: opts.ringbuf_bytes,
     })?;
     let state = state_dir(&socket);
@@ -307,7 +307,7 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
             }
             let quota = u64::from(d.opts.ringbuf_bytes / d.opts.max_runs);
             // Freezes are marked in the state directory: the daemon's guard thaws them.
-            let overload = crate::monitor::engine::Overload {
+            let overload = crate::monitor::slots::Overload {
                 on_overload,
                 marker_dir: Some(d.state.clone()),
             };

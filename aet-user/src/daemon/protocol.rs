@@ -9,7 +9,7 @@ use crate::{
     loader::Scope,
     monitor::{
         MonitorReport,
-        engine::{Progress, RunStatus},
+        slots::{Progress, RunStatus},
     },
 };
 use aet_core::ledger::record::Reasons;

@@ -19,8 +19,8 @@ use crate::{
     loader::{LoadOptions, Scope},
     monitor::{
         MonitorError, MonitorReport,
-        engine::{Engine, Overload, Progress},
         overload::OnOverload,
+        slots::{Monitor, Overload, Progress},
     },
 };
 use aet_core::ledger::record::{MetaMap, Reasons};
@@ -62,7 +62,7 @@ pub enum SessionError {
 /// A run being recorded.
 pub enum Session {
     Local {
-        engine: Engine,
+        monitor: Monitor,
         slot: u32,
         /// The guard that thaws what this aet froze if it dies, and its marker directory.
         thaw: Option<(crate::guard::Guard, PathBuf)>,
@@ -163,8 +163,8 @@ impl Session {
                 None => {}
             }
         }
-        let engine = Engine::load(&LoadOptions { ringbuf_bytes })?;
-        let quota = u64::from(engine.ringbuf_bytes());
+        let monitor = Monitor::load(&LoadOptions { ringbuf_bytes })?;
+        let quota = u64::from(monitor.ringbuf_bytes());
         // A run that may be frozen gets a guard that thaws it if this aet dies.
         let thaw = match (on_overload, scope) {
             (OnOverload::Freeze, Scope::Cgroup { .. }) => Some(thaw_guard()?),
@@ -174,8 +174,12 @@ impl Session {
             on_overload,
             marker_dir: thaw.as_ref().map(|(_, d)| d.clone()),
         };
-        let slot = engine.start_run(scope, ledger, head, quota, &overload)?;
-        Ok(Self::Local { engine, slot, thaw })
+        let slot = monitor.start_run(scope, ledger, head, quota, &overload)?;
+        Ok(Self::Local {
+            monitor,
+            slot,
+            thaw,
+        })
     }
 
     /// `daemon` or `standalone`.
@@ -197,9 +201,9 @@ impl Session {
     /// Adds tasks to the run's tracked set.
     pub fn track(&mut self, tids: &[u32]) -> Result<(), SessionError> {
         match self {
-            Self::Local { engine, slot, .. } => {
+            Self::Local { monitor, slot, .. } => {
                 for &tid in tids {
-                    engine.track(*slot, tid)?;
+                    monitor.track(*slot, tid)?;
                 }
                 Ok(())
             }
@@ -215,7 +219,7 @@ impl Session {
     /// Removes a task that is gone from the tracked set.
     pub fn untrack(&mut self, tid: u32) {
         match self {
-            Self::Local { engine, .. } => engine.untrack(tid),
+            Self::Local { monitor, .. } => monitor.untrack(tid),
             Self::Remote { client, .. } => {
                 let _ = client.call(&Request::Untrack { tid });
             }
@@ -225,7 +229,7 @@ impl Session {
     /// The run's tracked tasks.
     pub fn tracked(&mut self) -> Vec<u32> {
         match self {
-            Self::Local { engine, slot, .. } => engine.tracked(*slot),
+            Self::Local { monitor, slot, .. } => monitor.tracked(*slot),
             Self::Remote { client, .. } => match client.call(&Request::Tracked) {
                 Ok(Response::Tracked { tids }) => tids,
                 _ => Vec::new(),
@@ -236,7 +240,7 @@ impl Session {
     /// What the run has recorded so far.
     pub fn progress(&mut self) -> Progress {
         match self {
-            Self::Local { engine, slot, .. } => engine.progress(*slot),
+            Self::Local { monitor, slot, .. } => monitor.progress(*slot),
             Self::Remote { client, .. } => match client.call(&Request::Progress) {
                 Ok(Response::Progress { progress }) => progress,
                 _ => Progress::default(),
@@ -248,7 +252,7 @@ impl Session {
     /// the daemon recording it is stopped or does not answer within [`HEALTH_LIMIT`].
     pub fn unrecorded(&mut self) -> Option<String> {
         match self {
-            Self::Local { engine, slot, .. } => engine.write_error(*slot),
+            Self::Local { monitor, slot, .. } => monitor.write_error(*slot),
             Self::Remote { client, .. } => {
                 match client.call_within(&Request::Health, HEALTH_LIMIT) {
                     Ok(Response::Health { write_error }) => write_error,
@@ -262,7 +266,7 @@ impl Session {
     /// Has the monitor stopped recording (its consumer died, or the daemon went away)?
     pub fn failed(&self) -> bool {
         match self {
-            Self::Local { engine, .. } => engine.consumer_failed(),
+            Self::Local { monitor, .. } => monitor.consumer_failed(),
             Self::Remote { lost, .. } => lost.load(Ordering::Acquire),
         }
     }
@@ -291,9 +295,13 @@ impl Session {
     /// `reasons`.
     pub fn stop(self, extra: MetaMap, reasons: Reasons) -> Result<MonitorReport, SessionError> {
         match self {
-            Self::Local { engine, slot, thaw } => {
-                let report = engine.stop_run(slot, extra, reasons);
-                engine.shutdown("the run ended");
+            Self::Local {
+                monitor,
+                slot,
+                thaw,
+            } => {
+                let report = monitor.stop_run(slot, extra, reasons);
+                monitor.shutdown("the run ended");
                 if let Some((guard, dir)) = thaw {
                     guard.release();
                     let _ = std::fs::remove_dir_all(dir);

@@ -1,0 +1,935 @@
+//! The row maker: one kernel record in, one ledger row out. It numbers rows, converts time,
+//! keeps the process tree (each row's `ppid` and `comm`), turns the kernel's walks into paths, and
+//! maps paths of other mount namespaces to the host's.
+//!
+//! What it learns from `/proc` (processes that existed before the attach, the link of an fd that
+//! arrived, the target of a pidfd) comes through [`ProcView`], so it is tested without one.
+
+use std::{collections::HashMap, path::PathBuf};
+
+use aet_common::{EventKind, flags};
+use aet_core::{
+    ledger::{schema::capture, writer::Row},
+    util::WallClock,
+};
+
+use super::{
+    decode::RawEvent,
+    outside::{container_outside, service_outside},
+    paths::{self, ResolvedFrom},
+    sockaddr::sockaddr,
+};
+
+/// What userspace keeps per live process: the kernel sends `ppid` and `comm` only with fork,
+/// exec and exit records (they change nowhere else), and every row gets them from here.
+#[derive(Clone, Copy, Debug, Default)]
+struct ProcInfo {
+    /// The process that created this one (recorded fork), or the kernel's `real_parent` at first
+    /// sight.
+    ppid: u32,
+    comm: [u8; 16],
+}
+
+/// What the row maker noticed that bears on the record's completeness.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RowStats {
+    /// io_uring set-ups, entries and submitted requests.
+    pub io_uring: u64,
+    /// Rows whose resolved path is partial.
+    pub partial_paths: u64,
+    /// Rows from another mount namespace whose host path could not be mapped.
+    pub host_unmapped: u64,
+}
+
+/// An inode as one mount namespace sees it: `(mntns, dev, ino)`.
+type InodeKey = (u32, u64, u64);
+
+/// Turns records into rows: numbers them, converts time, keeps the process tree so that each
+/// row's `ppid` is the process that created the actor (as recorded) and its `comm` the actor's
+/// name as of its last exec, turns the kernel's walks into paths, and maps sandbox paths to the
+/// host's.
+pub struct RowMaker {
+    clock: WallClock,
+    seq: u64,
+    procs: HashMap<u32, ProcInfo>,
+    mapper: crate::kernel::mountinfo::HostMapper,
+    /// The path (and host path) under which the kernel last saw each inode, by mount namespace:
+    /// an io row is named as its own process's view shows the file (a file bwrap saw under
+    /// `/newroot/...` while it built a sandbox is `/...` to the agent inside).
+    inode_paths: HashMap<InodeKey, (Vec<u8>, Option<Vec<u8>>)>,
+    stats: RowStats,
+    /// The run's cgroup, relative to the cgroup v2 root (as `--cgroup-parent` takes it), when the
+    /// run is scoped by cgroup.
+    run_cgroup: Option<PathBuf>,
+    /// Container runtimes the run asked to start containers outside it, with the pid that asked.
+    outside: Vec<(String, u32)>,
+    /// Service managers and schedulers the run handed work to, with the pid that asked.
+    services: Vec<(String, u32)>,
+    /// The process each pidfd of the run refers to, from its `pidfd_open`: `(pid, fd)` -> pid.
+    pidfds: HashMap<(u32, i32), u32>,
+    /// Host pids of pids named inside other pid namespaces: `(actor, named)` -> host pid.
+    pid_names: crate::kernel::procfs::PidTranslator,
+    /// Where facts no record carries come from.
+    proc: Box<dyn ProcView>,
+}
+
+/// What the row maker asks of `/proc`: the few facts no record carries. [`HostProc`] reads the
+/// machine's; a test gives its own.
+pub trait ProcView: Send {
+    /// The parent and name of a process seen for the first time without a fork or exec record
+    /// (it existed before monitoring began).
+    fn process(&self, pid: u32) -> (u32, [u8; 16]);
+    /// The path `pid`'s fd links to, while it still names the inode `(dev, ino)`.
+    fn fd_link(&self, pid: u32, fd: i32, dev: u64, ino: u64) -> Option<Vec<u8>>;
+    /// The process `pid`'s pidfd `fd` refers to.
+    fn pidfd_target(&self, pid: u32, fd: i32) -> Option<u32>;
+}
+
+/// The machine's `/proc`.
+pub struct HostProc;
+
+impl ProcView for HostProc {
+    fn process(&self, pid: u32) -> (u32, [u8; 16]) {
+        let mut comm = [0u8; 16];
+        if let Some(c) = crate::kernel::procfs::comm(pid) {
+            let b = c.as_bytes();
+            let n = b.len().min(15);
+            comm[..n].copy_from_slice(&b[..n]);
+        }
+        let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| crate::kernel::procfs::parse_stat_ppid(&stat))
+            .unwrap_or(0);
+        (ppid, comm)
+    }
+
+    fn fd_link(&self, pid: u32, fd: i32, dev: u64, ino: u64) -> Option<Vec<u8>> {
+        crate::kernel::procfs::fd_link_if(pid, fd, dev, ino)
+    }
+
+    fn pidfd_target(&self, pid: u32, fd: i32) -> Option<u32> {
+        crate::kernel::procfs::pidfd_target(pid, fd)
+    }
+}
+
+/// The pid of a `/proc/PID/mem` (or `/proc/PID/task/TID/mem`) path, as named.
+fn proc_mem_pid(path: &[u8]) -> Option<u32> {
+    let rest = path.strip_prefix(b"/proc/")?;
+    let (pid, rest) = rest.split_at(rest.iter().position(|&b| b == b'/')?);
+    let pid: u32 = std::str::from_utf8(pid).ok()?.parse().ok()?;
+    let tail = &rest[1..];
+    let is_mem = tail == b"mem"
+        || tail
+            .strip_prefix(b"task/")
+            .and_then(|t| t.split(|&b| b == b'/').nth(1))
+            == Some(&b"mem"[..]);
+    is_mem.then_some(pid)
+}
+
+/// The object's device in the userspace encoding (as `stat` reports it).
+fn userspace_dev(h: &aet_common::EventHeader) -> u64 {
+    if h.flags & flags::DEV_STAT != 0 {
+        h.dev
+    } else if h.flags & flags::DEV_STATX != 0 {
+        libc::makedev(h.dev as u32, (h.dev >> 32) as u32)
+    } else {
+        // The kernel's dev_t: major in the top 12 bits of 32, minor in the low 20.
+        libc::makedev((h.dev >> 20) as u32, (h.dev & 0xfffff) as u32)
+    }
+}
+
+/// The resolved path of a path argument and how it was obtained.
+fn resolve(
+    raw: &[u8],
+    raw_ok: bool,
+    walk: &[u8],
+    wflags: u16,
+    is_object: bool,
+) -> (Option<Vec<u8>>, Option<ResolvedFrom>, Option<bool>) {
+    let walked = wflags & aet_common::walk::PRESENT != 0;
+    let partial = wflags & (aet_common::walk::TRUNCATED | aet_common::walk::FAILED) != 0;
+    if is_object && walked {
+        return (
+            Some(paths::walk_to_path(walk)),
+            Some(ResolvedFrom::Object),
+            Some(partial),
+        );
+    }
+    if !raw_ok || raw.is_empty() {
+        return (None, None, None);
+    }
+    if raw[0] == b'/' {
+        return (
+            Some(paths::normalize(raw)),
+            Some(ResolvedFrom::Lexical),
+            Some(false),
+        );
+    }
+    if walked {
+        let unreachable = wflags & aet_common::walk::REACHED_ROOT == 0;
+        return (
+            Some(paths::join(&paths::walk_to_path(walk), raw)),
+            Some(ResolvedFrom::Joined),
+            Some(partial || unreachable),
+        );
+    }
+    (None, None, None)
+}
+
+impl RowMaker {
+    /// A row maker whose first row gets `seq` 0, reading the machine's `/proc`.
+    pub fn new(clock: WallClock) -> Self {
+        Self::with_proc(clock, Box::new(HostProc))
+    }
+
+    /// A row maker that asks `proc` what no record carries.
+    pub fn with_proc(clock: WallClock, proc: Box<dyn ProcView>) -> Self {
+        Self {
+            proc,
+            clock,
+            seq: 0,
+            procs: HashMap::new(),
+            mapper: crate::kernel::mountinfo::HostMapper::new(),
+            inode_paths: HashMap::new(),
+            stats: RowStats::default(),
+            run_cgroup: None,
+            outside: Vec::new(),
+            services: Vec::new(),
+            pidfds: HashMap::new(),
+            pid_names: crate::kernel::procfs::PidTranslator::default(),
+        }
+    }
+
+    /// Fills a row's other process: `named` as the actor named it, translated to a host pid,
+    /// and whether it is a process of the run.
+    fn set_target(&mut self, row: &mut Row<'_>, actor: u32, named: u32, level: u32) {
+        let host = if level == 0 {
+            Some(named)
+        } else {
+            self.pid_names.host_pid(actor, named)
+        };
+        match host {
+            Some(pid) => {
+                row.target_pid = Some(pid);
+                row.target_in_run = Some(self.procs.contains_key(&pid));
+            }
+            None => {
+                row.target_pid = Some(named);
+                row.capture |= capture::TARGET_UNTRANSLATED;
+            }
+        }
+    }
+
+    /// Names the file of an fd that arrived (a row without a walk): the path an earlier row saw
+    /// the inode under, else the fd's link while it still names that inode.
+    fn name_arrived_fd(&mut self, row: &mut Row<'_>, h: &aet_common::EventHeader) {
+        let (Some(dev), Some(ino)) = (row.dev, row.ino) else {
+            return;
+        };
+        if let Some((p, host)) = self.inode_paths.get(&(h.mntns, dev, ino)) {
+            row.resolved_path = Some(p.clone().into());
+            row.host_path = host.clone().map(Into::into);
+            row.resolved_from = Some(ResolvedFrom::Inode.name());
+            return;
+        }
+        if let Some(p) = self.proc.fd_link(h.pid, h.fd, dev, ino) {
+            if h.mntns == self.mapper.own_ns() {
+                // Later io rows of this inode take the same name.
+                self.inode_paths
+                    .insert((h.mntns, dev, ino), (p.clone(), None));
+                row.resolved_path = Some(p.into());
+                row.resolved_from = Some(ResolvedFrom::FdLink.name());
+            } else {
+                // aet's view of a file a process of another view holds.
+                row.host_path = Some(p.into());
+            }
+        }
+    }
+
+    /// Tells the row maker the run's cgroup (relative to the cgroup v2 root), against which a
+    /// container client's `--cgroup-parent` is checked.
+    pub fn with_run_cgroup(mut self, cg: Option<PathBuf>) -> Self {
+        self.run_cgroup = cg;
+        self
+    }
+
+    /// Container runtimes the run asked to start containers outside it (runtime, pid).
+    pub fn containers_outside(&self) -> &[(String, u32)] {
+        &self.outside
+    }
+
+    /// Service managers and schedulers the run handed work to (tool, pid).
+    pub fn services_outside(&self) -> &[(String, u32)] {
+        &self.services
+    }
+
+    /// What this row maker noticed so far.
+    pub fn stats(&self) -> RowStats {
+        self.stats
+    }
+
+    /// aet's own mount namespace.
+    pub fn host_mntns(&self) -> u32 {
+        self.mapper.own_ns()
+    }
+
+    /// The process table entry for the actor of `h`, created from the record or from `/proc`.
+    fn proc_of(&mut self, h: &aet_common::EventHeader) -> &mut ProcInfo {
+        let proc = &self.proc;
+        self.procs.entry(h.pid).or_insert_with(|| {
+            if h.flags & flags::PPID_KERNEL != 0 {
+                ProcInfo {
+                    ppid: h.ppid,
+                    comm: h.comm,
+                }
+            } else {
+                let (ppid, comm) = proc.process(h.pid);
+                ProcInfo { ppid, comm }
+            }
+        })
+    }
+
+    /// Makes the row for `ev`: the fields every row has, then those of its kind.
+    pub fn row<'a>(&mut self, ev: &'a RawEvent<'a>) -> Row<'a> {
+        let h = &ev.header;
+        let info = self.actor(h);
+        self.mapper.seen(h.mntns, h.pid);
+        let mut row = Row {
+            seq: self.seq,
+            ts_ns: self.clock.wall(h.ts_ns),
+            kind: ev.kind.name(),
+            syscall: ev.syscall.name(),
+            pid: h.pid,
+            tid: h.tid,
+            ppid: info.ppid,
+            uid: h.uid,
+            gid: h.gid,
+            cgroup_id: h.cgroup_id,
+            comm: info.comm,
+            mntns: h.mntns,
+            capture: h.flags
+                | (h.walk_flags as u32) << capture::WALK_SHIFT
+                | (h.walk2_flags as u32) << capture::WALK2_SHIFT,
+            ..Row::default()
+        };
+        self.seq += 1;
+        if h.flags & flags::IDENTITY != 0 {
+            row.dev = Some(userspace_dev(h));
+            row.ino = Some(h.ino);
+            row.mnt_id = (h.mnt_id != 0).then_some(h.mnt_id);
+        }
+        match ev.kind {
+            EventKind::Fork => self.fork_row(&mut row, h, info),
+            EventKind::Exit => self.exit_row(&mut row, h),
+            EventKind::Io => self.io_row(&mut row, h),
+            EventKind::Fd if ev.syscall != aet_common::Syscall::PidfdGetfd => {
+                self.fd_row(&mut row, h)
+            }
+            EventKind::Net => net_row(&mut row, ev),
+            EventKind::Process => self.process_row(&mut row, ev, info),
+            EventKind::IoUring => self.io_uring_row(&mut row, ev),
+            _ => self.path_row(&mut row, ev),
+        }
+        row
+    }
+
+    /// The actor's process table entry, its name updated by a record that carries one (exec,
+    /// fork and exit carry the current comm).
+    fn actor(&mut self, h: &aet_common::EventHeader) -> ProcInfo {
+        let has_comm = h.comm[0] != 0;
+        let info = self.proc_of(h);
+        if has_comm {
+            info.comm = h.comm;
+        }
+        *info
+    }
+
+    fn fork_row(&mut self, row: &mut Row<'_>, h: &aet_common::EventHeader, info: ProcInfo) {
+        let child = h.aux as u32;
+        row.child_pid = Some(child);
+        self.procs.insert(
+            child,
+            ProcInfo {
+                ppid: h.pid,
+                comm: info.comm,
+            },
+        );
+    }
+
+    fn exit_row(&mut self, row: &mut Row<'_>, h: &aet_common::EventHeader) {
+        let status = h.ret as i32;
+        if status & 0x7f == 0 {
+            row.exit_code = Some((status >> 8) & 0xff);
+        } else {
+            row.exit_signal = Some(status & 0x7f);
+        }
+        self.procs.remove(&h.pid);
+    }
+
+    /// Bytes moved through an fd: named as its inode was last seen in the actor's namespace.
+    fn io_row(&mut self, row: &mut Row<'_>, h: &aet_common::EventHeader) {
+        row.fd = Some(h.fd);
+        row.bytes_read = Some(h.aux);
+        row.bytes_written = Some(h.aux2);
+        if let (Some(dev), Some(ino)) = (row.dev, row.ino)
+            && let Some((p, host)) = self.inode_paths.get(&(h.mntns, dev, ino))
+        {
+            row.resolved_path = Some(p.clone().into());
+            row.host_path = host.clone().map(Into::into);
+            row.resolved_from = Some(ResolvedFrom::Inode.name());
+        }
+    }
+
+    /// An fd that arrived (accepted, received, copied from a fanotify event...).
+    fn fd_row(&mut self, row: &mut Row<'_>, h: &aet_common::EventHeader) {
+        row.fd = Some(h.fd);
+        row.fd_origin = aet_common::fd_origin::name(h.aux);
+        row.set_ret(h.ret);
+        if h.aux == aet_common::fd_origin::FANOTIFY {
+            self.set_target(row, h.pid, h.aux2 as u32, h.mode);
+        } else {
+            row.source_fd = Some(h.aux2 as i32);
+            // The socket's peer, from the kernel (a host pid).
+            if h.open_flags != 0 {
+                row.target_pid = Some(h.open_flags);
+                row.target_in_run = Some(self.procs.contains_key(&h.open_flags));
+            }
+        }
+        self.name_arrived_fd(row, h);
+    }
+
+    /// A syscall on another process (kill, ptrace, pidfd_open, process_vm_*...).
+    fn process_row<'a>(&mut self, row: &mut Row<'a>, ev: &'a RawEvent<'a>, info: ProcInfo) {
+        let h = &ev.header;
+        row.set_ret(h.ret);
+        let ptrace = ev.syscall == aet_common::Syscall::Ptrace;
+        if ptrace {
+            row.ptrace_request = Some(h.aux2 as u32);
+        }
+        if ptrace && h.aux2 == 0 {
+            // PTRACE_TRACEME: the actor offers itself to its parent.
+            row.target_pid = Some(info.ppid);
+            row.target_in_run = Some(self.procs.contains_key(&info.ppid));
+        } else {
+            self.set_target(row, h.pid, h.aux as u32, h.mode);
+        }
+        if ev.syscall == aet_common::Syscall::PidfdOpen
+            && h.ret >= 0
+            && let Some(t) = row.target_pid
+        {
+            self.pidfds.insert((h.pid, h.ret as i32), t);
+        }
+        if shape_of(ev).flags >= 0 {
+            row.flags = Some(h.open_flags);
+        }
+    }
+
+    /// A channel the record does not see: a submitted request, or a set-up, entry or
+    /// registration that worked (one refused, as by the sandbox's filter, is none).
+    fn io_uring_row<'a>(&mut self, row: &mut Row<'a>, ev: &'a RawEvent<'a>) {
+        let h = &ev.header;
+        let request = ev.syscall == aet_common::Syscall::None;
+        if request || h.ret >= 0 {
+            self.stats.io_uring += 1;
+        }
+        if request {
+            row.io_uring_op = Some(h.aux as u32);
+            if !ev.path.is_empty() {
+                row.path = Some(ev.path.into());
+                let (r, from, partial) = resolve(ev.path, true, b"", 0, false);
+                row.resolved_path = r.map(Into::into);
+                row.resolved_from = from.map(ResolvedFrom::name);
+                row.resolved_partial = partial;
+            }
+        } else {
+            row.fd = (h.fd >= 0).then_some(h.fd);
+            row.set_ret(h.ret);
+        }
+    }
+
+    /// A syscall on paths and fds (open, exec, stat, change, mmap, list, pidfd_getfd...): its
+    /// arguments, its paths resolved, and the host's name of what it named.
+    fn path_row<'a>(&mut self, row: &mut Row<'a>, ev: &'a RawEvent<'a>) {
+        let h = &ev.header;
+        row.set_ret(h.ret);
+        self.arguments(row, ev);
+        let shape = shape_of(ev);
+        let is_exec = ev.kind == EventKind::Exec;
+        let path_ok = h.flags & flags::PATH_UNREADABLE == 0;
+        let has_path = shape.path >= 0 || is_exec;
+        if has_path && path_ok {
+            row.path = Some(ev.path.into());
+            row.path_truncated = h.flags & flags::PATH_TRUNCATED != 0;
+        }
+        let verbatim = shape.bits & aet_common::shape::PATH_VERBATIM != 0;
+        let is_object = h.flags & flags::WALK_IS_OBJECT != 0;
+        if !verbatim || is_object {
+            let (r, from, partial) = resolve(
+                ev.path,
+                has_path && path_ok,
+                ev.walk,
+                h.walk_flags,
+                is_object,
+            );
+            row.resolved_path = r.map(Into::into);
+            row.resolved_from = from.map(ResolvedFrom::name);
+            row.resolved_partial = partial;
+        }
+        if shape.path2 >= 0 {
+            row.path2 = Some(ev.path2.into());
+            if shape.bits & aet_common::shape::PATH2_VERBATIM == 0 {
+                let (r, _, _) = resolve(ev.path2, true, ev.walk2, h.walk2_flags, false);
+                row.resolved_path2 = r.map(Into::into);
+            }
+        }
+        if ev.syscall == aet_common::Syscall::PidfdGetfd {
+            self.copied_fd(row, h);
+        }
+        // Another process's memory through /proc: a read or write of that process.
+        if ev.kind == EventKind::Open
+            && let Some(named) = row.resolved_path.as_deref().and_then(proc_mem_pid)
+        {
+            // The pid as the actor's procfs names it: translated through the actor's pid
+            // namespace (level unknown here: the translator compares namespaces).
+            self.set_target(row, h.pid, named, 1);
+        }
+        // A walk that ended at the top of another mount tree names the file relative to that
+        // tree: not the path the process sees, and perhaps another file of aet's view.
+        let foreign = h.walk_flags & aet_common::walk::FOREIGN_ROOT != 0;
+        if foreign && row.resolved_path.is_some() {
+            row.resolved_partial = Some(true);
+        }
+        if row.resolved_partial == Some(true) {
+            self.stats.partial_paths += 1;
+        }
+        if row.resolved_path.is_some()
+            && (foreign || h.mntns != self.mapper.own_ns() && h.mntns != 0)
+        {
+            self.host_path(row, ev, foreign);
+        }
+        self.remember_inode(row, h);
+    }
+
+    /// The fds, flags and modes a path syscall's shape says it has, and what exec and mmap add.
+    fn arguments<'a>(&mut self, row: &mut Row<'a>, ev: &'a RawEvent<'a>) {
+        let h = &ev.header;
+        let shape = shape_of(ev);
+        let is_exec = ev.kind == EventKind::Exec;
+        if shape.dirfd >= 0 || is_exec {
+            row.dirfd = Some(h.dirfd);
+        }
+        if shape.dirfd2 >= 0 {
+            row.dirfd2 = Some(h.dirfd2);
+        }
+        if shape.fd >= 0 || ev.kind == EventKind::List {
+            row.fd = Some(h.fd);
+        }
+        if shape.flags >= 0 || ev.kind == EventKind::Open || is_exec || ev.kind == EventKind::Mmap {
+            row.flags = Some(h.open_flags);
+        }
+        match ev.kind {
+            EventKind::Open => {
+                use aet_common::uapi::{O_CREAT, O_TMPFILE_BIT};
+                if h.open_flags & (O_CREAT | O_TMPFILE_BIT) != 0 {
+                    row.mode = Some(h.mode);
+                }
+                if ev.syscall == aet_common::Syscall::Openat2 {
+                    row.resolve = Some(h.aux);
+                }
+            }
+            EventKind::Mmap => {
+                row.length = Some(h.aux);
+                row.prot = Some(h.aux2 as u32);
+                row.flags = Some((h.aux2 >> 32) as u32);
+            }
+            EventKind::Exec => {
+                if h.flags & flags::ARGV_UNREADABLE == 0 {
+                    row.argv = Some(ev.argv);
+                    if h.ret >= 0 {
+                        if let Some(rt) = container_outside(ev.argv, self.run_cgroup.as_deref()) {
+                            self.outside.push((rt, h.pid));
+                        }
+                        if let Some(tool) = service_outside(ev.argv) {
+                            self.services.push((tool, h.pid));
+                        }
+                    }
+                }
+                row.argv_truncated = Some(h.flags & flags::ARGV_TRUNCATED != 0);
+            }
+            _ => {
+                if shape.mode >= 0 {
+                    row.mode = Some(h.mode);
+                }
+            }
+        }
+    }
+
+    /// `pidfd_getfd`: an fd copied from the process a pidfd refers to.
+    fn copied_fd(&mut self, row: &mut Row<'_>, h: &aet_common::EventHeader) {
+        row.fd_origin = aet_common::fd_origin::name(aet_common::fd_origin::COPIED);
+        row.fd = (h.ret >= 0).then_some(h.ret as i32);
+        row.source_fd = Some(h.aux2 as i32);
+        let target = match self.pidfds.get(&(h.pid, h.dirfd)) {
+            Some(&t) => Some(t),
+            None => self.proc.pidfd_target(h.pid, h.dirfd),
+        };
+        if let Some(t) = target {
+            row.target_pid = Some(t);
+            row.target_in_run = Some(self.procs.contains_key(&t));
+        }
+    }
+
+    /// The host's path of a file named in another mount namespace (or relative to another
+    /// mount tree); `HOST_UNMAPPED` when it cannot be found.
+    fn host_path<'a>(&mut self, row: &mut Row<'a>, ev: &'a RawEvent<'a>, foreign: bool) {
+        let h = &ev.header;
+        let Some(r) = &row.resolved_path else {
+            return;
+        };
+        let is_object = h.flags & flags::WALK_IS_OBJECT != 0;
+        let mnt = if is_object { row.mnt_id } else { None };
+        // An object seen through a mount of the process's namespace: the kernel walked its file
+        // system path too (walk2 + the walk below the crossing).
+        let split = h.walk_split as usize;
+        let from_kernel = (is_object
+            && h.walk_split != aet_common::NO_SPLIT
+            && h.walk2_flags & aet_common::walk::REACHED_ROOT != 0
+            && split <= ev.walk.len())
+        .then(|| {
+            let mut fsp = paths::walk_to_path(ev.walk2);
+            let below = paths::walk_to_path(&ev.walk[..split]);
+            if below != b"/" {
+                if fsp == b"/" {
+                    fsp.clear();
+                }
+                fsp.extend_from_slice(&below);
+            }
+            fsp
+        });
+        let mapped = match (from_kernel, row.dev) {
+            (Some(fsp), Some(dev)) => self.mapper.host_of(dev, &fsp),
+            // The process's mount table does not hold another namespace's mounts.
+            _ if foreign => None,
+            _ => self.mapper.map(h.mntns, h.pid, r, mnt),
+        };
+        match mapped {
+            Some(host) if host[..] != r[..] => row.host_path = Some(host.into()),
+            Some(_) => {}
+            None => {
+                row.capture |= capture::HOST_UNMAPPED;
+                self.stats.host_unmapped += 1;
+            }
+        }
+    }
+
+    /// Remembers the path under which the kernel saw an inode whole, for the io rows and
+    /// arrived fds that name it later.
+    fn remember_inode(&mut self, row: &Row<'_>, h: &aet_common::EventHeader) {
+        if h.flags & (flags::WALK_IS_OBJECT | flags::IDENTITY)
+            == flags::WALK_IS_OBJECT | flags::IDENTITY
+            && row.resolved_partial == Some(false)
+            && let (Some(r), Some(dev), Some(ino)) = (&row.resolved_path, row.dev, row.ino)
+        {
+            let host = row.host_path.as_deref();
+            match self.inode_paths.get_mut(&(h.mntns, dev, ino)) {
+                Some((p, hp)) if p[..] == r[..] && hp.as_deref() == host => {}
+                Some(e) => *e = (r.to_vec(), host.map(<[u8]>::to_vec)),
+                None => {
+                    self.inode_paths
+                        .insert((h.mntns, dev, ino), (r.to_vec(), host.map(<[u8]>::to_vec)));
+                }
+            }
+        }
+    }
+}
+
+/// The argument layout of the record's syscall.
+fn shape_of(ev: &RawEvent<'_>) -> aet_common::Shape {
+    aet_common::SHAPES
+        .get(ev.syscall as usize)
+        .copied()
+        .unwrap_or(aet_common::SHAPES[0])
+}
+
+/// A socket syscall: its fd, flags and the address, as the process passed it.
+fn net_row<'a>(row: &mut Row<'a>, ev: &'a RawEvent<'a>) {
+    let h = &ev.header;
+    row.fd = Some(h.fd);
+    row.set_ret(h.ret);
+    if shape_of(ev).flags >= 0 {
+        row.flags = Some(h.open_flags);
+    }
+    let (family, address, port) = sockaddr(ev.path);
+    row.net_family = family;
+    row.net_port = port;
+    if let Some(a) = address {
+        // A unix socket's path is a path too: the file rules see it.
+        if family == Some("unix") && a.first() == Some(&b'/') {
+            row.path = Some(a.clone().into());
+            row.resolved_path = Some(a.clone().into());
+            row.resolved_from = Some(ResolvedFrom::Lexical.name());
+        }
+        row.net_address = Some(a.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aet_common::{Syscall, flags};
+
+    use super::*;
+    use crate::monitor::decode;
+    use crate::monitor::decode::tests::record_with;
+
+    fn comm(name: &str) -> [u8; 16] {
+        let mut c = [0u8; 16];
+        c[..name.len()].copy_from_slice(name.as_bytes());
+        c
+    }
+
+    /// A `/proc` of the test's making: one process (pid 40, child of 4, named "old"), one fd
+    /// link and one pidfd.
+    struct FakeProc;
+
+    impl ProcView for FakeProc {
+        fn process(&self, pid: u32) -> (u32, [u8; 16]) {
+            if pid == 40 {
+                (4, comm("old"))
+            } else {
+                (0, [0; 16])
+            }
+        }
+        fn fd_link(&self, pid: u32, fd: i32, dev: u64, ino: u64) -> Option<Vec<u8>> {
+            ((pid, fd, ino) == (40, 7, 99) && dev != 0).then(|| b"/srv/key".to_vec())
+        }
+        fn pidfd_target(&self, pid: u32, fd: i32) -> Option<u32> {
+            ((pid, fd) == (40, 5)).then_some(41)
+        }
+    }
+
+    #[test]
+    fn what_no_record_carries_comes_from_the_proc_view() {
+        let mut m = RowMaker::with_proc(WallClock::with_offset(0), Box::new(FakeProc));
+        // A process that existed before the attach: its first row (no comm, no kernel ppid)
+        // takes its parent and name from /proc.
+        let open = record_with(
+            EventKind::Open,
+            Syscall::Openat,
+            &[b"/etc/hosts", b"", b"", b"", b""],
+            |h| {
+                h.pid = 40;
+                h.comm = [0; 16];
+            },
+        );
+        let ev = decode::decode(&open).unwrap();
+        let row = m.row(&ev);
+        assert_eq!((row.ppid, &row.comm[..4]), (4, &b"old\0"[..]));
+        // An fd that arrived over a socket, with no earlier row of its inode: named by its link
+        // (in aet's own mount namespace).
+        let ns = m.host_mntns();
+        let received = record_with(EventKind::Fd, Syscall::Recvmsg, &[b""; 5], |h| {
+            h.pid = 40;
+            h.mntns = ns;
+            h.fd = 7;
+            h.aux = aet_common::fd_origin::RECEIVED;
+            h.flags = flags::IDENTITY;
+            h.dev = 1 << 20;
+            h.ino = 99;
+        });
+        let ev = decode::decode(&received).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(row.fd_origin, Some("received"));
+        assert_eq!(row.resolved_path.as_deref(), Some(&b"/srv/key"[..]));
+        assert_eq!(row.resolved_from, Some(ResolvedFrom::FdLink.name()));
+        // pidfd_getfd through a pidfd opened before the attach: its target from /proc.
+        let copied = record_with(EventKind::Fd, Syscall::PidfdGetfd, &[b""; 5], |h| {
+            h.pid = 40;
+            h.dirfd = 5;
+            h.aux2 = 9;
+            h.ret = 12;
+        });
+        let ev = decode::decode(&copied).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(row.fd_origin, Some("copied"));
+        assert_eq!((row.fd, row.source_fd), (Some(12), Some(9)));
+        assert_eq!((row.target_pid, row.target_in_run), (Some(41), Some(false)));
+    }
+
+    #[test]
+    fn ppid_and_comm_come_from_the_recorded_tree() {
+        let mut m = RowMaker::new(WallClock::with_offset(1000));
+        // pid 10 (known to the kernel as a child of 1) execs python, then forks 77.
+        let exec = record_with(
+            EventKind::Exec,
+            Syscall::Execve,
+            &[b"/usr/bin/python3", b"", b"", b"", b""],
+            |h| {
+                h.ppid = 1;
+                h.flags = flags::PPID_KERNEL;
+                h.comm = comm("python3");
+            },
+        );
+        let ev = decode::decode(&exec).unwrap();
+        let row = m.row(&ev);
+        assert_eq!((row.ppid, row.seq, row.ts_ns), (1, 0, 1005));
+        let fork = record_with(EventKind::Fork, Syscall::None, &[b""; 5], |h| {
+            h.aux = 77;
+            h.ppid = 1;
+            h.flags = flags::PPID_KERNEL;
+            h.comm = comm("python3");
+        });
+        let ev = decode::decode(&fork).unwrap();
+        assert_eq!(m.row(&ev).child_pid, Some(77));
+
+        // The child opens a file after its creator died and init adopted it: the row still
+        // names its creator, and its name (it has not exec'd) is its parent's.
+        let open = record_with(
+            EventKind::Open,
+            Syscall::Openat,
+            &[b"/x", b"", b"", b"", b""],
+            |h| {
+                h.pid = 77;
+                h.comm = [0; 16];
+            },
+        );
+        let ev = decode::decode(&open).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(row.pid, 77);
+        assert_eq!(row.ppid, 10, "creator recorded by the fork row");
+        assert_eq!(&row.comm[..7], b"python3");
+        assert_eq!(row.path.as_deref(), Some(&b"/x"[..]));
+        assert_eq!(row.seq, 2);
+    }
+
+    #[test]
+    fn walks_become_resolved_paths() {
+        let mut m = RowMaker::new(WallClock::with_offset(0));
+        // A relative open the kernel resolved through the new file: the object's walk.
+        let open = record_with(
+            EventKind::Open,
+            Syscall::Openat,
+            &[
+                b"../answers/key.txt",
+                b"",
+                b"",
+                b"key.txt/answers/task/",
+                b"",
+            ],
+            |h| {
+                h.flags = flags::WALK_IS_OBJECT | flags::IDENTITY;
+                h.walk_flags = aet_common::walk::PRESENT | aet_common::walk::REACHED_ROOT;
+                h.dev = (254 << 20) | 1;
+                h.ino = 77;
+            },
+        );
+        let ev = decode::decode(&open).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(
+            row.resolved_path.as_deref(),
+            Some(&b"/task/answers/key.txt"[..])
+        );
+        assert_eq!(row.resolved_from, Some("object"));
+        assert_eq!(row.dev, Some(libc::makedev(254, 1)));
+        // A failed open: the base directory the kernel walked, joined lexically.
+        let failed = record_with(
+            EventKind::Open,
+            Syscall::Openat,
+            &[b"../answers/nope", b"", b"", b"src/task/", b""],
+            |h| {
+                h.ret = -2;
+                h.walk_flags = aet_common::walk::PRESENT | aet_common::walk::REACHED_ROOT;
+            },
+        );
+        let ev = decode::decode(&failed).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(
+            row.resolved_path.as_deref(),
+            Some(&b"/task/answers/nope"[..])
+        );
+        assert_eq!(row.resolved_from, Some("joined"));
+        assert_eq!(row.resolved_partial, Some(false));
+        // The io record of the opened file carries the path its inode was seen under.
+        let io = record_with(EventKind::Io, Syscall::None, &[b""; 5], |h| {
+            h.flags = flags::IDENTITY;
+            h.dev = (254 << 20) | 1;
+            h.ino = 77;
+            h.aux = 100;
+        });
+        let ev = decode::decode(&io).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(row.bytes_read, Some(100));
+        assert_eq!(
+            row.resolved_path.as_deref(),
+            Some(&b"/task/answers/key.txt"[..])
+        );
+        assert_eq!(row.resolved_from, Some("inode"));
+    }
+
+    /// An io row is named as its own process's mount namespace shows the file: bwrap seeing it
+    /// under `/newroot/...` while it builds the view does not name the agent's read.
+    #[test]
+    fn io_rows_take_the_name_their_namespace_saw() {
+        let mut m = RowMaker::new(WallClock::with_offset(0));
+        let open_in = |ns: u32, walk: &'static [u8]| {
+            record_with(
+                EventKind::Open,
+                Syscall::Openat,
+                &[b"x", b"", b"", walk, b""],
+                move |h| {
+                    h.mntns = ns;
+                    h.flags = flags::WALK_IS_OBJECT | flags::IDENTITY;
+                    h.walk_flags = aet_common::walk::PRESENT | aet_common::walk::REACHED_ROOT;
+                    h.dev = 7;
+                    h.ino = 9;
+                    h.ret = 3;
+                },
+            )
+        };
+        let setup = open_in(111, b"locale.alias/etc/newroot/");
+        m.row(&decode::decode(&setup).unwrap());
+        let agent = open_in(222, b"locale.alias/etc/");
+        m.row(&decode::decode(&agent).unwrap());
+        let io = |ns: u32| {
+            record_with(EventKind::Io, Syscall::None, &[b""; 5], move |h| {
+                h.mntns = ns;
+                h.flags = flags::IDENTITY;
+                h.dev = 7;
+                h.ino = 9;
+                h.aux = 10;
+            })
+        };
+        let agent_io = io(222);
+        let ev = decode::decode(&agent_io).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(
+            row.resolved_path.as_deref(),
+            Some(&b"/etc/locale.alias"[..])
+        );
+        let setup_io = io(111);
+        let ev = decode::decode(&setup_io).unwrap();
+        let row = m.row(&ev);
+        assert_eq!(
+            row.resolved_path.as_deref(),
+            Some(&b"/newroot/etc/locale.alias"[..])
+        );
+        // A namespace that never named the inode gets no name rather than another view's.
+        let other_io = io(333);
+        let ev = decode::decode(&other_io).unwrap();
+        assert_eq!(m.row(&ev).resolved_path, None);
+    }
+
+    #[test]
+    fn exit_status_is_split_into_code_and_signal() {
+        let mut m = RowMaker::new(WallClock::with_offset(0));
+        let exit = record_with(EventKind::Exit, Syscall::None, &[b""; 5], |h| {
+            h.ret = 3 << 8
+        });
+        let ev = decode::decode(&exit).unwrap();
+        let row = m.row(&ev);
+        assert_eq!((row.exit_code, row.exit_signal), (Some(3), None));
+        let exit = record_with(EventKind::Exit, Syscall::None, &[b""; 5], |h| h.ret = 9);
+        let ev = decode::decode(&exit).unwrap();
+        let row = m.row(&ev);
+        assert_eq!((row.exit_code, row.exit_signal), (None, Some(9)));
+    }
+}
