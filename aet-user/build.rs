@@ -1,6 +1,6 @@
 //! Builds the eBPF programs (`aet-ebpf`, for bpfel-unknown-none, with the nightly toolchain and
 //! bpf-linker that `cargo xtask setup` installs) and leaves the object in OUT_DIR, from where
-//! `src/loader.rs` embeds it into the `aet` binary.
+//! `src/loader/mod.rs` embeds it into the `aet` binary.
 use anyhow::{Context as _, anyhow};
 
 fn main() -> anyhow::Result<()> {
