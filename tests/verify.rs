@@ -286,8 +286,9 @@ fn what_the_signature_does_not_cover_is_named_and_queries_say_so() {
     assert_eq!(code, 0, "{out}");
     assert!(!out.contains("UNSIGNED"), "{out}");
     // A forged report beside it.
-    let forged = serde_json::json!({"verdict": "clean", "cheat_hits": [], "contaminant_hits": [],
-        "out_of_scope": [], "warnings": [], "blocked": []});
+    let forged = serde_json::json!({"format": "aet.audit", "version": 1, "verdict": "clean",
+        "cheat_hits": [], "contaminant_hits": [], "out_of_scope": [], "warnings": [],
+        "blocked": []});
     fs::write(bare.out.join("audit.json"), forged.to_string()).unwrap();
     let (code, out) = verify(&bare.out, Some(&public));
     assert_eq!(code, 0, "{out}");

@@ -82,8 +82,8 @@ pub fn workspace_root() -> PathBuf {
 /// the order of the tree. A file without module docs is an error naming it.
 pub fn code_tour(root: &Path) -> Result<String, String> {
     let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
-    let manifest: toml::Table = toml::from_str(&read(&root.join("Cargo.toml"))?)
-        .map_err(|e| format!("Cargo.toml: {e}"))?;
+    let manifest: toml::Table =
+        toml::from_str(&read(&root.join("Cargo.toml"))?).map_err(|e| format!("Cargo.toml: {e}"))?;
     let members = manifest
         .get("workspace")
         .and_then(|w| w.get("members"))
@@ -103,7 +103,7 @@ pub fn code_tour(root: &Path) -> Result<String, String> {
         out.push_str(&format!("- **{member}/**: {description}\n"));
         let mut files = Vec::new();
         rust_files(&dir, &dir, &mut files);
-        files.sort_by(|a, b| tour_order(a).cmp(&tour_order(b)));
+        files.sort_by_key(|f| tour_order(f));
         for rel in files {
             let text = read(&dir.join(&rel))?;
             match first_sentence(&text) {
@@ -134,10 +134,10 @@ fn rust_files(base: &Path, dir: &Path, out: &mut Vec<String>) {
         let name = e.file_name();
         if p.is_dir() && name != "target" && name != "fixtures" {
             rust_files(base, &p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            if let Ok(rel) = p.strip_prefix(base) {
-                out.push(rel.to_string_lossy().into_owned());
-            }
+        } else if p.extension().is_some_and(|x| x == "rs")
+            && let Ok(rel) = p.strip_prefix(base)
+        {
+            out.push(rel.to_string_lossy().into_owned());
         }
     }
 }
@@ -204,7 +204,8 @@ mod tests {
 
     #[test]
     fn first_sentences_lose_their_link_brackets() {
-        let t = "//! The monitor: [`Monitor`] and [`slots`](crate::x), e.g. this. More.\n//! Rest.\n";
+        let t =
+            "//! The monitor: [`Monitor`] and [`slots`](crate::x), e.g. this. More.\n//! Rest.\n";
         assert_eq!(
             first_sentence(t).as_deref(),
             Some("The monitor: `Monitor` and `slots`, e.g. this.")

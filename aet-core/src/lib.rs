@@ -10,5 +10,6 @@ pub mod barrier;
 pub mod docgen;
 pub mod ledger;
 pub mod manifest;
+pub mod run_dir;
 pub mod stage;
 pub mod util;

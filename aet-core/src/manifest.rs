@@ -21,8 +21,6 @@ use sha2::{Digest, Sha256};
 
 use crate::{ledger::chain, util::unhex};
 
-/// The manifest's file name in a run directory.
-pub const MANIFEST_FILE: &str = "manifest.json";
 const FORMAT: &str = "aet.manifest";
 const SECRET_HEAD: &str = "aet ed25519 secret key";
 const PUBLIC_HEAD: &str = "aet ed25519 public key";
@@ -176,7 +174,7 @@ pub fn write(run_dir: &Path, mut body: Body, key: &SigningKey) -> std::io::Resul
     let sig = key.sign(&canonical(&body));
     let mut v = serde_json::to_value(&body).expect("a manifest serialises");
     v["signature"] = serde_json::Value::String(crate::util::hex(&sig.to_bytes()));
-    let path = run_dir.join(MANIFEST_FILE);
+    let path = run_dir.join(crate::run_dir::MANIFEST);
     fs::write(
         &path,
         serde_json::to_string_pretty(&v).expect("json") + "\n",
@@ -225,11 +223,11 @@ impl AuditCoverage {
 /// Cheap (the ledger is not hashed): for the runs table of thousands of runs. `aet verify` is
 /// the full check.
 pub fn audit_coverage(run_dir: &Path) -> AuditCoverage {
-    let audit = run_dir.join(crate::audit::AUDIT_FILE);
+    let audit = run_dir.join(crate::run_dir::AUDIT);
     if !audit.exists() {
         return AuditCoverage::NoReport;
     }
-    let Ok(text) = fs::read_to_string(run_dir.join(MANIFEST_FILE)) else {
+    let Ok(text) = fs::read_to_string(run_dir.join(crate::run_dir::MANIFEST)) else {
         return AuditCoverage::UnsignedRun;
     };
     let unsigned = |why: &str| AuditCoverage::UnsignedReport(format!("{}: {why}", audit.display()));
@@ -245,7 +243,7 @@ pub fn audit_coverage(run_dir: &Path) -> AuditCoverage {
              manifest does not cover this report or its verdict",
         ),
         Some(a) => match sha256_file(&run_dir.join(&a.path)) {
-            Ok(h) if h == a.sha256 && Path::new(&a.path) == Path::new(crate::audit::AUDIT_FILE) => {
+            Ok(h) if h == a.sha256 && Path::new(&a.path) == Path::new(crate::run_dir::AUDIT) => {
                 AuditCoverage::Signed
             }
             _ => unsigned("it is not the report the run's signed manifest names: it was changed"),
@@ -286,7 +284,7 @@ pub enum VerifyError {
 /// Checks a run directory: the ledger's chain, and the manifest (its signature, the key when
 /// `key` is given, and that the ledger and `audit.json` are the ones it names).
 pub fn verify(run_dir: &Path, key: Option<&Path>) -> Result<Verification, VerifyError> {
-    let ledger = run_dir.join(crate::ledger::LEDGER_FILE);
+    let ledger = run_dir.join(crate::run_dir::LEDGER);
     if !run_dir.is_dir() || !ledger.exists() {
         return Err(VerifyError::NoRun(run_dir.to_owned()));
     }
@@ -307,7 +305,7 @@ pub fn verify(run_dir: &Path, key: Option<&Path>) -> Result<Verification, Verify
             None
         }
     };
-    let mpath = run_dir.join(MANIFEST_FILE);
+    let mpath = run_dir.join(crate::run_dir::MANIFEST);
     let text = match fs::read_to_string(&mpath) {
         Ok(t) => t,
         Err(_) => {
@@ -405,9 +403,9 @@ pub fn verify(run_dir: &Path, key: Option<&Path>) -> Result<Verification, Verify
 /// The files of a run directory that the check covers: the ledger, and with a manifest, the
 /// manifest and the report it names.
 fn uncovered(run_dir: &Path, body: Option<&Body>) -> Vec<String> {
-    let mut covered = vec![std::ffi::OsString::from(crate::ledger::LEDGER_FILE)];
+    let mut covered = vec![std::ffi::OsString::from(crate::run_dir::LEDGER)];
     if let Some(b) = body {
-        covered.push(MANIFEST_FILE.into());
+        covered.push(crate::run_dir::MANIFEST.into());
         covered.extend(
             b.audit
                 .iter()
@@ -427,7 +425,7 @@ fn uncovered(run_dir: &Path, body: Option<&Body>) -> Vec<String> {
         .into_iter()
         .map(|n| {
             let p = run_dir.join(&n);
-            if n == crate::audit::AUDIT_FILE {
+            if n == crate::run_dir::AUDIT {
                 format!(
                     "{} is not signed: its verdict and findings are nobody's word (re-audit the \
                      ledger: aet audit {} --policy POLICY)",

@@ -81,7 +81,7 @@ pub struct Outcome {
 /// What one run contributes before any scan: its run row, its report, its ledger's size.
 struct Opened {
     run: RecordBatch,
-    audit: Option<serde_json::Value>,
+    audit: Option<aet_core::audit::Report>,
     bytes: u64,
     /// Said of the run, but no reason to leave anything out (so `--strict` does not refuse it).
     note: Option<String>,
@@ -103,7 +103,7 @@ fn open_run(r: &RunRef) -> Opening {
     }
     let meta = ledger.meta().map_err(|e| e.to_string())?;
     let events = reader::count_rows(&r.ledger).map_err(|e| e.to_string())?;
-    let (audit, problem) = match runs::read_audit(&r.audit_path()) {
+    let (audit, problem) = match aet_core::audit::Report::read(&r.audit_path()) {
         Ok(a) => (a, None),
         Err(e) => (None, Some(e)),
     };
@@ -170,7 +170,7 @@ fn session(
 ) -> Result<(SessionContext, usize), QueryError> {
     let mut sources = Vec::new();
     let mut run_rows = Vec::new();
-    let mut reports: Vec<(String, serde_json::Value)> = Vec::new();
+    let mut reports: Vec<(String, aet_core::audit::Report)> = Vec::new();
     for (r, opened) in list.iter().zip(open_all(list, threads)) {
         let (o, problem) = match opened {
             Ok(x) => x,

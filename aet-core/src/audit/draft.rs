@@ -117,7 +117,7 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
             continue;
         }
         let p = f.path.clone();
-        match f.access {
+        match &*f.access {
             "read" => {
                 read.insert(p);
             }

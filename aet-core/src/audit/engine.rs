@@ -13,11 +13,14 @@ use arrow_array::{
     UInt64Array, cast::AsArray as _,
 };
 use rustc_hash::FxHashMap;
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 
 use aet_common::{EventKind, Syscall};
 
 use super::policy::{Access, Attempts, Policy, Severity};
+use super::reached::Reached;
 use crate::access::{RowFields, classify};
 use crate::ledger::{
     reader::{Form, Ledger, ReadError},
@@ -67,7 +70,7 @@ pub const COLUMNS: &[&str] = &[
 ];
 
 /// What a finding is.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// The access succeeded.
@@ -82,8 +85,29 @@ pub enum Outcome {
     WouldBlock,
 }
 
+impl Outcome {
+    pub const ALL: [Outcome; 5] = [
+        Self::Hit,
+        Self::Attempted,
+        Self::Probed,
+        Self::Blocked,
+        Self::WouldBlock,
+    ];
+
+    /// The name in reports (the serde name).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Hit => "hit",
+            Self::Attempted => "attempted",
+            Self::Probed => "probed",
+            Self::Blocked => "blocked",
+            Self::WouldBlock => "would_block",
+        }
+    }
+}
+
 /// Where a finding belongs in the verdict.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum Class {
     Cheat,
@@ -94,14 +118,35 @@ pub enum Class {
     Barrier,
 }
 
+impl Class {
+    pub const ALL: [Class; 5] = [
+        Self::Cheat,
+        Self::Contaminant,
+        Self::OutOfScope,
+        Self::Warning,
+        Self::Barrier,
+    ];
+
+    /// The name in reports (the serde name).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Cheat => "cheat",
+            Self::Contaminant => "contaminant",
+            Self::OutOfScope => "out_of_scope",
+            Self::Warning => "warning",
+            Self::Barrier => "barrier",
+        }
+    }
+}
+
 /// One finding: a rule, an outcome, an access, a process and a path; the first occurrence and
 /// how many rows.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Finding {
     pub class: Class,
     pub rule: String,
     pub outcome: Outcome,
-    pub access: &'static str,
+    pub access: Cow<'static, str>,
     /// The kernel-resolved path (else the path as passed); lossy UTF-8.
     pub path: String,
     /// The exact bytes of `path` in hex, set only when they are not UTF-8.
@@ -130,20 +175,20 @@ pub struct Finding {
     /// over by `fanotify`, or of `unknown` origin (no recorded open, arrival or start explains
     /// it). For process findings, unset.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reached: Option<&'static str>,
+    pub reached: Option<Reached>,
     /// For a finding about another process: its pid.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_pid: Option<u32>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Ancestor {
     pub pid: u32,
     pub comm: String,
 }
 
 /// A process of the run, for the report's tree.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Proc {
     pub pid: u32,
     pub ppid: u32,
@@ -371,7 +416,7 @@ impl<'p> Engine<'p> {
             class,
             rule,
             outcome,
-            access,
+            access: Cow::Borrowed(access),
             path,
             path_hex: None,
             raw_path: None,
@@ -809,7 +854,7 @@ struct RowRef<'a> {
     resolved: Option<&'a [u8]>,
     raw: Option<&'a [u8]>,
     host: Option<&'a [u8]>,
-    reached: Option<&'static str>,
+    reached: Option<Reached>,
 }
 
 fn is_stage(exe: &[u8], argv: Option<&[String]>) -> bool {
@@ -827,7 +872,7 @@ fn argv_at(list: &ListArray, i: usize) -> Option<Vec<String>> {
 }
 
 /// How an fd arrived, with its file's identity.
-type FdOrigin = (&'static str, (u64, u64));
+type FdOrigin = (Reached, (u64, u64));
 
 /// A `net` row's endpoint as the policy names endpoints: `ADDRESS:PORT`, `[ADDRESS]:PORT` (IPv6)
 /// or `unix:PATH` (`unix:@NAME` for an abstract socket).
@@ -958,13 +1003,13 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
     // Under a barrier, the path each process's open fds were opened by (the last open that
     // returned it): a denied reopen through `/proc/PID/fd/N` is that file.
     let mut fd_paths: FxHashMap<(u32, i32), Vec<u8>> = FxHashMap::default();
-    let mut ident_origins: FxHashMap<(u64, u64), &'static str> = FxHashMap::default();
+    let mut ident_origins: FxHashMap<(u64, u64), Reached> = FxHashMap::default();
     // The files the command started with, by identity, with the path aet saw them by: path
     // rules are matched against it when the run reads through such an fd (`< answers/key.txt`).
     let mut inherited_paths: FxHashMap<(u64, u64), Vec<u8>> = FxHashMap::default();
     for f in &meta.inherited_fds {
         if f.kind == "file" || f.kind == "directory" {
-            ident_origins.insert((f.dev, f.ino), "inherited");
+            ident_origins.insert((f.dev, f.ino), Reached::Inherited);
             if let Some(p) = &f.path {
                 inherited_paths.insert(
                     (f.dev, f.ino),
@@ -1162,12 +1207,8 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
             // How an fd-based row's process reached its file.
             let reached = match kind {
                 EventKind::Fd => {
-                    let origin = match fd_origin.is_valid(i).then(|| fd_origin.value(i)) {
-                        Some(b"received") => "received",
-                        Some(b"copied") => "copied",
-                        Some(b"fanotify") => "fanotify",
-                        _ => "unknown",
-                    };
+                    let origin =
+                        Reached::from_fd_origin(fd_origin.is_valid(i).then(|| fd_origin.value(i)));
                     if ok
                         && fdc.is_valid(i)
                         && let Some(id) = row_ident
@@ -1189,13 +1230,13 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
                         .or_else(|| {
                             // Named through an earlier row that saw the file by its path.
                             Some(if resolved.get(i).is_some() {
-                                "path"
+                                Reached::Path
                             } else {
-                                "unknown"
+                                Reached::Unknown
                             })
                         })
                 }
-                _ => Some("path"),
+                _ => Some(Reached::Path),
             };
             // Accesses to processes outside the run.
             if target.is_valid(i)
@@ -1369,7 +1410,7 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
                     }
                 }
                 if n == 0
-                    && reached == Some("inherited")
+                    && reached == Some(Reached::Inherited)
                     && let Some(p1) = row_ident.and_then(|id| inherited_paths.get(&id))
                 {
                     // Bytes read through an fd the command started with: the path it had then.

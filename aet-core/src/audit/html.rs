@@ -104,11 +104,11 @@ fn finding_row(out: &mut String, kind: &str, f: &Finding, t0: i64) {
         class_of(kind),
         esc(kind),
         esc(&f.rule),
-        esc(f.access),
+        esc(&f.access),
         esc(outcome),
         esc(&match f.reached {
-            Some(r) if r != "path" =>
-                format!("{} (through an fd {})", f.path, super::reached_text(r)),
+            Some(r) if r != super::Reached::Path =>
+                format!("{} (through an fd {})", f.path, r.text()),
             _ => f.path.clone(),
         }),
         esc(f.errno.as_deref().unwrap_or("")),
@@ -205,7 +205,7 @@ fn timeline(out: &mut String, lists: &[(&str, &[Finding])], t0: i64, t1: i64) {
                 out,
                 "<circle cx=\"{x:.1}\" cy=\"{y}\" r=\"5\" fill=\"{color}\"><title>{} {} {} by {}[{}]</title></circle>",
                 esc(&f.rule),
-                esc(f.access),
+                esc(&f.access),
                 esc(&f.path),
                 esc(&f.comm),
                 f.pid

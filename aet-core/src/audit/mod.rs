@@ -13,11 +13,14 @@ pub mod draft;
 pub mod engine;
 pub mod html;
 pub mod policy;
+pub mod reached;
 pub mod transcript;
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+pub use reached::Reached;
 
 use engine::{Class, Finding, Outcome, Proc};
 use policy::{Policy, PolicyError, Severity};
@@ -30,12 +33,6 @@ use crate::ledger::{
 
 /// Version of the audit report format.
 pub const REPORT_VERSION: u32 = 1;
-
-/// The audit report's file name in a run directory (`aet run --policy` writes it).
-pub const AUDIT_FILE: &str = "audit.json";
-
-/// The HTML report's file name in a run directory.
-pub const AUDIT_HTML_FILE: &str = "audit.html";
 
 /// Errors that stop an audit (exit code 4).
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +48,7 @@ pub enum AuditError {
 }
 
 /// The verdict.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Clean,
@@ -61,7 +58,8 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn exit_code(self) -> u8 {
+    /// The exit code of `aet audit` for this verdict (aet's `Exit` codes are made from these).
+    pub const fn exit_code(self) -> u8 {
         match self {
             Self::Clean => 0,
             Self::Flagged => 1,
@@ -81,7 +79,7 @@ impl Verdict {
 }
 
 /// What the run was, from the ledger's metadata.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RunInfo {
     pub command: Vec<String>,
     pub scope: Option<String>,
@@ -96,7 +94,7 @@ pub struct RunInfo {
 }
 
 /// Counts.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Counts {
     pub rows: u64,
     pub setup_rows: u64,
@@ -106,7 +104,7 @@ pub struct Counts {
 }
 
 /// A transcript's tool call that matches a rule.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TranscriptHit {
     pub rule: String,
     pub severity: Severity,
@@ -116,14 +114,14 @@ pub struct TranscriptHit {
 }
 
 /// A path a transcript names, and whether the kernel saw it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TranscriptPath {
     pub path: String,
     pub seen_by_kernel: bool,
 }
 
 /// The transcript side of the audit.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Transcripts {
     pub format: String,
     pub source: PathBuf,
@@ -137,39 +135,99 @@ pub struct Transcripts {
     pub headline: Option<String>,
 }
 
-/// The audit report (JSON: `aet.audit` version [`REPORT_VERSION`]).
-#[derive(Clone, Debug, Serialize)]
+/// The report format's name (`format` of `audit.json`).
+pub const REPORT_FORMAT: &str = "aet.audit";
+
+/// The audit report (JSON: [`REPORT_FORMAT`] version [`REPORT_VERSION`]). Written by the audit,
+/// and read back typed by every reader of `audit.json` ([`Report::read`]): a field a report of
+/// an older aet lacks reads as empty.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Report {
-    pub format: &'static str,
+    pub format: String,
     pub version: u32,
-    pub aet_version: &'static str,
+    #[serde(default)]
+    pub aet_version: String,
+    #[serde(default)]
     pub ledger: PathBuf,
+    #[serde(default)]
     pub policy: PathBuf,
     pub verdict: Verdict,
+    #[serde(default)]
     pub exit_code: u8,
+    #[serde(default)]
     pub disqualified: bool,
+    #[serde(default)]
     pub isolation_clean: bool,
+    #[serde(default)]
     pub complete: bool,
+    #[serde(default)]
     pub incomplete_reasons: Vec<String>,
+    #[serde(default)]
     pub run: RunInfo,
+    #[serde(default)]
     pub counts: Counts,
+    #[serde(default)]
     pub cheat_hits: Vec<Finding>,
+    #[serde(default)]
     pub contaminant_hits: Vec<Finding>,
+    #[serde(default)]
     pub out_of_scope: Vec<Finding>,
+    #[serde(default)]
     pub warnings: Vec<Finding>,
     /// `--mode shadow|enforce`: the barrier the run had.
+    #[serde(default)]
     pub barrier: Option<BarrierInfo>,
     /// Accesses the barrier blocked (`enforce`, outcome `blocked`) or would have blocked
     /// (`shadow`, outcome `would_block`); they do not change the verdict.
+    #[serde(default)]
     pub blocked: Vec<Finding>,
     /// Rules that matched no row: they may be typos.
+    #[serde(default)]
     pub unused_rules: Vec<String>,
+    #[serde(default)]
     pub processes: Vec<Proc>,
+    #[serde(default)]
     pub transcripts: Option<Transcripts>,
 }
 
+impl Report {
+    /// The report's finding lists, in order, with the name each has in `audit.json` (and the
+    /// `runs` column that counts it is the same but for `cheat_hits` and `contaminant_hits`).
+    pub fn finding_lists(&self) -> [(&'static str, &[Finding]); 5] {
+        [
+            ("cheat_hits", &self.cheat_hits),
+            ("contaminant_hits", &self.contaminant_hits),
+            ("out_of_scope", &self.out_of_scope),
+            ("warnings", &self.warnings),
+            ("blocked", &self.blocked),
+        ]
+    }
+
+    /// Reads an `audit.json`: `None` when there is none; an error naming the file when it is
+    /// not an audit report of a format this aet reads.
+    pub fn read(path: &Path) -> Result<Option<Self>, String> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let r: Self = serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not an audit report: {e}", path.display()))?;
+        if r.format != REPORT_FORMAT || r.version > REPORT_VERSION {
+            return Err(format!(
+                "{}: not an audit report this aet reads (format {:?} version {}; this aet \
+                 reads {REPORT_FORMAT} up to version {REPORT_VERSION})",
+                path.display(),
+                r.format,
+                r.version
+            ));
+        }
+        Ok(Some(r))
+    }
+}
+
 /// The run's barrier, in short (the whole of it is the ledger's `aet.barrier`).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BarrierInfo {
     pub mode: crate::barrier::BarrierMode,
     pub abi: i32,
@@ -197,7 +255,7 @@ pub fn audit_with(
     policy: &Policy,
     opts: &Options<'_>,
 ) -> Result<Report, AuditError> {
-    let ledger = crate::ledger::ledger_path(ledger);
+    let ledger = crate::run_dir::ledger_of(ledger);
     let calls = match opts.transcripts {
         None => None,
         Some(dir) => {
@@ -368,9 +426,9 @@ fn build_report(
         overload: m.overload.clone(),
     };
     Report {
-        format: "aet.audit",
+        format: REPORT_FORMAT.into(),
         version: REPORT_VERSION,
-        aet_version: env!("CARGO_PKG_VERSION"),
+        aet_version: env!("CARGO_PKG_VERSION").into(),
         ledger: ledger.to_owned(),
         policy: policy.path.clone(),
         verdict,
@@ -406,17 +464,6 @@ fn build_report(
         unused_rules,
         processes: scan.processes,
         transcripts,
-    }
-}
-
-/// How an fd reached the process, in words.
-pub fn reached_text(r: &str) -> &'static str {
-    match r {
-        "inherited" => "inherited at start",
-        "received" => "received over a socket",
-        "copied" => "copied from another process",
-        "fanotify" => "handed over by fanotify",
-        _ => "of unknown origin",
     }
 }
 
@@ -524,7 +571,7 @@ pub fn render_text(r: &Report) -> String {
                 String::new()
             };
             let via = match f.reached {
-                Some(r) if r != "path" => format!(" (through an fd {})", reached_text(r)),
+                Some(r) if r != Reached::Path => format!(" (through an fd {})", r.text()),
                 _ => String::new(),
             };
             let _ = writeln!(

@@ -30,7 +30,7 @@ pub enum Attempts {
 }
 
 /// How bad a rule's hit is.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     /// Disqualifies the run.

@@ -34,7 +34,7 @@ pub struct ToolCall {
 }
 
 /// A reference to a tool call in a finding.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ToolCallRef {
     pub file: PathBuf,
     pub line: usize,

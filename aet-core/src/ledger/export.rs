@@ -79,7 +79,10 @@ pub fn partition_value(name: &str) -> String {
 pub fn run_name(path: &Path) -> String {
     let p = if path.is_dir() {
         path.to_owned()
-    } else if path.file_name().is_some_and(|n| n == super::LEDGER_FILE) {
+    } else if path
+        .file_name()
+        .is_some_and(|n| n == crate::run_dir::LEDGER)
+    {
         path.parent().map(Path::to_owned).unwrap_or_default()
     } else {
         path.with_extension("")
@@ -197,7 +200,7 @@ fn write_run_row(
     form: Form,
     m: &super::record::LedgerMeta,
 ) -> Result<(Option<String>, Option<String>), ExportError> {
-    let (audit, problem) = match super::runs::read_audit(&super::runs::audit_path(ledger)) {
+    let (audit, problem) = match crate::audit::Report::read(&crate::run_dir::audit_beside(ledger)) {
         Ok(a) => (a, None),
         Err(e) => (None, Some(e)),
     };

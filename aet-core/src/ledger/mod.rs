@@ -1,16 +1,6 @@
 //! The ledger: one Arrow IPC file per run, one row per event.
 
-/// Name of the ledger file inside a run directory.
-pub const LEDGER_FILE: &str = "ledger.arrow";
-
-/// The ledger a path names: the path itself, or `DIR/ledger.arrow` for a run directory.
-pub fn ledger_path(p: &std::path::Path) -> std::path::PathBuf {
-    if p.is_dir() {
-        p.join(LEDGER_FILE)
-    } else {
-        p.to_owned()
-    }
-}
+// The ledger file's name in a run directory: `crate::run_dir::LEDGER`.
 
 pub mod chain;
 pub mod columns;

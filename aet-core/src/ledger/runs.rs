@@ -15,7 +15,11 @@ use arrow_array::{
 };
 use arrow_schema::ArrowError;
 
-use super::{LEDGER_FILE, reader::Form, record::LedgerMeta};
+use super::{reader::Form, record::LedgerMeta};
+use crate::{
+    audit::{Reached, Report},
+    run_dir::LEDGER,
+};
 
 /// Why the runs a command line names cannot be listed.
 #[derive(Debug, thiserror::Error)]
@@ -24,7 +28,7 @@ pub enum RunsError {
     #[error("{0}: no such run, ledger or directory")]
     Missing(PathBuf),
     /// A directory that holds no ledger, and no run directory that holds one.
-    #[error("{0}: not a run (no {LEDGER_FILE}) and no run directory in it holds one")]
+    #[error("{0}: not a run (no {LEDGER}) and no run directory in it holds one")]
     NoRuns(PathBuf),
     /// A glob that matches nothing, or cannot be read.
     #[error("{pattern}: {message}")]
@@ -48,16 +52,8 @@ pub struct RunRef {
 impl RunRef {
     /// The run's `audit.json`, whether or not there is one.
     pub fn audit_path(&self) -> PathBuf {
-        audit_path(&self.ledger)
+        crate::run_dir::audit_beside(&self.ledger)
     }
-}
-
-/// The audit report of the run whose ledger is `ledger`: `audit.json` beside it.
-pub fn audit_path(ledger: &Path) -> PathBuf {
-    ledger
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join(crate::audit::AUDIT_FILE)
 }
 
 /// The runs `args` name, in order: a run directory (it holds `ledger.arrow`), a ledger file, a
@@ -111,8 +107,8 @@ fn expand(a: &Path) -> Result<Vec<PathBuf>, RunsError> {
         let out: Vec<PathBuf> = paths
             .into_iter()
             .filter_map(|p| {
-                if p.join(LEDGER_FILE).is_file() {
-                    Some(p.join(LEDGER_FILE))
+                if p.join(LEDGER).is_file() {
+                    Some(p.join(LEDGER))
                 } else if p.is_file() && p.extension().is_some_and(|e| e == "arrow") {
                     Some(p)
                 } else {
@@ -128,13 +124,13 @@ fn expand(a: &Path) -> Result<Vec<PathBuf>, RunsError> {
     if !a.is_dir() {
         return Ok(vec![a.to_owned()]);
     }
-    if a.join(LEDGER_FILE).exists() {
-        return Ok(vec![a.join(LEDGER_FILE)]);
+    if a.join(LEDGER).exists() {
+        return Ok(vec![a.join(LEDGER)]);
     }
     let mut runs: Vec<PathBuf> = fs::read_dir(a)
         .map_err(|_| RunsError::NoRuns(a.to_owned()))?
         .filter_map(Result::ok)
-        .map(|e| e.path().join(LEDGER_FILE))
+        .map(|e| e.path().join(LEDGER))
         .filter(|l| l.is_file())
         .collect();
     if runs.is_empty() {
@@ -144,31 +140,14 @@ fn expand(a: &Path) -> Result<Vec<PathBuf>, RunsError> {
     Ok(runs)
 }
 
-/// A run's `audit.json`, read: `Ok(None)` when there is none.
-pub fn read_audit(path: &Path) -> Result<Option<serde_json::Value>, String> {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
-    };
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not an audit report: {e}", path.display()))?;
-    if v.get("verdict").and_then(|v| v.as_str()).is_none() {
-        return Err(format!(
-            "{}: not an audit report (no verdict)",
-            path.display()
-        ));
-    }
-    Ok(Some(v))
-}
-
-/// The lists of findings in an audit report, in order, with the `runs` column that counts each.
-pub const FINDING_LISTS: [(&str, &str); 5] = [
-    ("cheat_hits", "cheats"),
-    ("contaminant_hits", "contaminants"),
-    ("out_of_scope", "out_of_scope"),
-    ("warnings", "warnings"),
-    ("blocked", "blocked"),
+/// The `runs` columns that count a report's finding lists, in the order of
+/// [`Report::finding_lists`].
+pub const FINDING_COUNTS: [&str; 5] = [
+    "cheats",
+    "contaminants",
+    "out_of_scope",
+    "warnings",
+    "blocked",
 ];
 
 /// One row per run: `command`, `scope`, `started_ns`, `ended_ns`, `duration_s`,
@@ -182,15 +161,15 @@ pub fn run_row(
     events: u64,
     form: Form,
     m: &LedgerMeta,
-    audit: Option<&serde_json::Value>,
+    audit: Option<&Report>,
     verdict_signed: Option<bool>,
 ) -> Result<RecordBatch, ArrowError> {
-    let count = |key: &str| -> ArrayRef {
+    let count = |i: usize| -> ArrayRef {
         Arc::new(UInt64Array::from(vec![
-            audit.and_then(|a| a.get(key)?.as_array().map(|x| x.len() as u64)),
+            audit.map(|a| a.finding_lists()[i].1.len() as u64),
         ]))
     };
-    let verdict = audit.and_then(|a| a.get("verdict")?.as_str().map(str::to_owned));
+    let verdict = audit.map(|a| a.verdict.name().to_owned());
     let mut reasons = m.incomplete.texts();
     if form == Form::Unfinished {
         reasons.insert(0, "the ledger is unfinished".into());
@@ -260,9 +239,10 @@ pub fn run_row(
         ("verdict", text(verdict), true),
     ]);
     columns.extend(
-        FINDING_LISTS
+        FINDING_COUNTS
             .iter()
-            .map(|(key, column)| (*column, count(key), true)),
+            .enumerate()
+            .map(|(i, column)| (*column, count(i), true)),
     );
     columns.push((
         "verdict_signed",
@@ -279,60 +259,59 @@ pub fn run_row(
 /// `first_seq`, `first_ts_ns`, `pid`, `uid`, `comm`, `exe`, `argv`, `ancestry` (`pid comm` of
 /// each ancestor, nearest first, joined with ` < `), `reached`, `target_pid`.
 pub fn finding_rows<'a>(
-    reports: impl IntoIterator<Item = (&'a str, &'a serde_json::Value)>,
+    reports: impl IntoIterator<Item = (&'a str, &'a Report)>,
 ) -> Result<RecordBatch, ArrowError> {
     let mut run = StringBuilder::new();
     let mut texts: [StringBuilder; 9] = Default::default();
-    const TEXT: [&str; 9] = [
-        "class", "rule", "outcome", "access", "path", "path_hex", "errno", "comm", "exe",
-    ];
     let mut nums: [Vec<Option<u64>>; 5] = Default::default();
-    const NUM: [&str; 5] = ["count", "first_seq", "pid", "uid", "target_pid"];
     let mut ts: Vec<Option<i64>> = Vec::new();
     let mut argv = ListBuilder::new(StringBuilder::new());
     let mut ancestry = StringBuilder::new();
     let mut reached = StringBuilder::new();
     for (name, report) in reports {
-        for (list, _) in FINDING_LISTS {
-            for f in report
-                .get(list)
-                .and_then(|l| l.as_array())
-                .into_iter()
-                .flatten()
-            {
-                run.append_value(name);
-                for (b, key) in texts.iter_mut().zip(TEXT) {
-                    b.append_option(f.get(key).and_then(|v| v.as_str()));
-                }
-                for (v, key) in nums.iter_mut().zip(NUM) {
-                    v.push(f.get(key).and_then(|v| v.as_u64()));
-                }
-                ts.push(f.get("first_ts_ns").and_then(|v| v.as_i64()));
-                match f.get("argv").and_then(|v| v.as_array()) {
-                    Some(a) => {
-                        for x in a {
-                            argv.values().append_option(x.as_str());
-                        }
-                        argv.append(true);
-                    }
-                    None => argv.append(false),
-                }
-                let chain: Vec<String> = f
-                    .get("ancestry")
-                    .and_then(|v| v.as_array())
-                    .into_iter()
-                    .flatten()
-                    .map(|a| {
-                        format!(
-                            "{} {}",
-                            a.get("pid").and_then(|p| p.as_u64()).unwrap_or(0),
-                            a.get("comm").and_then(|c| c.as_str()).unwrap_or("?")
-                        )
-                    })
-                    .collect();
-                ancestry.append_value(chain.join(" < "));
-                reached.append_option(f.get("reached").and_then(|v| v.as_str()));
+        for f in report.finding_lists().into_iter().flat_map(|(_, l)| l) {
+            run.append_value(name);
+            let text = [
+                Some(f.class.name()),
+                Some(f.rule.as_str()),
+                Some(f.outcome.name()),
+                Some(&*f.access),
+                Some(f.path.as_str()),
+                f.path_hex.as_deref(),
+                f.errno.as_deref(),
+                Some(f.comm.as_str()),
+                f.exe.as_deref(),
+            ];
+            for (b, v) in texts.iter_mut().zip(text) {
+                b.append_option(v);
             }
+            let num = [
+                Some(f.count),
+                Some(f.first_seq),
+                Some(u64::from(f.pid)),
+                Some(u64::from(f.uid)),
+                f.target_pid.map(u64::from),
+            ];
+            for (v, n) in nums.iter_mut().zip(num) {
+                v.push(n);
+            }
+            ts.push(Some(f.first_ts_ns));
+            match &f.argv {
+                Some(a) => {
+                    for x in a {
+                        argv.values().append_value(x);
+                    }
+                    argv.append(true);
+                }
+                None => argv.append(false),
+            }
+            let chain: Vec<String> = f
+                .ancestry
+                .iter()
+                .map(|a| format!("{} {}", a.pid, a.comm))
+                .collect();
+            ancestry.append_value(chain.join(" < "));
+            reached.append_option(f.reached.map(Reached::name));
         }
     }
     let mut columns: Vec<(&str, ArrayRef, bool)> = vec![("run", Arc::new(run.finish()), false)];
@@ -386,7 +365,7 @@ mod tests {
     fn run_dir(root: &Path, name: &str) -> PathBuf {
         let d = root.join(name);
         fs::create_dir_all(&d).unwrap();
-        fs::write(d.join(LEDGER_FILE), b"x").unwrap();
+        fs::write(d.join(LEDGER), b"x").unwrap();
         d
     }
 
@@ -408,7 +387,7 @@ mod tests {
         assert_eq!(names(std::slice::from_ref(&a)), ["a"]);
         assert_eq!(names(std::slice::from_ref(&root)), ["a", "b"]);
         assert_eq!(names(&[root.join("*")]), ["a", "b"]);
-        assert_eq!(names(&[a.join(LEDGER_FILE), a.clone()]), ["a"]);
+        assert_eq!(names(&[a.join(LEDGER), a.clone()]), ["a"]);
         assert!(matches!(
             discover(&[root.join("not-a-run")]),
             Err(RunsError::NoRuns(_))
@@ -430,16 +409,18 @@ mod tests {
 
     #[test]
     fn findings_become_rows_with_their_run() {
-        let report = serde_json::json!({
+        let report: Report = serde_json::from_value(serde_json::json!({
+            "format": "aet.audit", "version": 1,
             "verdict": "disqualified",
             "cheat_hits": [{"class": "cheat", "rule": "cheats.key", "outcome": "hit",
                 "access": "read", "path": "/k", "count": 2, "first_seq": 5, "first_ts_ns": 7,
                 "pid": 9, "uid": 0, "comm": "cat", "argv": ["cat", "/k"],
                 "ancestry": [{"pid": 8, "comm": "sh"}, {"pid": 1, "comm": "agent"}]}],
-            "warnings": [{"class": "warn", "rule": "warns.x", "outcome": "hit", "access": "exec",
+            "warnings": [{"class": "warning", "rule": "warns.x", "outcome": "hit", "access": "exec",
                 "path": "/g", "count": 1, "first_seq": 6, "first_ts_ns": 8, "pid": 10,
                 "uid": 0, "comm": "git", "ancestry": []}],
-        });
+        }))
+        .unwrap();
         let b = finding_rows([("r1", &report)]).unwrap();
         assert_eq!(b.num_rows(), 2);
         let col = |n: &str| {
@@ -453,7 +434,7 @@ mod tests {
         assert_eq!(col("run").value(1), "r1");
         assert_eq!(col("rule").value(0), "cheats.key");
         assert_eq!(col("ancestry").value(0), "8 sh < 1 agent");
-        assert_eq!(col("class").value(1), "warn");
+        assert_eq!(col("class").value(1), "warning");
         assert!(col("exe").is_null(0));
     }
 }

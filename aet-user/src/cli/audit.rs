@@ -58,7 +58,7 @@ pub fn write_outputs(
 
 pub fn run(a: Args) -> anyhow::Result<u8> {
     let ledger = if a.run.is_dir() {
-        a.run.join(aet_core::ledger::LEDGER_FILE)
+        a.run.join(aet_core::run_dir::LEDGER)
     } else {
         a.run.clone()
     };

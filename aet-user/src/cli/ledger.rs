@@ -56,7 +56,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             files,
             check,
         } => {
-            let path = aet_core::ledger::ledger_path(&ledger);
+            let path = aet_core::run_dir::ledger_of(&ledger);
             let mut l = Ledger::open(&path)?;
             if l.form() == Form::Unfinished {
                 eprintln!(
@@ -79,7 +79,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             .code())
         }
         Command::Recover { ledger, out } => {
-            let path = aet_core::ledger::ledger_path(&ledger);
+            let path = aet_core::run_dir::ledger_of(&ledger);
             let out = out.unwrap_or_else(|| recover::default_out(&path));
             let r = recover::recover(&path, &out)?;
             eprintln!(

@@ -16,6 +16,7 @@ mod verify;
 
 use std::{io::Write as _, process::ExitCode};
 
+use aet_core::audit::Verdict;
 use clap::{Parser, Subcommand};
 
 /// Every exit code aet chooses itself (`aet run` otherwise exits with its command's status).
@@ -23,14 +24,14 @@ use clap::{Parser, Subcommand};
 #[repr(u8)]
 pub enum Exit {
     /// Success; `aet audit`: clean; `aet monitor`: a complete record.
-    Success = 0,
+    Success = Verdict::Clean.exit_code(),
     /// A negative answer: `aet doctor`, aet cannot run here; `aet ledger summary --check`, the
     /// record is incomplete; `aet monitor`, the record is incomplete; `aet audit`, flagged.
-    Negative = 1,
+    Negative = Verdict::Flagged.exit_code(),
     /// `aet audit`: disqualified.
-    Disqualified = 2,
+    Disqualified = Verdict::Disqualified.exit_code(),
     /// `aet audit`: inconclusive (the record is incomplete and no cheat was found).
-    Inconclusive = 3,
+    Inconclusive = Verdict::Inconclusive.exit_code(),
     /// A usage or input error (a malformed policy, spec or ledger; bad arguments), except for
     /// `aet run` and `aet sandbox run`.
     Usage = 4,
@@ -105,14 +106,14 @@ impl From<Exit> for ExitCode {
     }
 }
 
-impl From<aet_core::audit::Verdict> for Exit {
-    fn from(v: aet_core::audit::Verdict) -> Self {
-        match v {
-            aet_core::audit::Verdict::Clean => Self::Success,
-            aet_core::audit::Verdict::Flagged => Self::Negative,
-            aet_core::audit::Verdict::Disqualified => Self::Disqualified,
-            aet_core::audit::Verdict::Inconclusive => Self::Inconclusive,
-        }
+/// A verdict's exit code is the verdict's own ([`Verdict::exit_code`]), the one mapping.
+impl From<Verdict> for Exit {
+    fn from(v: Verdict) -> Self {
+        Self::ALL
+            .iter()
+            .map(|(e, _)| *e)
+            .find(|e| e.code() == v.exit_code())
+            .expect("every verdict's code is an Exit")
     }
 }
 
@@ -399,7 +400,23 @@ fn error_text(e: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod docs {
-    use aet_core::docgen;
+    use aet_core::{audit::Verdict, docgen};
+
+    #[test]
+    fn each_verdict_exits_with_its_own_code() {
+        for v in [
+            Verdict::Clean,
+            Verdict::Flagged,
+            Verdict::Disqualified,
+            Verdict::Inconclusive,
+        ] {
+            assert_eq!(super::Exit::from(v).code(), v.exit_code(), "{}", v.name());
+        }
+        assert_eq!(
+            super::Exit::from(Verdict::Disqualified),
+            super::Exit::Disqualified
+        );
+    }
 
     /// `docs/cli.md` is the reference clap makes, and its exit-code table is [`super::Exit`]'s.
     #[test]

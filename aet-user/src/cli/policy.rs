@@ -20,7 +20,7 @@ pub enum Command {
 pub fn run(c: Command) -> anyhow::Result<u8> {
     match c {
         Command::Draft { run, out } => {
-            let ledger = aet_core::ledger::ledger_path(&run);
+            let ledger = aet_core::run_dir::ledger_of(&run);
             let d = aet_core::audit::draft::draft(&ledger)?;
             let text = aet_core::audit::draft::to_toml(&d, &ledger);
             match out {

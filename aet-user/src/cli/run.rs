@@ -117,7 +117,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         Some(k) => Some(aet_core::manifest::read_secret(k)?),
         None => None,
     };
-    let ledger = out.join(aet_core::ledger::LEDGER_FILE);
+    let ledger = out.join(aet_core::run_dir::LEDGER);
     if ledger.symlink_metadata().is_ok() {
         anyhow::bail!(run::RunError::LedgerExists(ledger));
     }
@@ -240,8 +240,8 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 // The summary goes to stderr: stdout is the command's.
                 super::audit::write_outputs(
                     &r,
-                    Some(&run_dir.join(aet_core::audit::AUDIT_FILE)),
-                    Some(&run_dir.join(aet_core::audit::AUDIT_HTML_FILE)),
+                    Some(&run_dir.join(aet_core::run_dir::AUDIT)),
+                    Some(&run_dir.join(aet_core::run_dir::AUDIT_HTML)),
                     true,
                 )?;
                 if !quiet {
@@ -249,8 +249,8 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                     eprintln!(
                         "aet: audit: {} ({}, {})",
                         r.verdict.name(),
-                        run_dir.join(aet_core::audit::AUDIT_FILE).display(),
-                        run_dir.join(aet_core::audit::AUDIT_HTML_FILE).display()
+                        run_dir.join(aet_core::run_dir::AUDIT).display(),
+                        run_dir.join(aet_core::run_dir::AUDIT_HTML).display()
                     );
                 }
             }

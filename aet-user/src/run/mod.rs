@@ -109,7 +109,7 @@ fn prepare_out(out: &Path) -> Result<PathBuf, RunError> {
         path: out.to_owned(),
         source,
     })?;
-    let ledger = out.join(aet_core::ledger::LEDGER_FILE);
+    let ledger = out.join(aet_core::run_dir::LEDGER);
     if ledger.symlink_metadata().is_ok() {
         return Err(RunError::LedgerExists(ledger));
     }

@@ -20,7 +20,7 @@ pub fn sign(
             sha256: sha256_file(p).with_context(|| format!("hashing {}", p.display()))?,
         })
     };
-    let ledger = run_dir.join(aet_core::ledger::LEDGER_FILE);
+    let ledger = run_dir.join(aet_core::run_dir::LEDGER);
     let chain = aet_core::ledger::chain::verify(&ledger)?;
     let meta = aet_core::ledger::reader::Ledger::open(&ledger)?.meta()?;
     let exe = std::env::current_exe()?;
@@ -39,7 +39,7 @@ pub fn sign(
         format: String::new(),
         version: 1,
         aet_version: env!("CARGO_PKG_VERSION").into(),
-        ledger: aet_core::ledger::LEDGER_FILE.into(),
+        ledger: aet_core::run_dir::LEDGER.into(),
         ledger_final_hash: aet_core::ledger::chain::hex(&chain.final_hash),
         ledger_batches: chain.batches,
         ledger_rows: chain.rows,
@@ -52,8 +52,8 @@ pub fn sign(
         complete: meta.complete,
         incomplete_reasons: meta.incomplete.texts(),
         verdict,
-        audit: report(aet_core::audit::AUDIT_FILE)?,
-        audit_html: report(aet_core::audit::AUDIT_HTML_FILE)?,
+        audit: report(aet_core::run_dir::AUDIT)?,
+        audit_html: report(aet_core::run_dir::AUDIT_HTML)?,
         public_key: String::new(),
     };
     Ok(aet_core::manifest::write(run_dir, body, key)?)

@@ -1,0 +1,52 @@
+//! A run directory: the files one run holds, by name. Every part of aet that writes or reads a
+//! run's files names them from here.
+//!
+//! ```text
+//! RUN_DIR/ledger.arrow    the record (aet run, aet monitor)
+//! RUN_DIR/audit.json      the audit's report (aet run --policy, aet audit --json)
+//! RUN_DIR/audit.html      the same report for a person
+//! RUN_DIR/manifest.json   the signed manifest (aet run --sign)
+//! ```
+
+use std::path::{Path, PathBuf};
+
+/// The ledger.
+pub const LEDGER: &str = "ledger.arrow";
+/// The audit report (JSON).
+pub const AUDIT: &str = "audit.json";
+/// The audit report (HTML).
+pub const AUDIT_HTML: &str = "audit.html";
+/// The signed manifest.
+pub const MANIFEST: &str = "manifest.json";
+
+/// The ledger a path names: the path itself, or `DIR/ledger.arrow` for a run directory.
+pub fn ledger_of(p: &Path) -> PathBuf {
+    if p.is_dir() {
+        p.join(LEDGER)
+    } else {
+        p.to_owned()
+    }
+}
+
+/// The audit report of the run whose ledger is `ledger`: `audit.json` beside it.
+pub fn audit_beside(ledger: &Path) -> PathBuf {
+    ledger.parent().unwrap_or(Path::new(".")).join(AUDIT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_directory_names_its_ledger_and_its_report_beside_it() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(ledger_of(d.path()), d.path().join("ledger.arrow"));
+        let file = d.path().join("other.arrow");
+        assert_eq!(ledger_of(&file), file);
+        assert_eq!(audit_beside(&file), d.path().join("audit.json"));
+        assert_eq!(
+            audit_beside(Path::new("ledger.arrow")),
+            Path::new("audit.json")
+        );
+    }
+}
