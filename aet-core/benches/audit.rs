@@ -68,8 +68,7 @@ fn main() -> anyhow::Result<()> {
     };
     {
         let t = Instant::now();
-        let mut l =
-            aet_core::ledger::reader::Ledger::open_columns(&big, aet_core::audit::engine::COLUMNS)?;
+        let mut l = aet_core::ledger::reader::Ledger::open_columns(&big, aet_core::audit::COLUMNS)?;
         let mut rows = 0usize;
         while let Some(b) = l.next_batch()? {
             rows += b.num_rows();

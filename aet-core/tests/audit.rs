@@ -12,7 +12,7 @@ use std::{
 };
 
 use aet_core::{
-    audit::{self, Report, Verdict, engine::Class, engine::Outcome, policy::Policy},
+    audit::{self, Class, Outcome, Report, Verdict, policy::Policy},
     barrier::{BarrierMode, BarrierReport, BarrierRule, Rights},
     ledger::{
         record::{Incomplete, InheritedFd, MetaMap, ProtectedFile, Reasons},

@@ -14,7 +14,8 @@ use std::{
 };
 
 use super::{
-    engine::{Class, Outcome, scan},
+    engine::scan,
+    finding::{Class, Outcome},
     policy::Policy,
 };
 use crate::ledger::reader::ReadError;

@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use super::{
     Report,
-    engine::{Finding, Outcome, Proc},
+    finding::{Finding, Outcome, Proc},
 };
 
 fn esc(s: &str) -> String {

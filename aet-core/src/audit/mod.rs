@@ -9,11 +9,14 @@
 //! warnings), `disqualified` 2 (a cheat hit), `inconclusive` 3 (the record is incomplete and no
 //! cheat was found). Usage and input errors are 4.
 
+pub(crate) mod batch;
 pub mod draft;
 pub mod engine;
+pub mod finding;
 pub mod html;
 pub mod policy;
 pub mod reached;
+mod scanner;
 pub mod transcript;
 
 use std::path::{Path, PathBuf};
@@ -22,7 +25,8 @@ use serde::{Deserialize, Serialize};
 
 pub use reached::Reached;
 
-use engine::{Class, Finding, Outcome, Proc};
+pub use batch::COLUMNS;
+pub use finding::{Ancestor, Class, Finding, Outcome, Proc};
 use policy::{Policy, PolicyError, Severity};
 use transcript::ToolCall;
 

@@ -773,7 +773,7 @@ mod tests {
             && r.target_in_run.is_none()
             && r.source_fd.is_none()
             && r.ptrace_request.is_none()));
-        let cols = crate::audit::engine::COLUMNS;
+        let cols = crate::audit::batch::COLUMNS;
         let mut l = Ledger::open_columns(&path, cols).unwrap();
         let b = l.next_batch().unwrap().unwrap();
         let sch = b.schema();

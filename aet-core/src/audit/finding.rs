@@ -1,0 +1,143 @@
+//! What the audit finds: a finding (its class, outcome, access, path and process), and the
+//! processes of the report's tree.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+use super::reached::Reached;
+
+/// What a finding is.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The access succeeded.
+    Hit,
+    /// It was denied or failed.
+    Attempted,
+    /// A cheat path was only probed or listed.
+    Probed,
+    /// `--mode enforce`: the barrier denied it (EACCES).
+    Blocked,
+    /// `--mode shadow`: the barrier would have denied it.
+    WouldBlock,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 5] = [
+        Self::Hit,
+        Self::Attempted,
+        Self::Probed,
+        Self::Blocked,
+        Self::WouldBlock,
+    ];
+
+    /// The name in reports (the serde name).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Hit => "hit",
+            Self::Attempted => "attempted",
+            Self::Probed => "probed",
+            Self::Blocked => "blocked",
+            Self::WouldBlock => "would_block",
+        }
+    }
+}
+
+/// Where a finding belongs in the verdict.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    Cheat,
+    Contaminant,
+    OutOfScope,
+    Warning,
+    /// What the barrier blocked (or would have): no effect on the verdict.
+    Barrier,
+}
+
+impl Class {
+    pub const ALL: [Class; 5] = [
+        Self::Cheat,
+        Self::Contaminant,
+        Self::OutOfScope,
+        Self::Warning,
+        Self::Barrier,
+    ];
+
+    /// The name in reports (the serde name).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Cheat => "cheat",
+            Self::Contaminant => "contaminant",
+            Self::OutOfScope => "out_of_scope",
+            Self::Warning => "warning",
+            Self::Barrier => "barrier",
+        }
+    }
+}
+
+/// One finding: a rule, an outcome, an access, a process and a path; the first occurrence and
+/// how many rows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Finding {
+    pub class: Class,
+    pub rule: String,
+    pub outcome: Outcome,
+    pub access: Cow<'static, str>,
+    /// The kernel-resolved path (else the path as passed); lossy UTF-8.
+    pub path: String,
+    /// The exact bytes of `path` in hex, set only when they are not UTF-8.
+    pub path_hex: Option<String>,
+    /// The path as the process passed it, when different.
+    pub raw_path: Option<String>,
+    pub host_path: Option<String>,
+    pub errno: Option<String>,
+    pub count: u64,
+    pub first_seq: u64,
+    pub first_ts_ns: i64,
+    pub pid: u32,
+    pub uid: u32,
+    pub comm: String,
+    /// The program the process was running (its last exec before the access).
+    pub exe: Option<String>,
+    pub argv: Option<Vec<String>>,
+    /// The process's ancestors up to the run's first process, nearest first.
+    pub ancestry: Vec<Ancestor>,
+    /// The transcript's tool call running at that time (when transcripts were given).
+    pub tool_call: Option<super::transcript::ToolCallRef>,
+    /// Whether a transcript mentions the path (when transcripts were given).
+    pub mentioned_in_transcript: Option<bool>,
+    /// How the process reached the file: `path` (named it), or through an fd that was
+    /// `inherited` at start, `received` over a socket, `copied` from another process, handed
+    /// over by `fanotify`, or of `unknown` origin (no recorded open, arrival or start explains
+    /// it). For process findings, unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reached: Option<Reached>,
+    /// For a finding about another process: its pid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_pid: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Ancestor {
+    pub pid: u32,
+    pub comm: String,
+}
+
+/// A process of the run, for the report's tree.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Proc {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    pub exe: Option<String>,
+    pub argv: Option<Vec<String>>,
+    pub first_ts_ns: i64,
+    /// Part of aet's own set-up (bwrap, aet's stage): not audited.
+    pub setup: bool,
+    /// Has a finding (cheat, contaminant or out-of-scope).
+    pub flagged: bool,
+    #[serde(skip)]
+    pub(super) seen_start: bool,
+}
