@@ -15,6 +15,7 @@ use aet_common::{EventKind, Syscall};
 
 use super::policy::{Access, Policy};
 use super::reached::Reached;
+use super::targets::{endpoint, proc_alias, ptrace_access};
 use crate::access::{RowFields, classify};
 use crate::ledger::{
     reader::{Form, Ledger, ReadError},
@@ -52,97 +53,11 @@ pub(super) fn is_stage(exe: &[u8], argv: Option<&[String]>) -> bool {
 /// How an fd arrived, with its file's identity.
 pub(super) type FdOrigin = (Reached, (u64, u64));
 
-/// A `net` row's endpoint as the policy names endpoints: `ADDRESS:PORT`, `[ADDRESS]:PORT` (IPv6)
-/// or `unix:PATH` (`unix:@NAME` for an abstract socket).
-pub fn endpoint(
-    family: Option<&[u8]>,
-    address: Option<&[u8]>,
-    port: Option<u32>,
-) -> Option<Vec<u8>> {
-    let address = address?;
-    let mut ep = Vec::with_capacity(address.len() + 8);
-    match family? {
-        b"inet" => {
-            ep.extend_from_slice(address);
-            ep.extend_from_slice(format!(":{}", port?).as_bytes());
-        }
-        b"inet6" => {
-            ep.push(b'[');
-            ep.extend_from_slice(address);
-            ep.extend_from_slice(format!("]:{}", port?).as_bytes());
-        }
-        b"unix" => {
-            ep.extend_from_slice(b"unix:");
-            ep.extend_from_slice(address);
-        }
-        _ => return None,
-    }
-    Some(ep)
-}
-
-/// What a ptrace request does to its target (`None`: nothing to report, as `PTRACE_TRACEME`,
-/// whose target is the tracer).
-pub(super) fn ptrace_access(request: Option<u32>) -> Option<&'static str> {
-    Some(match request? {
-        0 => return None,
-        1..=3 | 12 | 14 | 0x4204 | 0x4209 => "read",
-        4..=6 | 13 | 15 | 0x4205 => "write",
-        16 | 0x4206 => "attach",
-        _ => "control",
-    })
-}
-
 /// What a scan read besides its findings: the ledger's metadata and how it was read.
 pub struct Read {
     pub meta: LedgerMeta,
     pub form: Form,
     pub damaged_tail: Option<String>,
-}
-
-/// The file a `/proc` magic link leads to, as far as the record knows it:
-/// `/proc/{self,thread-self,PID}/root/REST` is `/REST` (a run's processes share the root of
-/// their view), `/proc/{self,thread-self,PID}/fd/N` the path that process last opened as fd N.
-/// Links through links are followed (a few levels). `None` for any other path.
-pub(super) fn proc_alias(
-    p: &[u8],
-    pid: u32,
-    fds: &FxHashMap<(u32, i32), Vec<u8>>,
-) -> Option<Vec<u8>> {
-    let mut cur = p.to_vec();
-    let mut changed = false;
-    for _ in 0..8 {
-        let Some(rest) = cur.strip_prefix(b"/proc/") else {
-            break;
-        };
-        let (who, rest) = match rest.iter().position(|&b| b == b'/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => break,
-        };
-        let owner = match who {
-            b"self" | b"thread-self" => pid,
-            d if !d.is_empty() && d.iter().all(u8::is_ascii_digit) => {
-                std::str::from_utf8(d).ok()?.parse().ok()?
-            }
-            _ => break,
-        };
-        let next = if let Some(r) = rest.strip_prefix(b"/root") {
-            if r.is_empty() {
-                b"/".to_vec()
-            } else if r.starts_with(b"/") {
-                r.to_vec()
-            } else {
-                break;
-            }
-        } else if let Some(n) = rest.strip_prefix(b"/fd/") {
-            let fd: i32 = std::str::from_utf8(n).ok()?.parse().ok()?;
-            fds.get(&(owner, fd))?.clone()
-        } else {
-            break;
-        };
-        cur = next;
-        changed = true;
-    }
-    changed.then_some(cur)
 }
 
 /// What the scan carries from row to row: how fds arrived, the paths open fds were opened by,
@@ -842,53 +757,4 @@ pub(super) fn finish(mut e: Scanner<'_>) -> Scan {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn path_ids_are_exact_whatever_the_front_cache_slot() {
-        let policy =
-            Policy::parse("[allow]\nread = [\"/usr/**\"]\n", Path::new("p.toml")).expect("policy");
-        let mut e = Scanner::new(&policy, Vec::new());
-        // Paths of one length whose first, middle and last words are equal collide in the
-        // front cache; each must still get its own id, and the same id every time.
-        let paths: Vec<Vec<u8>> = (0..3000u32)
-            .map(|n| format!("/usr/share/aaaaaaaa{n:06}bbbbbbbbbb/x.txt").into_bytes())
-            .chain([b"/a".to_vec(), b"/a\n\xff".to_vec(), Vec::new()])
-            .collect();
-        let ids: Vec<u32> = paths.iter().map(|p| e.path_id(p)).collect();
-        for _ in 0..2 {
-            for (p, id) in paths.iter().zip(&ids) {
-                assert_eq!(e.path_id(p), *id);
-                assert_eq!(&*e.path_bytes[*id as usize], p.as_slice());
-            }
-        }
-        let distinct: std::collections::HashSet<_> = ids.iter().collect();
-        assert_eq!(distinct.len(), paths.len());
-    }
-
-    #[test]
-    fn proc_magic_links_lead_to_the_file_they_name() {
-        let mut fds = FxHashMap::default();
-        fds.insert((7, 3), b"/task/answers/key.txt".to_vec());
-        let a = |p: &str, pid| proc_alias(p.as_bytes(), pid, &fds).map(|v| lossy(&v));
-        assert_eq!(a("/proc/self/root/etc/x", 7).as_deref(), Some("/etc/x"));
-        assert_eq!(a("/proc/12/root", 7).as_deref(), Some("/"));
-        assert_eq!(
-            a("/proc/thread-self/fd/3", 7).as_deref(),
-            Some("/task/answers/key.txt")
-        );
-        assert_eq!(
-            a("/proc/7/fd/3", 1).as_deref(),
-            Some("/task/answers/key.txt")
-        );
-        assert_eq!(
-            a("/proc/self/root/proc/self/fd/3", 7).as_deref(),
-            Some("/task/answers/key.txt")
-        );
-        assert_eq!(a("/proc/self/fd/4", 7), None);
-        assert_eq!(a("/proc/self/rootx/a", 7), None);
-        assert_eq!(a("/proc/self/status", 7), None);
-        assert_eq!(a("/etc/passwd", 7), None);
-    }
-}
+mod tests;

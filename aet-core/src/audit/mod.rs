@@ -17,6 +17,7 @@ pub mod html;
 pub mod policy;
 pub mod reached;
 mod scanner;
+mod targets;
 pub mod transcript;
 
 use std::path::{Path, PathBuf};
