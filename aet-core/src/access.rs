@@ -19,8 +19,8 @@
 use aet_common::{
     EventKind, Syscall, shape,
     uapi::{
-        MAP_SHARED, MAP_SHARED_VALIDATE, MAP_TYPE, O_ACCMODE, O_CREAT, O_DIRECTORY, O_PATH,
-        O_RDONLY, O_TMPFILE_BIT, O_TRUNC, O_WRONLY, PROT_WRITE,
+        MAP_PRIVATE, MAP_SHARED, MAP_SHARED_VALIDATE, MAP_TYPE, O_ACCMODE, O_CREAT, O_DIRECTORY,
+        O_PATH, O_RDONLY, O_RDWR, O_TMPFILE_BIT, O_TRUNC, O_WRONLY, PROT_READ, PROT_WRITE,
     },
 };
 use serde::{Deserialize, Serialize};
@@ -239,6 +239,148 @@ pub fn classify(kind: EventKind, row: &impl RowFields) -> Accessed {
         _ => Accesses::NONE,
     };
     Accessed { first, second }
+}
+
+/// The access table of `docs/policy.md`, made by asking [`classify`] about every recorded
+/// syscall (and the rows no syscall makes) under the argument values that change its answer: for
+/// each access, which rows count as it, and when.
+pub fn access_markdown() -> String {
+    use aet_common::SYSCALL_COUNT;
+    /// A row of a kind, with the fields the classifier may read.
+    struct Case {
+        syscall: Option<Syscall>,
+        flags: u32,
+        prot: u32,
+        bytes: (u64, u64),
+    }
+    impl RowFields for Case {
+        fn syscall(&self) -> Option<Syscall> {
+            self.syscall
+        }
+        fn flags(&self) -> Option<u32> {
+            Some(self.flags)
+        }
+        fn prot(&self) -> Option<u32> {
+            Some(self.prot)
+        }
+        fn bytes(&self) -> (u64, u64) {
+            self.bytes
+        }
+    }
+    let case = |syscall, flags, prot, bytes| Case {
+        syscall,
+        flags,
+        prot,
+        bytes,
+    };
+    // The argument values that change the answer, by kind, each with its words.
+    let cases = |kind: EventKind, sc: Option<Syscall>| -> Vec<(&'static str, Case)> {
+        match kind {
+            EventKind::Open => vec![
+                ("`O_RDONLY`", case(sc, O_RDONLY, 0, (0, 0))),
+                ("`O_WRONLY`", case(sc, O_WRONLY, 0, (0, 0))),
+                ("`O_RDWR`", case(sc, O_RDWR, 0, (0, 0))),
+                ("`O_CREAT`", case(sc, O_RDONLY | O_CREAT, 0, (0, 0))),
+                ("`O_TRUNC`", case(sc, O_RDONLY | O_TRUNC, 0, (0, 0))),
+                (
+                    "`O_TMPFILE`",
+                    case(sc, O_RDWR | O_TMPFILE_BIT | O_DIRECTORY, 0, (0, 0)),
+                ),
+                (
+                    "`O_DIRECTORY` read-only",
+                    case(sc, O_RDONLY | O_DIRECTORY, 0, (0, 0)),
+                ),
+                ("`O_PATH`", case(sc, O_PATH, 0, (0, 0))),
+            ],
+            EventKind::Mmap => vec![
+                (
+                    "a private or read-only mapping",
+                    case(sc, MAP_PRIVATE, PROT_READ, (0, 0)),
+                ),
+                (
+                    "a shared writable mapping",
+                    case(sc, MAP_SHARED, PROT_READ | PROT_WRITE, (0, 0)),
+                ),
+            ],
+            EventKind::Io => vec![
+                ("bytes read", case(sc, 0, 0, (1, 0))),
+                ("bytes written", case(sc, 0, 0, (0, 1))),
+            ],
+            _ => vec![("", case(sc, 0, 0, (0, 0)))],
+        }
+    };
+    // Every kind of row with the syscalls that make it (none: rows no syscall makes).
+    let mut rows: Vec<(EventKind, Vec<Option<Syscall>>)> = Vec::new();
+    for kind in EventKind::ALL {
+        let mut scs: Vec<Option<Syscall>> = (1..SYSCALL_COUNT as u8)
+            .filter_map(Syscall::from_u8)
+            .filter(|sc| sc.shape().kind as u16 == kind as u16)
+            .map(Some)
+            .collect();
+        if matches!(kind, EventKind::Io | EventKind::IoUring | EventKind::List) || scs.is_empty() {
+            scs.push(None);
+        }
+        rows.push((kind, scs));
+    }
+    let mut o = String::from(
+        "| access | rows that count as it (first path; `when` the argument values that make it) |\n| --- | --- |\n",
+    );
+    for access in Access::ALL {
+        let mut parts: Vec<String> = Vec::new();
+        for (kind, scs) in &rows {
+            // Syscalls of this kind grouped by the cases in which they count as `access`.
+            let mut groups: Vec<(Vec<&'static str>, Vec<String>)> = Vec::new();
+            for sc in scs {
+                let cs = cases(*kind, *sc);
+                let all = cs.len();
+                let when: Vec<&'static str> = cs
+                    .iter()
+                    .filter(|(_, c)| classify(*kind, c).first.contains(access))
+                    .map(|(w, _)| *w)
+                    .collect();
+                if when.is_empty() {
+                    continue;
+                }
+                let when = if when.len() == all { Vec::new() } else { when };
+                let name = sc
+                    .and_then(Syscall::name)
+                    .map_or_else(|| "rows".to_owned(), |n| format!("`{n}`"));
+                match groups.iter_mut().find(|(w, _)| *w == when) {
+                    Some((_, names)) => names.push(name),
+                    None => groups.push((when, vec![name])),
+                }
+            }
+            for (when, names) in groups {
+                let mut t = format!("`{}`: {}", kind.name(), names.join(", "));
+                if !when.is_empty() {
+                    t.push_str(&format!(" when {}", when.join(" or ")));
+                }
+                parts.push(t);
+            }
+        }
+        if access == Access::Connect {
+            parts.push(
+                "`net`: `connect`, `sendto`, `sendmsg` with an address (judged by its endpoint, \
+                 not by a path)"
+                    .to_owned(),
+            );
+        }
+        let second: Vec<String> = rows
+            .iter()
+            .flat_map(|(kind, scs)| scs.iter().map(move |sc| (*kind, *sc)))
+            .filter(|(kind, sc)| {
+                cases(*kind, *sc)
+                    .iter()
+                    .any(|(_, c)| classify(*kind, c).second.contains(access))
+            })
+            .filter_map(|(_, sc)| sc.and_then(Syscall::name).map(|n| format!("`{n}`")))
+            .collect();
+        if !second.is_empty() {
+            parts.push(format!("the second path of {}", second.join(", ")));
+        }
+        o.push_str(&format!("| `{}` | {} |\n", access.name(), parts.join("; ")));
+    }
+    o
 }
 
 #[cfg(test)]
@@ -483,6 +625,22 @@ mod tests {
             }
             assert!(seen[n as usize], "{sc:?} is not in the table");
         }
+    }
+
+    #[test]
+    fn the_policy_docs_access_table_is_the_classifier_s() {
+        let table = access_markdown();
+        for a in Access::ALL {
+            assert!(
+                table.contains(&format!("| `{}` | `", a.name())),
+                "{a:?} has rows: {table}"
+            );
+        }
+        crate::docgen::check(
+            &crate::docgen::docs_dir().join("policy.md"),
+            "access-table",
+            &table,
+        );
     }
 
     #[test]

@@ -554,8 +554,157 @@ fn contradiction(a: &Entry, b: &Entry) -> Option<String> {
     None
 }
 
+/// One key of the spec as `docs/sandbox.md` lists it (the table there is made from [`KEYS`]).
+pub struct SpecKey {
+    /// The key, as written (`allow`, `extra_binds`: two names of one list).
+    pub keys: &'static str,
+    pub kind: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
+}
+
+/// Every top-level key of the spec, in the docs' order. A test checks that it names exactly the
+/// keys the parser accepts.
+pub const KEYS: &[SpecKey] = &[
+    SpecKey {
+        keys: "`workspace`",
+        kind: "path",
+        default: "required",
+        meaning: "writable bind, and the working directory",
+    },
+    SpecKey {
+        keys: "`allow`, `extra_binds`",
+        kind: "paths",
+        default: "`[]`",
+        meaning: "read-only binds (must exist)",
+    },
+    SpecKey {
+        keys: "`rw_binds`",
+        kind: "paths",
+        default: "`[]`",
+        meaning: "writable binds (must exist)",
+    },
+    SpecKey {
+        keys: "`deny`",
+        kind: "paths",
+        default: "`[]`",
+        meaning: "directories shown empty and read-only (need not exist)",
+    },
+    SpecKey {
+        keys: "`mask_files`",
+        kind: "paths",
+        default: "`[]`",
+        meaning: "files shown empty and read-only (need not exist)",
+    },
+    SpecKey {
+        keys: "`tmpfs`",
+        kind: "paths",
+        default: "`[]`",
+        meaning: "private writable tmpfs, empty at start",
+    },
+    SpecKey {
+        keys: "`unsetenv`",
+        kind: "names",
+        default: "`[]`",
+        meaning: "variables removed",
+    },
+    SpecKey {
+        keys: "`setenv`",
+        kind: "table",
+        default: "`{}`",
+        meaning: "variables set (`setenv = { LANG = \"C.UTF-8\" }`)",
+    },
+    SpecKey {
+        keys: "`pass_env`",
+        kind: "names",
+        default: "`[]`",
+        meaning: "variables passed even though they look like credentials",
+    },
+    SpecKey {
+        keys: "`dns`",
+        kind: "bool",
+        default: "`false`",
+        meaning: "provide `/etc/resolv.conf` (its real target, usually under `/run`, which is not bound)",
+    },
+    SpecKey {
+        keys: "`network`",
+        kind: "`\"host\"` or `\"none\"` (or `true`/`false`)",
+        default: "`\"host\"`",
+        meaning: "`\"none\"`: a private network namespace with only loopback, checked from inside before the command starts (the report's `network = \"none\"` check: no interface but `lo`)",
+    },
+    SpecKey {
+        keys: "`io_uring`",
+        kind: "`\"deny\"` or `\"allow\"`",
+        default: "`\"deny\"`",
+        meaning: "`deny`: aet's stage loads a seccomp filter (libseccomp; native and 32-bit ABIs) that makes `io_uring_setup`, `io_uring_enter` and `io_uring_register` fail with EPERM, and checks from inside that `io_uring_setup` does, so every read and open goes through syscalls the record sees and the record stays complete (the refused attempt is a row). `allow`: io_uring works, requests are recorded as submitted, the record is incomplete",
+    },
+    SpecKey {
+        keys: "`base`",
+        kind: "`\"standard\"` or `\"none\"`",
+        default: "`\"standard\"`",
+        meaning: "the base layer, below",
+    },
+    SpecKey {
+        keys: "`[[repo]]`",
+        kind: "tables: `path`, `base`, `history`",
+        default: "none",
+        meaning: "task repositories whose history must not reach past `base`, [below](#task-repositories)",
+    },
+];
+
+/// The key table of `docs/sandbox.md`.
+pub fn keys_markdown() -> String {
+    let mut o = String::from("| key | type | default | meaning |\n| --- | --- | --- | --- |\n");
+    for k in KEYS {
+        o.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            k.keys, k.kind, k.default, k.meaning
+        ));
+    }
+    o
+}
+
 #[cfg(test)]
 mod tests {
+    /// The keys the parser accepts, as serde lists them when it refuses an unknown one.
+    fn accepted_keys() -> Vec<String> {
+        let e = super::SandboxSpec::parse("workspace = \"/w\"\nno_such_key = 1\n").unwrap_err();
+        let list = e
+            .split("expected one of ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no key list in {e:?}"));
+        list.split(", ")
+            .map(|k| {
+                k.trim()
+                    .trim_matches(|c: char| c == '`' || !c.is_ascii_graphic())
+                    .to_owned()
+            })
+            .filter(|k| !k.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn the_docs_spec_keys_are_the_parser_s() {
+        let documented: Vec<String> = super::KEYS
+            .iter()
+            .flat_map(|k| k.keys.split(", "))
+            .map(|k| {
+                k.trim_matches(|c| c == '`' || c == '[' || c == ']')
+                    .to_owned()
+            })
+            .collect();
+        let mut accepted = accepted_keys();
+        accepted.sort();
+        let mut doc = documented.clone();
+        doc.sort();
+        assert_eq!(doc, accepted, "KEYS and the spec's fields differ");
+        aet_core::docgen::check(
+            &aet_core::docgen::docs_dir().join("sandbox.md"),
+            "spec-keys",
+            &super::keys_markdown(),
+        );
+    }
+
     use super::*;
 
     #[test]
