@@ -11,21 +11,25 @@ use aet_tests::{audit_json as audit, *};
 
 /// A task directory, a cheat file, a contaminant, and an agent script.
 struct Fixture {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
+    tree: Tree,
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = Tree;
+    fn deref(&self) -> &Tree {
+        &self.tree
+    }
 }
 
 impl Fixture {
     fn new() -> Self {
-        let dir = tempdir();
-        let root = dir.path().to_owned();
-        for d in ["task/out", "task/tools", "secret", "other/projects/p1"] {
-            fs::create_dir_all(root.join(d)).unwrap();
-        }
-        fs::write(root.join("task/README.md"), "the task\n").unwrap();
-        fs::write(root.join("secret/golden.yaml"), "expected: 42\n").unwrap();
-        fs::write(root.join("secret/key.txt"), "KEY\n").unwrap();
-        fs::write(root.join("other/projects/p1/notes.txt"), "someone else's\n").unwrap();
+        let tree = Tree::new();
+        tree.dirs(&["task/out", "task/tools"])
+            .file("task/README.md", "the task\n")
+            .file("secret/golden.yaml", "expected: 42\n")
+            .file("secret/key.txt", "KEY\n")
+            .file("other/projects/p1/notes.txt", "someone else's\n");
+        let root = &tree.root;
         // The agent's helpers: one peeks at the golden file, one at another project.
         write_script(
             &root.join("task/tools/check.sh"),
@@ -41,15 +45,7 @@ impl Fixture {
                 root.join("other/projects/p1/notes.txt").display()
             ),
         );
-        Self { _dir: dir, root }
-    }
-
-    fn p(&self, rel: &str) -> PathBuf {
-        self.root.join(rel)
-    }
-
-    fn s(&self, rel: &str) -> String {
-        self.p(rel).to_str().unwrap().to_owned()
+        Self { tree }
     }
 
     /// The policy: the task and the system are allowed; the golden file is a cheat, other

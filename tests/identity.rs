@@ -13,30 +13,25 @@ use aet_tests::*;
 
 /// A scratch directory the agent can traverse, with a workspace and a grader root.
 struct Fixture {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
+    tree: Tree,
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = Tree;
+    fn deref(&self) -> &Tree {
+        &self.tree
+    }
 }
 
 impl Fixture {
     fn new() -> Self {
-        let dir = tempdir();
-        let root = dir.path().to_owned();
+        let tree = Tree::new();
         // tempfile makes it 0700: the agent must be able to reach its workspace.
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
-        fs::create_dir_all(root.join("ws")).unwrap();
-        fs::write(root.join("ws/task.md"), "do the task\n").unwrap();
-        fs::create_dir_all(root.join("grader")).unwrap();
-        fs::write(root.join("grader/expected.txt"), "EXPECTED\n").unwrap();
-        fs::set_permissions(root.join("grader"), fs::Permissions::from_mode(0o700)).unwrap();
-        Self { _dir: dir, root }
-    }
-
-    fn p(&self, rel: &str) -> PathBuf {
-        self.root.join(rel)
-    }
-
-    fn s(&self, rel: &str) -> String {
-        self.p(rel).to_str().unwrap().to_owned()
+        fs::set_permissions(&tree.root, fs::Permissions::from_mode(0o755)).unwrap();
+        tree.file("ws/task.md", "do the task\n")
+            .file("grader/expected.txt", "EXPECTED\n");
+        fs::set_permissions(tree.p("grader"), fs::Permissions::from_mode(0o700)).unwrap();
+        Self { tree }
     }
 
     /// `aet run --identity [ID] --workspace ws --grader-root grader [extra] -- sh -c SCRIPT`.

@@ -14,42 +14,26 @@ use aet_tests::*;
 
 /// A repository, a workspace and the rest of the seed's example, in a scratch directory.
 struct Fixture {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
+    tree: Tree,
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = Tree;
+    fn deref(&self) -> &Tree {
+        &self.tree
+    }
 }
 
 impl Fixture {
     fn new() -> Self {
-        let dir = tempdir();
-        let root = dir.path().to_owned();
-        for d in [
-            "repo/inputs/answers",
-            "repo/tools",
-            "ws",
-            "state",
-            "toolchain/bin",
-            "scratch",
-        ] {
-            fs::create_dir_all(root.join(d)).unwrap();
-        }
-        fs::write(root.join("repo/inputs/answers/key.txt"), "SECRET\n").unwrap();
-        fs::write(root.join("repo/inputs/golden.yaml"), "expected: 42\n").unwrap();
-        fs::write(root.join("repo/inputs/data.txt"), "data\n").unwrap();
-        fs::write(root.join("repo/tools/tool.sh"), "echo tool\n").unwrap();
-        fs::write(
-            root.join("scratch/sibling-run.txt"),
-            "another agent's work\n",
-        )
-        .unwrap();
-        Self { _dir: dir, root }
-    }
-
-    fn p(&self, rel: &str) -> PathBuf {
-        self.root.join(rel)
-    }
-
-    fn s(&self, rel: &str) -> String {
-        self.p(rel).to_str().unwrap().to_owned()
+        let tree = Tree::new();
+        tree.dirs(&["ws", "state", "toolchain/bin"])
+            .file("repo/inputs/answers/key.txt", "SECRET\n")
+            .file("repo/inputs/golden.yaml", "expected: 42\n")
+            .file("repo/inputs/data.txt", "data\n")
+            .file("repo/tools/tool.sh", "echo tool\n")
+            .file("scratch/sibling-run.txt", "another agent's work\n");
+        Self { tree }
     }
 
     /// The seed's example with this fixture's paths, as TOML entries (key -> value).

@@ -54,6 +54,56 @@ pub fn tempdir() -> tempfile::TempDir {
         .expect("tempdir")
 }
 
+/// A scratch tree for one test (removed when dropped), its paths named relative to its root:
+/// what each test file's fixture builds on.
+pub struct Tree {
+    _dir: tempfile::TempDir,
+    pub root: PathBuf,
+}
+
+impl Default for Tree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tree {
+    pub fn new() -> Self {
+        let dir = tempdir();
+        let root = dir.path().to_owned();
+        Self { _dir: dir, root }
+    }
+
+    /// The path `rel` in the tree.
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    /// The path `rel` in the tree, as a string (for arguments and policies).
+    pub fn s(&self, rel: &str) -> String {
+        self.p(rel)
+            .to_str()
+            .expect("tempdir paths are UTF-8")
+            .to_owned()
+    }
+
+    /// Makes the directories `rels` (and their parents).
+    pub fn dirs(&self, rels: &[&str]) -> &Self {
+        for d in rels {
+            std::fs::create_dir_all(self.p(d)).expect("mkdir");
+        }
+        self
+    }
+
+    /// Writes the file `rel` (its directory made first).
+    pub fn file(&self, rel: &str, text: &str) -> &Self {
+        let p = self.p(rel);
+        std::fs::create_dir_all(p.parent().expect("a file has a directory")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+        self
+    }
+}
+
 /// Compiles `tests/helpers/NAME.c` (once per test process) and returns the binary.
 pub fn helper(name: &str) -> PathBuf {
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -376,4 +426,11 @@ pub fn git(repo: &Path, args: &[&str]) -> String {
         .unwrap();
     assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
     text(&o.stdout).trim().to_owned()
+}
+
+pub fn ok_opens<'a>(rows: &'a [LedgerRow], path: &Path) -> Vec<&'a LedgerRow> {
+    rows_with_path(rows, path)
+        .into_iter()
+        .filter(|r| r.kind == "open" && r.ret.is_some_and(|v| v >= 0))
+        .collect()
 }
