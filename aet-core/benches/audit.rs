@@ -61,7 +61,7 @@ fn main() -> anyhow::Result<()> {
         )?;
         std::io::copy(&mut &f, &mut std::io::sink())?;
     }
-    let policy = aet_core::audit::policy::Policy::load(policy.as_ref())?;
+    let policy = aet_core::policy::Policy::load(policy.as_ref())?;
     let opts = aet_core::audit::Options {
         transcripts: None,
         transcript_format: "claude-jsonl",

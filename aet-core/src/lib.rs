@@ -6,10 +6,11 @@
 //! checked anywhere. The `aet` crate (`aet-user`) adds the monitor, the sandbox and the CLI.
 pub mod access;
 pub mod audit;
-pub mod barrier;
 pub mod docgen;
 pub mod ledger;
 pub mod manifest;
+pub mod policy;
 pub mod run_dir;
+pub mod runs;
 pub mod stage;
 pub mod util;

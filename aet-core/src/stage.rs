@@ -170,7 +170,7 @@ pub struct Plan {
     pub keep_capabilities: bool,
     /// The barrier to build (`--mode shadow`) and apply (`--mode enforce`).
     #[serde(default)]
-    pub barrier: Option<crate::barrier::BarrierPlan>,
+    pub barrier: Option<crate::policy::barrier::BarrierPlan>,
     /// Task repositories whose history the stage checks (`[[repo]]`).
     #[serde(default)]
     pub repos: Vec<RepoCheck>,
@@ -227,7 +227,7 @@ pub struct Report {
     pub io_uring: Option<String>,
     /// The barrier as built (and applied, under enforce).
     #[serde(default)]
-    pub barrier: Option<crate::barrier::BarrierReport>,
+    pub barrier: Option<crate::policy::barrier::BarrierReport>,
 }
 
 /// One probe result (`aet sandbox probe`).

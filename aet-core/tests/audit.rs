@@ -12,12 +12,15 @@ use std::{
 };
 
 use aet_core::{
-    audit::{self, Class, Outcome, Report, Verdict, policy::Policy},
-    barrier::{BarrierMode, BarrierReport, BarrierRule, Rights},
+    audit::{self, Class, Outcome, Report, Verdict},
     ledger::{
         record::{Incomplete, InheritedFd, MetaMap, ProtectedFile, Reasons},
         schema::meta,
         writer::{LedgerWriter, Row},
+    },
+    policy::{
+        Policy,
+        barrier::{BarrierMode, BarrierReport, BarrierRule, Rights},
     },
     stage::PPath,
 };

@@ -15,8 +15,8 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use aet_core::ledger::{
-    reader::{self, Form, Ledger},
+use aet_core::{
+    ledger::reader::{self, Form, Ledger},
     runs::{self, RunRef},
 };
 use datafusion::{

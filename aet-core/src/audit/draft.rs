@@ -16,9 +16,8 @@ use std::{
 use super::{
     engine::scan,
     finding::{Class, Outcome},
-    policy::Policy,
 };
-use crate::ledger::reader::ReadError;
+use crate::{ledger::reader::ReadError, policy::Policy};
 
 /// Entries under one directory from which the directory is allowed instead.
 const COLLAPSE_AT: usize = 3;

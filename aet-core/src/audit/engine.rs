@@ -13,7 +13,6 @@ use rustc_hash::FxHashMap;
 
 use aet_common::{EventKind, Syscall};
 
-use super::policy::{Access, Policy};
 use super::reached::Reached;
 use super::targets::{endpoint, proc_alias, ptrace_access};
 use crate::access::{RowFields, classify};
@@ -21,6 +20,7 @@ use crate::ledger::{
     reader::{Form, Ledger, ReadError},
     record::LedgerMeta,
 };
+use crate::policy::{Access, Policy};
 
 use super::batch::{BatchCols, COLUMNS, ColFields, RowRef, argv_at};
 use super::finding::{Ancestor, Finding, Proc};
@@ -131,7 +131,10 @@ pub(super) fn start<'p>(
         }
     }
     let mut e = Scanner::new(policy, protected_ids);
-    e.barrier = meta.barrier.as_ref().map(crate::barrier::Model::new);
+    e.barrier = meta
+        .barrier
+        .as_ref()
+        .map(crate::policy::barrier::Model::new);
     let mut w = Walk {
         audit_setup: meta.sandbox.is_some() || meta.identity.is_some() || meta.barrier.is_some(),
         fd_origins: FxHashMap::default(),

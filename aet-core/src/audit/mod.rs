@@ -14,7 +14,6 @@ pub mod draft;
 pub mod engine;
 pub mod finding;
 pub mod html;
-pub mod policy;
 pub mod reached;
 mod scanner;
 mod targets;
@@ -26,9 +25,9 @@ use serde::{Deserialize, Serialize};
 
 pub use reached::Reached;
 
+use crate::policy::{Policy, PolicyError, Severity};
 pub use batch::COLUMNS;
 pub use finding::{Ancestor, Class, Finding, Outcome, Proc};
-use policy::{Policy, PolicyError, Severity};
 use transcript::ToolCall;
 
 use crate::ledger::{
@@ -234,7 +233,7 @@ impl Report {
 /// The run's barrier, in short (the whole of it is the ledger's `aet.barrier`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BarrierInfo {
-    pub mode: crate::barrier::BarrierMode,
+    pub mode: crate::policy::barrier::BarrierMode,
     pub abi: i32,
     pub rules: usize,
     /// Files left out of the grants (cheats, protected files).

@@ -7,7 +7,7 @@ use arrow_array::Array;
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 
-use super::policy::{Access, Attempts, Policy, Severity};
+use crate::policy::{Access, Attempts, Policy, Severity};
 
 use super::batch::RowRef;
 use super::engine::Scan;
@@ -76,7 +76,7 @@ pub(super) struct Scanner<'p> {
     /// Findings of argv rules, by (rule, process, outcome).
     pub(super) argv_index: FxHashMap<(usize, u32, Outcome), usize>,
     /// The run's barrier (`--mode shadow|enforce`), as the stage built it.
-    pub(super) barrier: Option<crate::barrier::Model>,
+    pub(super) barrier: Option<crate::policy::barrier::Model>,
 }
 
 impl<'p> Scanner<'p> {
@@ -374,8 +374,10 @@ impl<'p> Scanner<'p> {
         }
         let denied = errno == Some(b"EACCES");
         let outcome = match mode {
-            crate::barrier::BarrierMode::Enforce if denied => Outcome::Blocked,
-            crate::barrier::BarrierMode::Shadow if row.ok || denied || errno == Some(b"EPERM") => {
+            crate::policy::barrier::BarrierMode::Enforce if denied => Outcome::Blocked,
+            crate::policy::barrier::BarrierMode::Shadow
+                if row.ok || denied || errno == Some(b"EPERM") =>
+            {
                 Outcome::WouldBlock
             }
             _ => return,

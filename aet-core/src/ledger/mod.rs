@@ -4,13 +4,11 @@
 
 pub mod chain;
 pub mod columns;
-pub mod export;
 pub mod ipc;
 pub mod reader;
 pub mod record;
 pub mod recover;
 pub mod rows;
-pub mod runs;
 pub mod schema;
 pub mod summary;
 pub mod writer;

@@ -473,7 +473,7 @@ pub struct LedgerMeta {
     pub protected: BTreeMap<String, ProtectedFile>,
     pub inherited_fds: Vec<InheritedFd>,
     pub overload: Option<OverloadRecord>,
-    pub barrier: Option<crate::barrier::BarrierReport>,
+    pub barrier: Option<crate::policy::barrier::BarrierReport>,
     /// `aet.recovered` is `true`.
     pub recovered: bool,
 }

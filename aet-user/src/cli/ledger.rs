@@ -95,9 +95,9 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
 
 /// `aet ledger export`.
 fn export(runs: &[PathBuf], dir: &std::path::Path) -> anyhow::Result<u8> {
-    use aet_core::ledger::export;
+    use aet_core::runs::export;
     // Names first: two runs of one name would land in one partition.
-    let named: Vec<(String, PathBuf)> = aet_core::ledger::runs::discover(runs)?
+    let named: Vec<(String, PathBuf)> = aet_core::runs::discover(runs)?
         .into_iter()
         .map(|r| (r.name, r.ledger))
         .collect();

@@ -123,7 +123,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     }
     // A policy is checked before anything runs, and its protected files are identified now.
     let policy = match &a.policy {
-        Some(p) => Some(aet_core::audit::policy::Policy::load(p)?),
+        Some(p) => Some(aet_core::policy::Policy::load(p)?),
         None => None,
     };
     let mut head = aet_core::ledger::record::MetaMap::new();
@@ -143,8 +143,8 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             if enforce && let Some(why) = crate::sandbox::barrier::cannot_enforce() {
                 anyhow::bail!("{why}");
             }
-            let mut plan =
-                aet_core::barrier::plan(p, enforce, &protected).map_err(anyhow::Error::msg)?;
+            let mut plan = aet_core::policy::barrier::plan(p, enforce, &protected)
+                .map_err(anyhow::Error::msg)?;
             // The command's own program: aet runs it, so the barrier lets it.
             let program = std::path::Path::new(&a.command[0]);
             let found = if program.as_os_str().as_encoded_bytes().contains(&b'/') {
@@ -153,10 +153,10 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 program.to_str().and_then(crate::sandbox::find_on_path)
             };
             if let Some(path) = found.filter(|p| p.is_file()) {
-                plan.grants.push(aet_core::barrier::Grant {
+                plan.grants.push(aet_core::policy::barrier::Grant {
                     entry: "aet: the command's program".into(),
                     path: crate::sandbox::plan::PPath(path),
-                    rights: aet_core::barrier::Rights::EXECUTE,
+                    rights: aet_core::policy::barrier::Rights::EXECUTE,
                 });
             }
             Some(plan)

@@ -171,7 +171,44 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
         .as_ref()
         .map_or(CommandEnd::Refused, |s| CommandEnd::Exited(*s));
     let stage = opts.launch.stage_report();
-    match &stage {
+    if !stage_notes(&opts, &stage) {
+        end = CommandEnd::Refused;
+    }
+    let report_ok = stage.as_ref().and_then(|r| r.as_ref().ok());
+    if let Some(b) = report_ok.and_then(|r| r.barrier.as_ref()) {
+        extra.set_json(meta::BARRIER, b);
+    }
+    if let Some(sb) = &opts.launch.sandbox {
+        extra.set_json(meta::SANDBOX, &sb.record(report_ok));
+    }
+    if let Some(id) = &opts.launch.identity {
+        let record = identity_end(id, run_started, report_ok, &mut reasons, opts.quiet);
+        extra.set_json(meta::IDENTITY, &record);
+    }
+    if let CommandEnd::Exited(code) = end {
+        extra.set(meta::EXIT_STATUS, code);
+    }
+    extra.set_json(meta::KILLED, &killed);
+    let report = monitor.stop(extra, reasons)?;
+    drop(cg);
+    guard.release();
+    report_end(&report, opts.quiet);
+    status?;
+    Ok(RunOutcome {
+        end,
+        killed,
+        report,
+    })
+}
+
+/// What aet's stage reported, told on stderr: the sandbox verified, the identity taken, the
+/// barrier built. `false` when the agent's environment was not as specified and the command
+/// did not run.
+fn stage_notes(
+    opts: &RunOptions,
+    stage: &Option<Result<aet_core::stage::Report, crate::sandbox::SandboxError>>,
+) -> bool {
+    match stage {
         None => {}
         Some(Ok(r)) if r.ok => {
             if let Some(sb) = &opts.launch.sandbox {
@@ -243,77 +280,63 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
             for f in &r.failures {
                 eprintln!("aet:   - {f}");
             }
-            end = CommandEnd::Refused;
+            return false;
         }
         Some(Err(e)) => {
             eprintln!("aet: error: {e}");
-            end = CommandEnd::Refused;
+            return false;
         }
     }
-    let report_ok = stage.as_ref().and_then(|r| r.as_ref().ok());
-    if let Some(b) = report_ok.and_then(|r| r.barrier.as_ref()) {
-        extra.set_json(meta::BARRIER, b);
-    }
-    if let Some(sb) = &opts.launch.sandbox {
-        extra.set_json(meta::SANDBOX, &sb.record(report_ok));
-    }
-    if let Some(id) = &opts.launch.identity {
-        // No process of the agent's uid may outlive the run, anywhere on the machine.
-        let (strays, reap_error) = match crate::identity::reap_uid(id.uid) {
-            Ok(s) => (s, None),
-            Err(e) => (Vec::new(), Some(e)),
-        };
-        if !strays.is_empty() {
-            let list: Vec<String> = strays
-                .iter()
-                .map(|k| format!("{} ({})", k.pid, k.comm))
-                .collect();
-            eprintln!(
-                "aet: killed {} process(es) of uid {} found outside the run after teardown: {}",
-                strays.len(),
-                id.uid,
-                list.join(", ")
-            );
-        }
-        if let Some(e) = &reap_error {
-            eprintln!("aet: error: {e}");
-            reasons.push(Incomplete::ReapFailed { error: e.clone() });
-        }
-        let (files, total) = crate::identity::leftovers(
+    true
+}
+
+/// The agent identity's end: every process of its uid killed, anywhere on the machine; the
+/// files it left outside its workspace and home found; its record for the ledger.
+fn identity_end(
+    id: &crate::run::launch::IdentityRun,
+    run_started: std::time::SystemTime,
+    report_ok: Option<&aet_core::stage::Report>,
+    reasons: &mut Reasons,
+    quiet: bool,
+) -> aet_core::ledger::record::IdentityRecord {
+    // No process of the agent's uid may outlive the run, anywhere on the machine.
+    let (strays, reap_error) = match crate::identity::reap_uid(id.uid) {
+        Ok(s) => (s, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    if !strays.is_empty() {
+        let list: Vec<String> = strays
+            .iter()
+            .map(|k| format!("{} ({})", k.pid, k.comm))
+            .collect();
+        eprintln!(
+            "aet: killed {} process(es) of uid {} found outside the run after teardown: {}",
+            strays.len(),
             id.uid,
-            run_started,
-            &[id.workspace.clone(), id.home.clone()],
-            1000,
-        );
-        if total > 0 {
-            note(
-                opts.quiet,
-                format_args!(
-                    "the agent (uid {}) left {total} file(s) outside its workspace and home, e.g. {}",
-                    id.uid,
-                    files[0].display()
-                ),
-            );
-        }
-        extra.set_json(
-            meta::IDENTITY,
-            &id.record(report_ok, &strays, reap_error.as_deref(), &files, total),
+            list.join(", ")
         );
     }
-    if let CommandEnd::Exited(code) = end {
-        extra.set(meta::EXIT_STATUS, code);
+    if let Some(e) = &reap_error {
+        eprintln!("aet: error: {e}");
+        reasons.push(Incomplete::ReapFailed { error: e.clone() });
     }
-    extra.set_json(meta::KILLED, &killed);
-    let report = monitor.stop(extra, reasons)?;
-    drop(cg);
-    guard.release();
-    report_end(&report, opts.quiet);
-    status?;
-    Ok(RunOutcome {
-        end,
-        killed,
-        report,
-    })
+    let (files, total) = crate::identity::leftovers(
+        id.uid,
+        run_started,
+        &[id.workspace.clone(), id.home.clone()],
+        1000,
+    );
+    if total > 0 {
+        note(
+            quiet,
+            format_args!(
+                "the agent (uid {}) left {total} file(s) outside its workspace and home, e.g. {}",
+                id.uid,
+                files[0].display()
+            ),
+        );
+    }
+    id.record(report_ok, &strays, reap_error.as_deref(), &files, total)
 }
 
 /// What driving the command found.
@@ -470,7 +493,21 @@ async fn drive(
         }
     };
 
-    // The rest of the run gets `grace` to finish, then is killed.
+    let (killed, kill_error) = teardown(opts, cg, monitor).await?;
+    Ok(Driven {
+        status,
+        killed,
+        kill_error,
+    })
+}
+
+/// The rest of the run gets `grace` to finish, then everything left of it (in its cgroup, or
+/// tracked outside it) is killed: what was killed, and whether the kill failed.
+async fn teardown(
+    opts: &RunOptions,
+    cg: &RunCgroup,
+    monitor: &mut Session,
+) -> Result<(Vec<ProcessRef>, Option<String>), RunError> {
     fault("teardown").map_err(|e| {
         RunError::Cgroup(CgroupError::Io {
             path: cg.path().to_owned(),
@@ -524,9 +561,5 @@ async fn drive(
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    Ok(Driven {
-        status,
-        killed,
-        kill_error,
-    })
+    Ok((killed, kill_error))
 }

@@ -49,7 +49,7 @@ pub struct LaunchOptions {
     pub mode: Mode,
     /// The barrier (`--mode shadow|enforce`): built by the stage; a run with neither sandbox
     /// nor identity gets a stage for it.
-    pub barrier: Option<aet_core::barrier::BarrierPlan>,
+    pub barrier: Option<aet_core::policy::barrier::BarrierPlan>,
 }
 
 /// An agent identity, set up.

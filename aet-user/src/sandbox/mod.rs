@@ -91,7 +91,7 @@ pub struct PrepareOptions {
     /// Writable binds added to the spec's (an agent identity's home).
     pub extra_rw: Vec<PathBuf>,
     /// The barrier the stage builds (`--mode shadow|enforce`).
-    pub barrier: Option<aet_core::barrier::BarrierPlan>,
+    pub barrier: Option<aet_core::policy::barrier::BarrierPlan>,
 }
 
 /// A sandbox ready to start: the bwrap arguments (handed over with `bwrap --args FD`, so the

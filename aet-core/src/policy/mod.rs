@@ -1,8 +1,10 @@
-//! Audit policies: what a run may touch, and the patterns whose hits disqualify, flag or warn.
+//! Policies: what a run may touch, and the patterns whose hits disqualify, flag or warn.
 //!
 //! A policy is TOML. Every error names the file, the line and the key: TOML syntax, unknown keys
 //! and wrong types come from the parser; bad regular expressions and globs are checked here with
 //! the spans the parser kept.
+
+pub mod barrier;
 
 use std::{
     collections::BTreeMap,

@@ -1,6 +1,9 @@
 //! Many runs at once: which runs a command line names (run directories, directories of runs,
 //! ledger files, globs), what one row per run says (the `runs` table of `aet query` and the
-//! `_runs` table of `aet ledger export`), and the findings of a run's `audit.json`.
+//! `_runs` table of `aet ledger export`), and the findings of a run's `audit.json`; and
+//! [`export`], the runs as Parquet.
+
+pub mod export;
 
 use std::{
     fs,
@@ -15,7 +18,7 @@ use arrow_array::{
 };
 use arrow_schema::ArrowError;
 
-use super::{reader::Form, record::LedgerMeta};
+use crate::ledger::{reader::Form, record::LedgerMeta};
 use crate::{
     audit::{Reached, Report},
     run_dir::LEDGER,
@@ -69,7 +72,7 @@ pub fn discover(args: &[PathBuf]) -> Result<Vec<RunRef>, RunsError> {
             if !seen.insert(canonical) {
                 continue;
             }
-            let name = super::export::run_name(&ledger);
+            let name = export::run_name(&ledger);
             if let Some(other) = out.iter().find(|r| r.name == name) {
                 return Err(RunsError::SameName(other.ledger.clone(), ledger, name));
             }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::{
     access::Access,
-    audit::policy::{Policy, Severity, Target},
+    policy::{Policy, Severity, Target},
     stage::PPath,
 };
 

@@ -27,7 +27,7 @@ use parquet::{
     schema::types::ColumnPath,
 };
 
-use super::{
+use crate::ledger::{
     reader::{Form, Ledger, ReadError},
     schema::col,
 };
@@ -189,7 +189,7 @@ pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportEr
     })
 }
 
-/// The run's row of `DIR/_runs` (see [`super::runs::run_row`]), and what to say of its audit: a
+/// The run's row of `DIR/_runs` (see [`super::run_row`]), and what to say of its audit: a
 /// damaged `audit.json` is a problem (the row is written without the audit's columns), an
 /// unsigned report of a signed run a note.
 fn write_run_row(
@@ -198,14 +198,14 @@ fn write_run_row(
     dir: &Path,
     events: u64,
     form: Form,
-    m: &super::record::LedgerMeta,
+    m: &crate::ledger::record::LedgerMeta,
 ) -> Result<(Option<String>, Option<String>), ExportError> {
     let (audit, problem) = match crate::audit::Report::read(&crate::run_dir::audit_beside(ledger)) {
         Ok(a) => (a, None),
         Err(e) => (None, Some(e)),
     };
     let coverage = crate::manifest::audit_coverage(ledger.parent().unwrap_or(Path::new(".")));
-    let batch = super::runs::run_row(
+    let batch = super::run_row(
         None,
         events,
         form,
