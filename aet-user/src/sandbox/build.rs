@@ -271,334 +271,30 @@ pub fn ensure_empty_file() -> Result<(), BuildError> {
 
 /// Builds the view of a checked spec.
 pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildError> {
-    let mut grants: Vec<Mount> = Vec::new();
-    let push = |grants: &mut Vec<Mount>, dst: PathBuf, op: Op, rank: u8| {
-        if !grants.iter().any(|m| m.dst == dst) {
-            grants.push(Mount { dst, op, rank });
-        } else if let Some(m) = grants.iter_mut().find(|m| m.dst == dst) {
-            // A spec entry replaces the base layer's at the same place.
-            if rank > m.rank {
-                *m = Mount { dst, op, rank };
-            }
-        }
-    };
-
-    // Spec grants first in this list so they take precedence over the base at the same path.
-    let mut checks = Vec::new();
+    let mut view = View::default();
     if !spec.network {
-        checks.push(Check {
+        view.checks.push(Check {
             entry: "network = \"none\"".into(),
             path: PathBuf::from("/").into(),
             expect: Expect::LoopbackOnly,
         });
     }
-    let mut writable: Vec<PPath> = Vec::new();
-    for e in spec.entries() {
-        let path = norm(&e.path);
-        let name = e.name();
-        match e.role {
-            Role::Tmpfs => {
-                push(&mut grants, path.clone(), Op::Tmpfs, 1);
-                checks.push(Check {
-                    entry: name,
-                    path: path.as_path().into(),
-                    expect: Expect::Tmpfs,
-                });
-                writable.push(path.into());
-            }
-            Role::Allow | Role::ExtraBind => {
-                let (dev, ino) = ids(&path, &name)?;
-                push(&mut grants, path.clone(), Op::RoBind(path.clone()), 2);
-                checks.push(Check {
-                    entry: name,
-                    path: path.into(),
-                    expect: Expect::ReadOnly { dev, ino },
-                });
-            }
-            Role::Workspace | Role::RwBind => {
-                let (dev, ino) = ids(&path, &name)?;
-                let rank = if e.role == Role::Workspace { 3 } else { 4 };
-                push(&mut grants, path.clone(), Op::Bind(path.clone()), rank);
-                checks.push(Check {
-                    entry: name,
-                    path: path.as_path().into(),
-                    expect: Expect::Writable { dev, ino },
-                });
-                writable.push(path.into());
-            }
-            Role::Deny | Role::MaskFile => {}
-        }
-    }
+    // Spec grants first so they take precedence over the base at the same path.
+    view.spec_grants(spec)?;
     if spec.base == Base::Standard {
-        push(&mut grants, "/usr".into(), Op::RoBind("/usr".into()), 0);
-        for top in BASE_TOP {
-            let p = Path::new(top);
-            match fs::symlink_metadata(p) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    if let Ok(t) = fs::read_link(p) {
-                        push(&mut grants, p.into(), Op::Symlink(t.into()), 0);
-                    }
-                }
-                Ok(m) if m.is_dir() => push(&mut grants, p.into(), Op::RoBind(p.into()), 0),
-                _ => {}
-            }
-        }
-        push(&mut grants, "/proc".into(), Op::Proc, 0);
-        push(&mut grants, "/dev".into(), Op::Dev, 0);
-        push(&mut grants, "/dev/shm".into(), Op::Tmpfs, 0);
-        push(&mut grants, "/tmp".into(), Op::Tmpfs, 0);
-        push(&mut grants, "/etc".into(), Op::Dir, 0);
-        for f in BASE_ETC {
-            let p = Path::new("/etc").join(f);
-            match fs::symlink_metadata(&p) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    if let Ok(t) = fs::read_link(&p) {
-                        push(&mut grants, p, Op::Symlink(t.into()), 0);
-                    }
-                }
-                Ok(_) => push(&mut grants, p.clone(), Op::RoBind(p), 0),
-                Err(_) => {}
-            }
-        }
-        for w in ["/tmp", "/dev/shm"] {
-            if !writable.iter().any(|x| x.as_path() == Path::new(w)) {
-                writable.push(PathBuf::from(w).into());
-            }
-        }
+        view.base_layer();
     }
-    let mut repos = Vec::new();
-    for (i, r) in spec.repo.iter().enumerate() {
-        let path = norm(&r.path);
-        let entry = format!("repo[{i}] = {:?}", r.path);
-        let base = super::repo::resolve(&path, &r.base).map_err(|message| BuildError::Repo {
-            entry: entry.clone(),
-            message,
-        })?;
-        let copy = opts.repo_copies.iter().find(|(p, _)| *p == path);
-        if let Some((_, gitdir)) = copy {
-            let dst = path.join(".git");
-            let (dev, ino) = ids(gitdir, &entry)?;
-            grants.push(Mount {
-                dst: dst.clone(),
-                op: Op::Bind(gitdir.clone()),
-                rank: 5,
-            });
-            checks.push(Check {
-                entry: format!("{entry} (sanitized .git)"),
-                path: dst.as_path().into(),
-                expect: Expect::Writable { dev, ino },
-            });
-            writable.push(dst.into());
-        }
-        repos.push(super::plan::RepoCheck {
-            entry,
-            path: path.into(),
-            base,
-            sanitized: copy.is_some(),
-        });
-    }
+    let repos = view.repos(spec, opts)?;
     if spec.dns {
-        let conf = Path::new("/etc/resolv.conf");
-        let real = fs::canonicalize(conf).map_err(|source| BuildError::Resolver {
-            path: conf.to_owned(),
-            source,
-        })?;
-        grants.retain(|m| m.dst != conf);
-        grants.push(Mount {
-            dst: conf.to_owned(),
-            op: Op::RoBind(real),
-            rank: 5,
-        });
+        view.resolver()?;
     }
-    // bwrap creates missing parents of a mount point with mode 0700, which would make
-    // everything below them unreachable to an agent identity: create them 0755 first. (Parents
-    // inside a bound host directory exist there already.)
-    let mut parents: Vec<PathBuf> = Vec::new();
-    let dsts: Vec<PathBuf> = grants
-        .iter()
-        .map(|m| m.dst.clone())
-        .chain(spec.deny.iter().chain(&spec.mask_files).map(|p| norm(p)))
-        .collect();
-    for d in &dsts {
-        for a in d.ancestors().skip(1) {
-            if a == Path::new("/") || parents.iter().any(|p| p == a) {
-                continue;
-            }
-            if grants.iter().any(|m| m.dst == a) {
-                continue;
-            }
-            if covering(&grants, a).is_some_and(|c| matches!(c.op, Op::RoBind(_) | Op::Bind(_))) {
-                continue;
-            }
-            parents.push(a.to_owned());
-        }
-    }
-    for p in parents {
-        grants.push(Mount {
-            dst: p,
-            op: Op::Dir,
-            rank: 0,
-        });
-    }
-    // Parents before children; at equal depth by rank (base, tmpfs, ro, workspace, rw).
-    grants.sort_by_key(|m| (depth(&m.dst), m.rank));
-
-    // Masks, after every grant.
-    let mut masks: Vec<Mount> = Vec::new();
-    for e in spec.entries() {
-        if e.role.grants() {
-            continue;
-        }
-        let dir = e.role == Role::Deny;
-        let path = norm(&e.path);
-        let name = e.name();
-        let mask_op = if dir { Op::TmpfsRo } else { Op::EmptyFile };
-        let masked = if dir {
-            Expect::EmptyDir
-        } else {
-            Expect::EmptyFile
-        };
-        let mask_at = |p: &Path, masks: &mut Vec<Mount>, checks: &mut Vec<Check>, what: &str| {
-            let entry = if what.is_empty() {
-                name.clone()
-            } else {
-                format!("{name} ({what} {})", p.display())
-            };
-            let exists = match fs::symlink_metadata(p) {
-                Ok(_) => Some(true),
-                Err(err) if err.kind() == io::ErrorKind::NotFound => Some(false),
-                // Cannot tell (a chmod 000 parent when not root): mask it anyway.
-                Err(_) => None,
-            };
-            let cover = covering(&grants, p);
-            let expect = match (exists, cover) {
-                // Not in the view at all: nothing to mask, nothing can appear there.
-                (_, None) => Expect::Absent,
-                (Some(false), Some(c)) if !c.writable() => Expect::Absent,
-                _ => {
-                    if !masks.iter().any(|m| m.dst == p) {
-                        masks.push(Mount {
-                            dst: p.to_owned(),
-                            op: mask_op.clone(),
-                            rank: 6,
-                        });
-                    }
-                    masked.clone()
-                }
-            };
-            checks.push(Check {
-                entry,
-                path: p.into(),
-                expect,
-            });
-        };
-        let is_link = fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
-        let alias = canonical_alias(&path).filter(|a| *a != path);
-        if is_link {
-            // Mask the object the link leads to, and check the link leads only there.
-            if let Some(target) = &alias {
-                mask_at(target, &mut masks, &mut checks, "link target");
-            }
-            checks.push(Check {
-                entry: name.clone(),
-                path: path.as_path().into(),
-                expect: Expect::MaskedOrAbsent { dir },
-            });
-        } else {
-            mask_at(&path, &mut masks, &mut checks, "");
-            // The same object reached through a symlinked parent elsewhere in the view.
-            if let Some(a) = &alias
-                && covering(&grants, a).is_some()
-            {
-                mask_at(a, &mut masks, &mut checks, "also reachable as");
-            }
-        }
-    }
-    masks.sort_by_key(|m| depth(&m.dst));
-
-    let mut args: Vec<OsString> = Vec::new();
-    let mut arg = |a: &str| args.push(a.into());
-    for a in [
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--die-with-parent",
-        "--new-session",
-    ] {
-        arg(a);
-    }
-    if !spec.network {
-        arg("--unshare-net");
-    }
-    let emit = |args: &mut Vec<OsString>, m: &Mount| {
-        let dst = m.dst.as_os_str().to_owned();
-        let mut push = |xs: &[&OsStr]| args.extend(xs.iter().map(|x| x.to_os_string()));
-        match &m.op {
-            Op::RoBind(src) => push(&["--ro-bind".as_ref(), src.as_os_str(), &dst]),
-            Op::Bind(src) => push(&["--bind".as_ref(), src.as_os_str(), &dst]),
-            // Sticky and world-writable, like /tmp: writable for an agent identity too.
-            Op::Tmpfs => push(&[
-                "--perms".as_ref(),
-                "1777".as_ref(),
-                "--tmpfs".as_ref(),
-                &dst,
-            ]),
-            Op::TmpfsRo => push(&["--tmpfs".as_ref(), &dst, "--remount-ro".as_ref(), &dst]),
-            Op::EmptyFile => push(&["--ro-bind".as_ref(), EMPTY_FILE.as_ref(), &dst]),
-            Op::Symlink(t) => push(&["--symlink".as_ref(), t, &dst]),
-            Op::Dir => push(&["--perms".as_ref(), "0755".as_ref(), "--dir".as_ref(), &dst]),
-            Op::Proc => push(&["--proc".as_ref(), &dst]),
-            Op::Dev => push(&["--dev".as_ref(), &dst]),
-        }
-    };
-    // Fault injection for the tests of the stage's verification: build the view without its
-    // masks while the plan still expects them.
-    if std::env::var_os("AET_DEBUG_SANDBOX_SKIP_MASKS").is_some() {
-        masks.clear();
-    }
-    for m in grants.iter().chain(masks.iter()) {
-        emit(&mut args, m);
-    }
-    let mut unmount = Vec::new();
-    if let Some(st) = &opts.stage {
-        emit(
-            &mut args,
-            &Mount {
-                dst: "/.aet".into(),
-                op: Op::Dir,
-                rank: 7,
-            },
-        );
-        for (dst, op) in [
-            (STAGE_BIN, Op::RoBind(st.aet.clone())),
-            (STAGE_DIR, Op::Bind(st.dir.clone())),
-        ] {
-            emit(
-                &mut args,
-                &Mount {
-                    dst: dst.into(),
-                    op,
-                    rank: 7,
-                },
-            );
-            unmount.push(PPath(dst.into()));
-        }
-        writable.push(PathBuf::from(STAGE_DIR).into());
-    }
-    if spec.base == Base::Standard {
-        args.extend(["--remount-ro".into(), "/dev".into()]);
-    }
-    args.extend(["--remount-ro".into(), "/".into()]);
-    for name in &spec.unsetenv {
-        args.extend(["--unsetenv".into(), name.into()]);
-    }
-    for (k, v) in &spec.setenv {
-        args.extend(["--setenv".into(), k.into(), v.into()]);
-    }
+    view.parents(spec);
+    view.masks(spec);
+    let (args, unmount) = view.bwrap_args(spec, opts);
+    let View {
+        checks, writable, ..
+    } = view;
     let ws = norm(&spec.workspace);
-    args.extend(["--chdir".into(), ws.as_os_str().to_owned()]);
-
     let command = with_env_prefix(opts.env_prefix.as_deref(), &opts.command);
 
     let plan = opts.stage.as_ref().map(|_| Plan {
@@ -631,6 +327,377 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
         command,
         plan,
     })
+}
+
+/// The view being built: its mounts (grants, then masks), the checks the stage makes from
+/// inside, and the paths the agent may write.
+#[derive(Default)]
+struct View {
+    grants: Vec<Mount>,
+    masks: Vec<Mount>,
+    checks: Vec<Check>,
+    writable: Vec<PPath>,
+}
+
+impl View {
+    /// A grant at `dst`; a spec entry replaces the base layer's at the same place.
+    fn push(&mut self, dst: PathBuf, op: Op, rank: u8) {
+        if !self.grants.iter().any(|m| m.dst == dst) {
+            self.grants.push(Mount { dst, op, rank });
+        } else if let Some(m) = self.grants.iter_mut().find(|m| m.dst == dst)
+            && rank > m.rank
+        {
+            *m = Mount { dst, op, rank };
+        }
+    }
+
+    /// The spec's grants: tmpfs, read-only and writable binds, each with its check.
+    fn spec_grants(&mut self, spec: &SandboxSpec) -> Result<(), BuildError> {
+        for e in spec.entries() {
+            let path = norm(&e.path);
+            let name = e.name();
+            match e.role {
+                Role::Tmpfs => {
+                    self.push(path.clone(), Op::Tmpfs, 1);
+                    self.checks.push(Check {
+                        entry: name,
+                        path: path.as_path().into(),
+                        expect: Expect::Tmpfs,
+                    });
+                    self.writable.push(path.into());
+                }
+                Role::Allow | Role::ExtraBind => {
+                    let (dev, ino) = ids(&path, &name)?;
+                    self.push(path.clone(), Op::RoBind(path.clone()), 2);
+                    self.checks.push(Check {
+                        entry: name,
+                        path: path.into(),
+                        expect: Expect::ReadOnly { dev, ino },
+                    });
+                }
+                Role::Workspace | Role::RwBind => {
+                    let (dev, ino) = ids(&path, &name)?;
+                    let rank = if e.role == Role::Workspace { 3 } else { 4 };
+                    self.push(path.clone(), Op::Bind(path.clone()), rank);
+                    self.checks.push(Check {
+                        entry: name,
+                        path: path.as_path().into(),
+                        expect: Expect::Writable { dev, ino },
+                    });
+                    self.writable.push(path.into());
+                }
+                Role::Deny | Role::MaskFile => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The standard base layer: `/usr` and the top-level links and directories of a system,
+    /// `/proc`, `/dev`, private `/tmp` and `/dev/shm`, and the parts of `/etc` a program needs.
+    fn base_layer(&mut self) {
+        self.push("/usr".into(), Op::RoBind("/usr".into()), 0);
+        for top in BASE_TOP {
+            let p = Path::new(top);
+            match fs::symlink_metadata(p) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(t) = fs::read_link(p) {
+                        self.push(p.into(), Op::Symlink(t.into()), 0);
+                    }
+                }
+                Ok(m) if m.is_dir() => self.push(p.into(), Op::RoBind(p.into()), 0),
+                _ => {}
+            }
+        }
+        self.push("/proc".into(), Op::Proc, 0);
+        self.push("/dev".into(), Op::Dev, 0);
+        self.push("/dev/shm".into(), Op::Tmpfs, 0);
+        self.push("/tmp".into(), Op::Tmpfs, 0);
+        self.push("/etc".into(), Op::Dir, 0);
+        for f in BASE_ETC {
+            let p = Path::new("/etc").join(f);
+            match fs::symlink_metadata(&p) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(t) = fs::read_link(&p) {
+                        self.push(p, Op::Symlink(t.into()), 0);
+                    }
+                }
+                Ok(_) => self.push(p.clone(), Op::RoBind(p), 0),
+                Err(_) => {}
+            }
+        }
+        for w in ["/tmp", "/dev/shm"] {
+            if !self.writable.iter().any(|x| x.as_path() == Path::new(w)) {
+                self.writable.push(PathBuf::from(w).into());
+            }
+        }
+    }
+
+    /// The task repositories: each one's base resolved, and its sanitized `.git` bound in place
+    /// when the run made one.
+    fn repos(
+        &mut self,
+        spec: &SandboxSpec,
+        opts: &BuildOptions,
+    ) -> Result<Vec<super::plan::RepoCheck>, BuildError> {
+        let mut repos = Vec::new();
+        for (i, r) in spec.repo.iter().enumerate() {
+            let path = norm(&r.path);
+            let entry = format!("repo[{i}] = {:?}", r.path);
+            let base =
+                super::repo::resolve(&path, &r.base).map_err(|message| BuildError::Repo {
+                    entry: entry.clone(),
+                    message,
+                })?;
+            let copy = opts.repo_copies.iter().find(|(p, _)| *p == path);
+            if let Some((_, gitdir)) = copy {
+                let dst = path.join(".git");
+                let (dev, ino) = ids(gitdir, &entry)?;
+                self.grants.push(Mount {
+                    dst: dst.clone(),
+                    op: Op::Bind(gitdir.clone()),
+                    rank: 5,
+                });
+                self.checks.push(Check {
+                    entry: format!("{entry} (sanitized .git)"),
+                    path: dst.as_path().into(),
+                    expect: Expect::Writable { dev, ino },
+                });
+                self.writable.push(dst.into());
+            }
+            repos.push(super::plan::RepoCheck {
+                entry,
+                path: path.into(),
+                base,
+                sanitized: copy.is_some(),
+            });
+        }
+        Ok(repos)
+    }
+
+    /// `dns = true`: the host's resolver configuration, bound from its real target.
+    fn resolver(&mut self) -> Result<(), BuildError> {
+        let conf = Path::new("/etc/resolv.conf");
+        let real = fs::canonicalize(conf).map_err(|source| BuildError::Resolver {
+            path: conf.to_owned(),
+            source,
+        })?;
+        self.grants.retain(|m| m.dst != conf);
+        self.grants.push(Mount {
+            dst: conf.to_owned(),
+            op: Op::RoBind(real),
+            rank: 5,
+        });
+        Ok(())
+    }
+
+    /// The directories bwrap would create 0700 on the way to a mount point, made 0755 first;
+    /// then every grant sorted parents first.
+    fn parents(&mut self, spec: &SandboxSpec) {
+        // bwrap creates missing parents of a mount point with mode 0700, which would make
+        // everything below them unreachable to an agent identity: create them 0755 first. (Parents
+        // inside a bound host directory exist there already.)
+        let mut parents: Vec<PathBuf> = Vec::new();
+        let dsts: Vec<PathBuf> = self
+            .grants
+            .iter()
+            .map(|m| m.dst.clone())
+            .chain(spec.deny.iter().chain(&spec.mask_files).map(|p| norm(p)))
+            .collect();
+        for d in &dsts {
+            for a in d.ancestors().skip(1) {
+                if a == Path::new("/") || parents.iter().any(|p| p == a) {
+                    continue;
+                }
+                if self.grants.iter().any(|m| m.dst == a) {
+                    continue;
+                }
+                if covering(&self.grants, a)
+                    .is_some_and(|c| matches!(c.op, Op::RoBind(_) | Op::Bind(_)))
+                {
+                    continue;
+                }
+                parents.push(a.to_owned());
+            }
+        }
+        for p in parents {
+            self.grants.push(Mount {
+                dst: p,
+                op: Op::Dir,
+                rank: 0,
+            });
+        }
+        // Parents before children; at equal depth by rank (base, tmpfs, ro, workspace, rw).
+        self.grants.sort_by_key(|m| (depth(&m.dst), m.rank));
+    }
+
+    /// The spec's denies and masks, after every grant: each where the view could show it, at
+    /// its link's target, and where a symlinked parent reaches it too.
+    fn masks(&mut self, spec: &SandboxSpec) {
+        for e in spec.entries() {
+            if e.role.grants() {
+                continue;
+            }
+            let dir = e.role == Role::Deny;
+            let path = norm(&e.path);
+            let name = e.name();
+            let mask_op = if dir { Op::TmpfsRo } else { Op::EmptyFile };
+            let masked = if dir {
+                Expect::EmptyDir
+            } else {
+                Expect::EmptyFile
+            };
+            let is_link = fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+            let alias = canonical_alias(&path).filter(|a| *a != path);
+            if is_link {
+                // Mask the object the link leads to, and check the link leads only there.
+                if let Some(target) = &alias {
+                    self.mask_at(target, &name, &mask_op, &masked, "link target");
+                }
+                self.checks.push(Check {
+                    entry: name.clone(),
+                    path: path.as_path().into(),
+                    expect: Expect::MaskedOrAbsent { dir },
+                });
+            } else {
+                self.mask_at(&path, &name, &mask_op, &masked, "");
+                // The same object reached through a symlinked parent elsewhere in the view.
+                if let Some(a) = &alias
+                    && covering(&self.grants, a).is_some()
+                {
+                    self.mask_at(a, &name, &mask_op, &masked, "also reachable as");
+                }
+            }
+        }
+        self.masks.sort_by_key(|m| depth(&m.dst));
+    }
+
+    /// A mask at `p` (when the view could show anything there) and its check.
+    fn mask_at(&mut self, p: &Path, name: &str, mask_op: &Op, masked: &Expect, what: &str) {
+        let entry = if what.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{name} ({what} {})", p.display())
+        };
+        let exists = match fs::symlink_metadata(p) {
+            Ok(_) => Some(true),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Some(false),
+            // Cannot tell (a chmod 000 parent when not root): mask it anyway.
+            Err(_) => None,
+        };
+        let cover = covering(&self.grants, p);
+        let expect = match (exists, cover) {
+            // Not in the view at all: nothing to mask, nothing can appear there.
+            (_, None) => Expect::Absent,
+            (Some(false), Some(c)) if !c.writable() => Expect::Absent,
+            _ => {
+                if !self.masks.iter().any(|m| m.dst == p) {
+                    self.masks.push(Mount {
+                        dst: p.to_owned(),
+                        op: mask_op.clone(),
+                        rank: 6,
+                    });
+                }
+                masked.clone()
+            }
+        };
+        self.checks.push(Check {
+            entry,
+            path: p.into(),
+            expect,
+        });
+    }
+
+    /// bwrap's arguments for the view, and the stage's mounts it unmounts before the command.
+    fn bwrap_args(
+        &mut self,
+        spec: &SandboxSpec,
+        opts: &BuildOptions,
+    ) -> (Vec<OsString>, Vec<PPath>) {
+        let mut args: Vec<OsString> = Vec::new();
+        let mut arg = |a: &str| args.push(a.into());
+        for a in [
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+        ] {
+            arg(a);
+        }
+        if !spec.network {
+            arg("--unshare-net");
+        }
+        let emit = |args: &mut Vec<OsString>, m: &Mount| {
+            let dst = m.dst.as_os_str().to_owned();
+            let mut push = |xs: &[&OsStr]| args.extend(xs.iter().map(|x| x.to_os_string()));
+            match &m.op {
+                Op::RoBind(src) => push(&["--ro-bind".as_ref(), src.as_os_str(), &dst]),
+                Op::Bind(src) => push(&["--bind".as_ref(), src.as_os_str(), &dst]),
+                // Sticky and world-self.writable, like /tmp: self.writable for an agent identity too.
+                Op::Tmpfs => push(&[
+                    "--perms".as_ref(),
+                    "1777".as_ref(),
+                    "--tmpfs".as_ref(),
+                    &dst,
+                ]),
+                Op::TmpfsRo => push(&["--tmpfs".as_ref(), &dst, "--remount-ro".as_ref(), &dst]),
+                Op::EmptyFile => push(&["--ro-bind".as_ref(), EMPTY_FILE.as_ref(), &dst]),
+                Op::Symlink(t) => push(&["--symlink".as_ref(), t, &dst]),
+                Op::Dir => push(&["--perms".as_ref(), "0755".as_ref(), "--dir".as_ref(), &dst]),
+                Op::Proc => push(&["--proc".as_ref(), &dst]),
+                Op::Dev => push(&["--dev".as_ref(), &dst]),
+            }
+        };
+        // Fault injection for the tests of the stage's verification: build the view without its
+        // self.masks while the plan still expects them.
+        if std::env::var_os("AET_DEBUG_SANDBOX_SKIP_MASKS").is_some() {
+            self.masks.clear();
+        }
+        for m in self.grants.iter().chain(self.masks.iter()) {
+            emit(&mut args, m);
+        }
+        let mut unmount = Vec::new();
+        if let Some(st) = &opts.stage {
+            emit(
+                &mut args,
+                &Mount {
+                    dst: "/.aet".into(),
+                    op: Op::Dir,
+                    rank: 7,
+                },
+            );
+            for (dst, op) in [
+                (STAGE_BIN, Op::RoBind(st.aet.clone())),
+                (STAGE_DIR, Op::Bind(st.dir.clone())),
+            ] {
+                emit(
+                    &mut args,
+                    &Mount {
+                        dst: dst.into(),
+                        op,
+                        rank: 7,
+                    },
+                );
+                unmount.push(PPath(dst.into()));
+            }
+            self.writable.push(PathBuf::from(STAGE_DIR).into());
+        }
+        if spec.base == Base::Standard {
+            args.extend(["--remount-ro".into(), "/dev".into()]);
+        }
+        args.extend(["--remount-ro".into(), "/".into()]);
+        for name in &spec.unsetenv {
+            args.extend(["--unsetenv".into(), name.into()]);
+        }
+        for (k, v) in &spec.setenv {
+            args.extend(["--setenv".into(), k.into(), v.into()]);
+        }
+        let ws = norm(&spec.workspace);
+        args.extend(["--chdir".into(), ws.as_os_str().to_owned()]);
+
+        (args, unmount)
+    }
 }
 
 #[cfg(test)]
