@@ -6,11 +6,7 @@ use datafusion::arrow::{
     array::RecordBatch, csv, datatypes::SchemaRef, ipc::writer::FileWriter, json,
     util::pretty::pretty_format_batches,
 };
-use parquet::{
-    arrow::ArrowWriter,
-    basic::{Compression, ZstdLevel},
-    file::properties::WriterProperties,
-};
+use parquet::arrow::ArrowWriter;
 
 /// A result's format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,9 +166,7 @@ impl<W: Write> FileFormat<W> for FileWriter<W> {
 
 impl<W: Write + Send> FileFormat<W> for ArrowWriter<W> {
     fn make(out: W, schema: &SchemaRef) -> Result<Self, String> {
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .build();
+        let props = aet_core::runs::export::parquet_properties().build();
         ArrowWriter::try_new(out, schema.clone(), Some(props)).map_err(err)
     }
     fn put(&mut self, batch: &RecordBatch) -> Result<(), String> {

@@ -167,19 +167,15 @@ pub(super) fn start<'p>(
 
 /// One row: the process tree and aet's set-up, then what the row did, judged.
 pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: usize) {
-    let Some(p) = track(e, w, c, i) else {
+    // The row's kind, from the ledger's vocabulary (a kind this aet does not know is only
+    // counted).
+    let kind = EventKind::from_name(c.kind.value(i));
+    let Some(p) = track(e, w, c, i, kind) else {
         return;
     };
-    let BatchCols {
-        kind: kinds,
-        ret,
-        dev,
-        ino,
-        ..
-    } = c;
-    let k = kinds.value(i);
-    argv_rules(e, c, i, p);
-    let Some(kind) = EventKind::from_name(k) else {
+    let BatchCols { ret, dev, ino, .. } = c;
+    argv_rules(e, c, i, p, kind);
+    let Some(kind) = kind else {
         return;
     };
     let ok = match kind {
@@ -201,9 +197,14 @@ pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: 
 
 /// The process tree and aet's set-up: `None` when the row is done with here (a fork, an exit,
 /// a row of aet's own set-up), else the row's process.
-pub(super) fn track(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: usize) -> Option<u32> {
+pub(super) fn track(
+    e: &mut Scanner<'_>,
+    w: &mut Walk,
+    c: &BatchCols<'_>,
+    i: usize,
+    kind: Option<EventKind>,
+) -> Option<u32> {
     let BatchCols {
-        kind: kinds,
         syscall,
         pid,
         ppid,
@@ -219,7 +220,6 @@ pub(super) fn track(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: usi
         ..
     } = c;
     let p = pid.value(i);
-    let k = kinds.value(i);
     // The columns only a process's first row needs.
     let (c, t) = (|| comm.value(i), || ts.value(i));
     if w.first {
@@ -239,8 +239,8 @@ pub(super) fn track(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: usi
         w.last_setup = e.proc_mut(p, pp, c(), t()).setup;
         w.last_setup
     };
-    match k {
-        b"fork" => {
+    match kind {
+        Some(EventKind::Fork) => {
             if child.is_valid(i) {
                 let ch = child.value(i);
                 let pr = e.proc_mut(ch, p, c(), t());
@@ -253,13 +253,13 @@ pub(super) fn track(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: usi
             }
             return None;
         }
-        b"exit" | b"memfd" => {
+        Some(EventKind::Exit | EventKind::Memfd) => {
             if setup {
                 e.scan.setup_rows += 1;
             }
             return None;
         }
-        b"exec" => {
+        Some(EventKind::Exec) => {
             let ok = ret.is_valid(i) && ret.value(i) >= 0;
             if ok {
                 let exe = resolved.get(i).or(path.get(i)).unwrap_or_default();
@@ -278,7 +278,9 @@ pub(super) fn track(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: usi
             }
         }
         // Used, not refused (see the summary's count).
-        b"io_uring" if !syscall.is_valid(i) || ret.is_valid(i) && ret.value(i) >= 0 => {
+        Some(EventKind::IoUring)
+            if !syscall.is_valid(i) || ret.is_valid(i) && ret.value(i) >= 0 =>
+        {
             e.scan.io_uring_rows += 1
         }
         _ => {}
@@ -286,7 +288,7 @@ pub(super) fn track(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: usi
     if setup {
         e.scan.setup_rows += 1;
         // The stage's exec of the command is the command's first access.
-        if k == b"exec"
+        if kind == Some(EventKind::Exec)
             && e.barrier.is_some()
             && errno.is_valid(i)
             && let Some(p1) = resolved.get(i).or(path.get(i))
@@ -311,16 +313,17 @@ pub(super) fn track(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: usi
 
 /// Rules on what a process ran: its argument vector, joined with spaces (a failed exec ran
 /// nothing: a shell's search of PATH fails at every directory but one).
-pub(super) fn argv_rules(e: &mut Scanner<'_>, c: &BatchCols<'_>, i: usize, p: u32) {
+pub(super) fn argv_rules(
+    e: &mut Scanner<'_>,
+    c: &BatchCols<'_>,
+    i: usize,
+    p: u32,
+    kind: Option<EventKind>,
+) {
     let BatchCols {
-        kind: kinds,
-        ret,
-        cols,
-        argv,
-        ..
+        ret, cols, argv, ..
     } = c;
-    let k = kinds.value(i);
-    if k == b"exec"
+    if kind == Some(EventKind::Exec)
         && !e.policy.argv_rules.is_empty()
         && argv.is_valid(i)
         && ret.is_valid(i)
@@ -428,15 +431,18 @@ pub(super) fn outside(
         && !(target_in.is_valid(i) && target_in.value(i))
         && let Some(sev) = policy.processes_outside
     {
-        let syscall_name = syscall.is_valid(i).then(|| syscall.value(i));
-        let access = match (kind, syscall_name) {
-            (EventKind::Process, Some(b"process_vm_readv")) => Some("read"),
-            (EventKind::Process, Some(b"process_vm_writev")) => Some("write"),
-            (EventKind::Process, Some(b"pidfd_open")) => Some("pidfd"),
-            (EventKind::Process, Some(b"ptrace")) => {
+        let sc = syscall
+            .is_valid(i)
+            .then(|| syscall.value(i))
+            .and_then(Syscall::from_name);
+        let access = match (kind, sc) {
+            (EventKind::Process, Some(Syscall::ProcessVmReadv)) => Some("read"),
+            (EventKind::Process, Some(Syscall::ProcessVmWritev)) => Some("write"),
+            (EventKind::Process, Some(Syscall::PidfdOpen)) => Some("pidfd"),
+            (EventKind::Process, Some(Syscall::Ptrace)) => {
                 ptrace_access(preq.is_valid(i).then(|| preq.value(i)))
             }
-            (EventKind::Fd, Some(b"pidfd_getfd")) => Some("copy_fd"),
+            (EventKind::Fd, Some(Syscall::PidfdGetfd)) => Some("copy_fd"),
             (EventKind::Open, _) => Some(
                 match crate::access::open_accesses(if flags.is_valid(i) {
                     flags.value(i)
@@ -478,8 +484,13 @@ pub(super) fn net(e: &mut Scanner<'_>, c: &BatchCols<'_>, i: usize, p: u32, ok: 
         net_port,
         ..
     } = c;
-    let outgoing =
-        syscall.is_valid(i) && matches!(syscall.value(i), b"connect" | b"sendto" | b"sendmsg");
+    let outgoing = matches!(
+        syscall
+            .is_valid(i)
+            .then(|| syscall.value(i))
+            .and_then(Syscall::from_name),
+        Some(Syscall::Connect | Syscall::Sendto | Syscall::Sendmsg)
+    );
     let family = net_family.is_valid(i).then(|| net_family.value(i));
     let port = net_port.is_valid(i).then(|| net_port.value(i));
     if outgoing && let Some(ep) = endpoint(family, net_address.get(i), port) {

@@ -8,7 +8,7 @@ use std::{
     fmt::Write as _,
 };
 
-use aet_common::{EventKind, Syscall};
+use aet_common::{EventKind, ResolvedFrom, Syscall};
 use serde::Serialize;
 
 use super::{
@@ -119,9 +119,19 @@ struct Tally {
     last_ts: Option<i64>,
 }
 
+/// The row's kind, from the ledger's vocabulary (`None` for a kind this aet does not know).
+fn kind_of(r: &LedgerRow) -> Option<EventKind> {
+    EventKind::from_name(r.kind.as_bytes())
+}
+
+/// Was the row's path walked by the kernel from the object it touched?
+fn from_object(r: &LedgerRow) -> bool {
+    r.resolved_from.as_deref().map(str::as_bytes) == Some(ResolvedFrom::Object.name().as_bytes())
+}
+
 fn key_of(r: &LedgerRow, path: Option<&Vec<u8>>) -> Option<FileKey> {
     match (r.dev, r.ino) {
-        (Some(d), Some(i)) if r.kind != "stat" || r.resolved_from.as_deref() == Some("object") => {
+        (Some(d), Some(i)) if kind_of(r) != Some(EventKind::Stat) || from_object(r) => {
             Some(FileKey::Inode(d, i))
         }
         _ => path.cloned().map(FileKey::Path),
@@ -224,7 +234,8 @@ fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
     s.events += 1;
     t.pids.insert(r.pid);
     t.root.get_or_insert(r.pid);
-    if r.kind == "exec" && r.ret.is_some_and(|v| v >= 0) {
+    let kind = kind_of(r);
+    if kind == Some(EventKind::Exec) && r.ret.is_some_and(|v| v >= 0) {
         t.started.insert(r.pid);
     }
     if let Some(child) = r.child_pid {
@@ -240,7 +251,7 @@ fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
     let best = r.resolved_path.as_ref().or(r.path.as_ref());
     let note = |key: &FileKey, t: &mut Tally| {
         if let Some(p) = best {
-            let prefer = r.resolved_from.as_deref() == Some("object");
+            let prefer = from_object(r);
             match t.names.get(key) {
                 Some(_) if !prefer => {}
                 _ => {
@@ -249,19 +260,19 @@ fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
             }
         }
     };
-    match r.kind.as_str() {
-        "exec" => {
+    match kind {
+        Some(EventKind::Exec) => {
             s.execs += 1;
             if !ok {
                 s.execs_failed += 1;
             }
         }
-        "open" if !ok => {
+        Some(EventKind::Open) if !ok => {
             s.failed_opens += 1;
             let e = r.errno.clone().unwrap_or_else(|| "?".into());
             *s.failed_opens_by_errno.entry(e).or_default() += 1;
         }
-        "open" => {
+        Some(EventKind::Open) => {
             let Some(key) = key_of(r, best) else { return };
             note(&key, t);
             let acc = classify(EventKind::Open, r).first;
@@ -272,7 +283,7 @@ fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
                 t.written.entry(key).or_default().0 += 1;
             }
         }
-        "io" => {
+        Some(EventKind::Io) => {
             let Some(key) = key_of(r, best) else { return };
             note(&key, t);
             let (br, bw) = (r.bytes_read.unwrap_or(0), r.bytes_written.unwrap_or(0));
@@ -285,8 +296,8 @@ fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
                 t.written.entry(key).or_default().1 += bw;
             }
         }
-        "stat" => s.probes += 1,
-        "modify" if ok => {
+        Some(EventKind::Stat) => s.probes += 1,
+        Some(EventKind::Modify) if ok => {
             let sc = r.syscall.clone().unwrap_or_default();
             *s.changes_by_syscall.entry(sc).or_default() += 1;
             // The file a change creates or overwrites: the second path of a rename, link or
@@ -316,7 +327,9 @@ fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
         }
         // A channel the record does not see: a submitted request, or a set-up, entry or
         // registration that worked (one refused, as by the sandbox's filter, opens none).
-        "io_uring" if r.syscall.is_none() || r.ret.is_some_and(|v| v >= 0) => s.io_uring += 1,
+        Some(EventKind::IoUring) if r.syscall.is_none() || r.ret.is_some_and(|v| v >= 0) => {
+            s.io_uring += 1
+        }
         _ => {}
     }
 }

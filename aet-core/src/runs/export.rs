@@ -157,8 +157,7 @@ pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportEr
     // Dictionary pages only for the few-valued columns readers group by: zstd finds the
     // repetition in paths and names by itself, and building their dictionaries was a sixth of
     // the export's time (`cargo xtask bench --only query`, docs/performance.md).
-    let mut props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+    let mut props = parquet_properties()
         .set_dictionary_enabled(false)
         .set_key_value_metadata(Some(kv));
     for c in [col::KIND, col::SYSCALL, col::COMM] {
@@ -187,6 +186,12 @@ pub fn export(ledger: &Path, run: &str, dir: &Path) -> Result<Exported, ExportEr
         rows,
         unfinished: l.form() == Form::Unfinished,
     })
+}
+
+/// The properties every Parquet file aet writes starts from (the export's partitions, `aet
+/// query -o FILE --format parquet`): zstd at its default level.
+pub fn parquet_properties() -> parquet::file::properties::WriterPropertiesBuilder {
+    WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default()))
 }
 
 /// The run's row of `DIR/_runs` (see [`super::run_row`]), and what to say of its audit: a
@@ -225,7 +230,7 @@ fn write_run_row(
         &dir.join("_runs"),
         run,
         batch.schema(),
-        WriterProperties::builder().build(),
+        parquet_properties().build(),
         |w| w.write(&batch).map_err(|e| werr(ledger, &e)),
     )?;
     Ok((problem, note))

@@ -4,38 +4,7 @@
 //!
 //! Paths are bytes (Linux paths need not be UTF-8) and nothing here loses a byte.
 
-/// How a row's resolved path was obtained.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ResolvedFrom {
-    /// Walked by the kernel from the object it opened or ran: symlinks, `..`, dirfd and cwd are
-    /// already resolved, and the path names the file actually touched.
-    Object,
-    /// The kernel walked the base directory (dirfd or cwd) and the argument was joined to it
-    /// lexically: the best the kernel can say when it hands over no object (a failed open, a
-    /// stat, an unlink). A symlink in the argument is not followed.
-    Joined,
-    /// The argument was absolute and is only normalised lexically.
-    Lexical,
-    /// An io record: the path under which an earlier row of the run saw the same inode.
-    Inode,
-    /// An fd that arrived (`fd` rows): the fd's link in `/proc/PID/fd`, read by aet when the
-    /// row arrived and kept only when the file it names has the row's device and inode. The
-    /// path as aet's view has it.
-    FdLink,
-}
-
-impl ResolvedFrom {
-    /// The name used in the ledger's `resolved_from` column.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Object => "object",
-            Self::Joined => "joined",
-            Self::Lexical => "lexical",
-            Self::Inode => "inode",
-            Self::FdLink => "fd_link",
-        }
-    }
-}
+pub use aet_common::ResolvedFrom;
 
 /// Turns a walk (components leaf first, each followed by `/`) into an absolute path.
 pub fn walk_to_path(walk: &[u8]) -> Vec<u8> {
