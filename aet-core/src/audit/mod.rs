@@ -297,77 +297,8 @@ fn build_report(
     );
     let complete = reasons.is_empty();
 
-    // Transcripts: rule hits, correlation, mentions.
-    let mut transcripts = None;
-    if let Some((source, format, calls)) = calls {
-        let kernel_paths: std::collections::HashSet<&str> =
-            scan.paths.iter().map(String::as_str).collect();
-        let seen = |word: &str| {
-            kernel_paths.contains(word)
-                || scan.paths.iter().any(|p| transcript::names_path(word, p))
-        };
-        let mut hits = Vec::new();
-        for c in &calls {
-            let text = c.command.clone().unwrap_or_default() + " " + &c.paths.join(" ");
-            for idx in policy.set.matches(text.as_bytes()).iter() {
-                let r = &policy.rules[idx];
-                hits.push(TranscriptHit {
-                    rule: r.name.clone(),
-                    severity: r.severity,
-                    tool_call: c.reference(),
-                    seen_by_kernel: c.paths.iter().any(|p| seen(p)),
-                });
-            }
-        }
-        let mut paths: Vec<TranscriptPath> = Vec::new();
-        for c in &calls {
-            for p in &c.paths {
-                if !paths.iter().any(|x| &x.path == p) {
-                    paths.push(TranscriptPath {
-                        path: p.clone(),
-                        seen_by_kernel: seen(p),
-                    });
-                }
-            }
-        }
-        let mut unmentioned = 0;
-        for f in &mut scan.findings {
-            let mentioned = calls.iter().any(|c| {
-                c.paths.iter().any(|w| transcript::names_path(w, &f.path))
-                    || c.command
-                        .as_deref()
-                        .is_some_and(|cmd| cmd.contains(&f.path))
-            });
-            f.mentioned_in_transcript = Some(mentioned);
-            if !mentioned && f.class != Class::Warning {
-                unmentioned += 1;
-            }
-            // The tool call running when the access happened.
-            f.tool_call = calls
-                .iter()
-                .filter(|c| {
-                    c.started_ns.is_some_and(|s| s <= f.first_ts_ns)
-                        && c.ended_ns.is_none_or(|e| f.first_ts_ns <= e)
-                })
-                .max_by_key(|c| c.started_ns)
-                .map(ToolCall::reference);
-        }
-        let headline = (unmentioned > 0).then(|| {
-            format!(
-                "{unmentioned} flagged access(es) by processes at paths no tool call in the transcripts names: \
-                 only the kernel's record shows them"
-            )
-        });
-        transcripts = Some(Transcripts {
-            format,
-            source,
-            tool_calls: calls.len(),
-            hits,
-            paths,
-            unmentioned_findings: unmentioned,
-            headline,
-        });
-    }
+    let transcripts =
+        calls.map(|(source, format, calls)| correlate(policy, &mut scan, source, format, &calls));
 
     let mut cheat_hits = Vec::new();
     let mut contaminant_hits = Vec::new();
@@ -393,42 +324,14 @@ fn build_report(
     ] {
         v.sort_by_key(|f| f.first_seq);
     }
-    let unused_rules: Vec<String> = policy
-        .rules
-        .iter()
-        .map(|r| r.name.clone())
-        .chain(
-            policy
-                .protected
-                .iter()
-                .map(|(n, _)| format!("protected.{n}")),
-        )
-        .zip(scan.rule_hits.iter())
-        .filter(|(_, n)| **n == 0)
-        .map(|(r, _)| r)
-        .filter(|r| !cheat_hits.iter().chain(&warnings).any(|f| &f.rule == r))
-        .collect();
+    let unused_rules = unused_rules(policy, &scan.rule_hits, &cheat_hits, &warnings);
     let disqualified = !cheat_hits.is_empty();
     let isolation_clean = contaminant_hits.is_empty() && out_of_scope.is_empty();
-    let verdict = if disqualified {
-        Verdict::Disqualified
-    } else if !complete {
-        Verdict::Inconclusive
-    } else if !isolation_clean || !warnings.is_empty() {
-        Verdict::Flagged
-    } else {
-        Verdict::Clean
-    };
-    let run = RunInfo {
-        command: m.command.clone(),
-        scope: m.scope_target.clone(),
-        started_ns: m.started_ns,
-        ended_ns: m.ended_ns,
-        exit_status: m.exit_status,
-        sandbox_verified: m.sandbox.as_ref().map(|s| s.verified),
-        identity_uid: m.identity.as_ref().map(|i| i.uid),
-        overload: m.overload.clone(),
-    };
+    let verdict = Verdict::of(
+        disqualified,
+        complete,
+        isolation_clean && warnings.is_empty(),
+    );
     Report {
         format: REPORT_FORMAT.into(),
         version: REPORT_VERSION,
@@ -441,7 +344,7 @@ fn build_report(
         isolation_clean,
         complete,
         incomplete_reasons: reasons.texts(),
-        run,
+        run: RunInfo::of(m),
         counts: Counts {
             rows: scan.rows,
             setup_rows: scan.setup_rows,
@@ -453,7 +356,152 @@ fn build_report(
         contaminant_hits,
         out_of_scope,
         warnings,
-        barrier: m.barrier.as_ref().map(|b| BarrierInfo {
+        barrier: m.barrier.as_ref().map(BarrierInfo::of),
+        blocked,
+        unused_rules,
+        processes: scan.processes,
+        transcripts,
+    }
+}
+
+/// The transcripts beside the kernel's record: the tool calls whose command or paths match a
+/// rule, the paths they name and whether the kernel saw them, and for each finding whether a
+/// tool call names it and which one was running.
+fn correlate(
+    policy: &Policy,
+    scan: &mut engine::Scan,
+    source: PathBuf,
+    format: String,
+    calls: &[ToolCall],
+) -> Transcripts {
+    let kernel_paths: std::collections::HashSet<&str> =
+        scan.paths.iter().map(String::as_str).collect();
+    let seen = |word: &str| {
+        kernel_paths.contains(word) || scan.paths.iter().any(|p| transcript::names_path(word, p))
+    };
+    let mut hits = Vec::new();
+    for c in calls {
+        let text = c.command.clone().unwrap_or_default() + " " + &c.paths.join(" ");
+        for idx in policy.set.matches(text.as_bytes()).iter() {
+            let r = &policy.rules[idx];
+            hits.push(TranscriptHit {
+                rule: r.name.clone(),
+                severity: r.severity,
+                tool_call: c.reference(),
+                seen_by_kernel: c.paths.iter().any(|p| seen(p)),
+            });
+        }
+    }
+    let mut paths: Vec<TranscriptPath> = Vec::new();
+    for c in calls {
+        for p in &c.paths {
+            if !paths.iter().any(|x| &x.path == p) {
+                paths.push(TranscriptPath {
+                    path: p.clone(),
+                    seen_by_kernel: seen(p),
+                });
+            }
+        }
+    }
+    let mut unmentioned = 0;
+    for f in &mut scan.findings {
+        let mentioned = calls.iter().any(|c| {
+            c.paths.iter().any(|w| transcript::names_path(w, &f.path))
+                || c.command
+                    .as_deref()
+                    .is_some_and(|cmd| cmd.contains(&f.path))
+        });
+        f.mentioned_in_transcript = Some(mentioned);
+        if !mentioned && f.class != Class::Warning {
+            unmentioned += 1;
+        }
+        // The tool call running when the access happened.
+        f.tool_call = calls
+            .iter()
+            .filter(|c| {
+                c.started_ns.is_some_and(|s| s <= f.first_ts_ns)
+                    && c.ended_ns.is_none_or(|e| f.first_ts_ns <= e)
+            })
+            .max_by_key(|c| c.started_ns)
+            .map(ToolCall::reference);
+    }
+    let headline = (unmentioned > 0).then(|| {
+            format!(
+                "{unmentioned} flagged access(es) by processes at paths no tool call in the transcripts names: \
+                 only the kernel's record shows them"
+            )
+        });
+    Transcripts {
+        format,
+        source,
+        tool_calls: calls.len(),
+        hits,
+        paths,
+        unmentioned_findings: unmentioned,
+        headline,
+    }
+}
+
+/// The rules (and protected files) that matched no row: they may be typos.
+fn unused_rules(
+    policy: &Policy,
+    rule_hits: &[u64],
+    cheat_hits: &[Finding],
+    warnings: &[Finding],
+) -> Vec<String> {
+    policy
+        .rules
+        .iter()
+        .map(|r| r.name.clone())
+        .chain(
+            policy
+                .protected
+                .iter()
+                .map(|(n, _)| format!("protected.{n}")),
+        )
+        .zip(rule_hits.iter())
+        .filter(|(_, n)| **n == 0)
+        .map(|(r, _)| r)
+        .filter(|r| !cheat_hits.iter().chain(warnings).any(|f| &f.rule == r))
+        .collect()
+}
+
+impl Verdict {
+    /// The verdict: a cheat disqualifies even an incomplete record; an incomplete one is
+    /// otherwise inconclusive; contaminants, out-of-scope accesses or warnings flag it.
+    pub const fn of(disqualified: bool, complete: bool, nothing_flagged: bool) -> Self {
+        if disqualified {
+            Self::Disqualified
+        } else if !complete {
+            Self::Inconclusive
+        } else if !nothing_flagged {
+            Self::Flagged
+        } else {
+            Self::Clean
+        }
+    }
+}
+
+impl RunInfo {
+    /// What the run was, from its ledger's metadata.
+    fn of(m: &crate::ledger::record::LedgerMeta) -> Self {
+        Self {
+            command: m.command.clone(),
+            scope: m.scope_target.clone(),
+            started_ns: m.started_ns,
+            ended_ns: m.ended_ns,
+            exit_status: m.exit_status,
+            sandbox_verified: m.sandbox.as_ref().map(|s| s.verified),
+            identity_uid: m.identity.as_ref().map(|i| i.uid),
+            overload: m.overload.clone(),
+        }
+    }
+}
+
+impl BarrierInfo {
+    /// The run's barrier in short.
+    fn of(b: &crate::policy::barrier::BarrierReport) -> Self {
+        Self {
             mode: b.mode,
             abi: b.abi,
             rules: b.rules.len(),
@@ -463,11 +511,7 @@ fn build_report(
                 .map(|x| x.path.as_path().display().to_string())
                 .collect(),
             enforced: b.enforced.clone(),
-        }),
-        blocked,
-        unused_rules,
-        processes: scan.processes,
-        transcripts,
+        }
     }
 }
 
