@@ -135,33 +135,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         head.set_json(aet_core::ledger::schema::meta::PROTECTED, &protected);
     }
     // The barrier is planned (and the kernel checked) before anything runs.
-    let barrier = match (a.mode, &policy) {
-        (PolicyMode::Record, _) => None,
-        (_, None) => anyhow::bail!("--mode shadow and enforce apply a policy: add --policy FILE"),
-        (mode, Some(p)) => {
-            let enforce = mode == PolicyMode::Enforce;
-            if enforce && let Some(why) = crate::sandbox::barrier::cannot_enforce() {
-                anyhow::bail!("{why}");
-            }
-            let mut plan = aet_core::policy::barrier::plan(p, enforce, &protected)
-                .map_err(anyhow::Error::msg)?;
-            // The command's own program: aet runs it, so the barrier lets it.
-            let program = std::path::Path::new(&a.command[0]);
-            let found = if program.as_os_str().as_encoded_bytes().contains(&b'/') {
-                std::path::absolute(program).ok()
-            } else {
-                program.to_str().and_then(crate::sandbox::find_on_path)
-            };
-            if let Some(path) = found.filter(|p| p.is_file()) {
-                plan.grants.push(aet_core::policy::barrier::Grant {
-                    entry: "aet: the command's program".into(),
-                    path: crate::sandbox::plan::PPath(path),
-                    rights: aet_core::policy::barrier::Rights::EXECUTE,
-                });
-            }
-            Some(plan)
-        }
-    };
+    let barrier = plan_barrier(a.mode, policy.as_ref(), &protected, &a.command[0])?;
     let config = match &a.config {
         Some(p) => crate::identity::RunConfig::load(p)?,
         None => crate::identity::RunConfig::default(),
@@ -224,39 +198,10 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     let outcome = super::runtime()?
         .block_on(run::run(opts))
         .context("aet run failed")?;
-    let mut verdict = None;
-    if let Some(policy) = &policy {
-        let report = aet_core::audit::audit_with(
-            &run_dir,
-            policy,
-            &aet_core::audit::Options {
-                transcripts: a.transcripts.as_deref(),
-                transcript_format: "claude-jsonl",
-            },
-        );
-        match report {
-            Ok(r) => {
-                verdict = Some(r.verdict.name().to_owned());
-                // The summary goes to stderr: stdout is the command's.
-                super::audit::write_outputs(
-                    &r,
-                    Some(&run_dir.join(aet_core::run_dir::AUDIT)),
-                    Some(&run_dir.join(aet_core::run_dir::AUDIT_HTML)),
-                    true,
-                )?;
-                if !quiet {
-                    eprint!("{}", aet_core::audit::render_text(&r));
-                    eprintln!(
-                        "aet: audit: {} ({}, {})",
-                        r.verdict.name(),
-                        run_dir.join(aet_core::run_dir::AUDIT).display(),
-                        run_dir.join(aet_core::run_dir::AUDIT_HTML).display()
-                    );
-                }
-            }
-            Err(e) => eprintln!("aet: error: the audit failed: {e}"),
-        }
-    }
+    let verdict = policy
+        .as_ref()
+        .and_then(|p| audit_run(&run_dir, p, a.transcripts.as_deref(), quiet).transpose())
+        .transpose()?;
     if let Some(key) = &signing {
         match crate::run::sign::sign(
             &run_dir,
@@ -280,6 +225,88 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         run::CommandEnd::Exited(code) => u8::try_from(code.clamp(0, 255)).unwrap_or(255),
         run::CommandEnd::Refused => Exit::AetFailed.code(),
     })
+}
+
+/// The barrier of `--mode shadow|enforce`, planned from the policy (and the kernel checked for
+/// Landlock under enforce) before anything runs; the command's own program is granted, since
+/// aet runs it.
+fn plan_barrier(
+    mode: PolicyMode,
+    policy: Option<&aet_core::policy::Policy>,
+    protected: &std::collections::BTreeMap<String, aet_core::ledger::record::ProtectedFile>,
+    program: &OsString,
+) -> anyhow::Result<Option<aet_core::policy::barrier::BarrierPlan>> {
+    Ok(match (mode, policy) {
+        (PolicyMode::Record, _) => None,
+        (_, None) => anyhow::bail!("--mode shadow and enforce apply a policy: add --policy FILE"),
+        (mode, Some(p)) => {
+            let enforce = mode == PolicyMode::Enforce;
+            if enforce && let Some(why) = crate::sandbox::barrier::cannot_enforce() {
+                anyhow::bail!("{why}");
+            }
+            let mut plan = aet_core::policy::barrier::plan(p, enforce, protected)
+                .map_err(anyhow::Error::msg)?;
+            // The command's own program: aet runs it, so the barrier lets it.
+            let program = std::path::Path::new(program);
+            let found = if program.as_os_str().as_encoded_bytes().contains(&b'/') {
+                std::path::absolute(program).ok()
+            } else {
+                program.to_str().and_then(crate::sandbox::find_on_path)
+            };
+            if let Some(path) = found.filter(|p| p.is_file()) {
+                plan.grants.push(aet_core::policy::barrier::Grant {
+                    entry: "aet: the command's program".into(),
+                    path: crate::sandbox::plan::PPath(path),
+                    rights: aet_core::policy::barrier::Rights::EXECUTE,
+                });
+            }
+            Some(plan)
+        }
+    })
+}
+
+/// The audit at the end of `aet run --policy`: `audit.json` and `audit.html` in the run
+/// directory, the summary on stderr (stdout is the command's); the verdict's name, or `None`
+/// when the audit failed (said on stderr: the run's own outcome stands).
+fn audit_run(
+    run_dir: &std::path::Path,
+    policy: &aet_core::policy::Policy,
+    transcripts: Option<&std::path::Path>,
+    quiet: bool,
+) -> anyhow::Result<Option<String>> {
+    let report = aet_core::audit::audit_with(
+        run_dir,
+        policy,
+        &aet_core::audit::Options {
+            transcripts,
+            transcript_format: "claude-jsonl",
+        },
+    );
+    match report {
+        Ok(r) => {
+            // The summary goes to stderr: stdout is the command's.
+            super::audit::write_outputs(
+                &r,
+                Some(&run_dir.join(aet_core::run_dir::AUDIT)),
+                Some(&run_dir.join(aet_core::run_dir::AUDIT_HTML)),
+                true,
+            )?;
+            if !quiet {
+                eprint!("{}", aet_core::audit::render_text(&r));
+                eprintln!(
+                    "aet: audit: {} ({}, {})",
+                    r.verdict.name(),
+                    run_dir.join(aet_core::run_dir::AUDIT).display(),
+                    run_dir.join(aet_core::run_dir::AUDIT_HTML).display()
+                );
+            }
+            Ok(Some(r.verdict.name().to_owned()))
+        }
+        Err(e) => {
+            eprintln!("aet: error: the audit failed: {e}");
+            Ok(None)
+        }
+    }
 }
 
 /// `runs/<UTC time>` for a run without `--out`.
