@@ -400,166 +400,209 @@ impl Policy {
                 "{count} rules: a policy may hold at most {MAX_RULES} (write fewer, broader rules)"
             ));
         }
-        let mut problems: Vec<String> = Vec::new();
-        let mut rules = Vec::new();
-        let mut patterns = Vec::new();
-        let (mut argv_patterns, mut argv_rules) = (Vec::new(), Vec::new());
-        for (sev, table) in [
-            (Severity::Cheat, &spec.cheats),
-            (Severity::Contaminant, &spec.contaminants),
-            (Severity::Warn, &spec.warns),
-        ] {
-            for (name, r) in table {
-                let full = format!("{}.{name}", sev.key());
-                let at = LineOf(text, r.span());
-                let (pat, access, attempts, target) = match rule_fields(r.get_ref(), sev) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        problems.push(format!("{at}: {full}: {e}"));
-                        continue;
-                    }
-                };
-                if let Err(e) = regex::bytes::RegexBuilder::new(&pat)
-                    .size_limit(RULE_REGEX_BYTES)
-                    .build()
-                {
-                    let first = e.to_string();
-                    let first = first.lines().last().unwrap_or("invalid").trim();
-                    problems.push(format!(
-                        "{at}: {full} = {pat:?}: invalid regular expression: {first}"
-                    ));
-                    continue;
-                }
-                if access.is_empty() {
-                    problems.push(format!(
-                        "{at}: {full}: `access` is empty: the rule could never match"
-                    ));
-                    continue;
-                }
-                let access_mask = access.iter().fold(0u8, |m, a| m | a.bit());
-                // The path set keeps one entry per rule (its index is the rule's): an argv
-                // rule's is one that matches nothing, and its pattern goes to the argv set.
-                match target {
-                    Target::Path => patterns.push(pat.clone()),
-                    Target::Argv => {
-                        patterns.push(NEVER.into());
-                        argv_patterns.push(pat.clone());
-                        argv_rules.push(rules.len());
-                    }
-                }
-                rules.push(Rule {
-                    name: full,
-                    severity: sev,
-                    pattern: pat,
-                    access,
-                    access_mask,
-                    attempts,
-                    target,
-                });
-            }
-        }
-        if !problems.is_empty() {
-            return Err(problems.join("\n"));
-        }
-        let set_of = |patterns: &[String], what: &str| {
-            regex::bytes::RegexSetBuilder::new(patterns)
-                .size_limit(SET_REGEX_BYTES)
-                .build()
-                .map_err(|e| {
-                    let mut longest: Vec<&Rule> = rules.iter().collect();
-                    longest.sort_by_key(|r| std::cmp::Reverse(r.pattern.len()));
-                    let names: Vec<&str> =
-                        longest.iter().take(3).map(|r| r.name.as_str()).collect();
-                    format!(
-                        "the {} {what} together do not compile within {SET_REGEX_BYTES} bytes \
-                         ({}): write fewer or simpler patterns (the longest: {})",
-                        patterns.len(),
-                        e.to_string().lines().last().unwrap_or("too large").trim(),
-                        names.join(", ")
-                    )
-                })
-        };
-        let set = set_of(&patterns, "rules")?;
-        let argv_set = set_of(&argv_patterns, "argv rules")?;
-        let allow = match &spec.allow {
-            None => None,
-            Some(a) => {
-                let mut shown = BTreeMap::new();
-                let (read, r) = globs(text, "read", &a.read)?;
-                shown.insert("read", r);
-                let (write, w) = globs(text, "write", &a.write)?;
-                shown.insert("write", w);
-                let exec = match &a.exec {
-                    Some(l) => {
-                        let (s, e) = globs(text, "exec", l)?;
-                        shown.insert("exec", e);
-                        Some(s)
-                    }
-                    None => None,
-                };
-                let probe = match &a.probe {
-                    Some(l) => {
-                        let (s, p) = globs(text, "probe", l)?;
-                        shown.insert("probe", p);
-                        Some(s)
-                    }
-                    None => None,
-                };
-                let connect = match &a.connect {
-                    Some(l) => {
-                        let (s, c) = endpoint_globs(text, l)?;
-                        shown.insert("connect", c);
-                        Some(s)
-                    }
-                    None => None,
-                };
-                Some(Allow {
-                    connect,
-                    read,
-                    write,
-                    exec,
-                    probe,
-                    patterns: shown,
-                })
-            }
-        };
-        let mut protected = Vec::new();
-        for (name, p) in &spec.protected {
-            if !p.get_ref().starts_with('/') {
-                return Err(format!(
-                    "{}: protected.{name} = {:?}: not an absolute path",
-                    LineOf(text, p.span()),
-                    p.get_ref()
-                ));
-            }
-            protected.push((name.clone(), PathBuf::from(p.get_ref())));
-        }
-        let processes_outside = match spec.processes.and_then(|p| p.outside) {
-            None => Some(Severity::Warn),
-            Some(v) => match v.get_ref().as_str() {
-                "warn" => Some(Severity::Warn),
-                "contaminant" => Some(Severity::Contaminant),
-                "cheat" => Some(Severity::Cheat),
-                "ignore" => None,
-                other => {
-                    return Err(format!(
-                        "{}: processes.outside = {other:?}: expected \"warn\", \"contaminant\", \"cheat\" or \"ignore\"",
-                        LineOf(text, v.span())
-                    ));
-                }
-            },
-        };
+        let compiled = compile_rules(text, &spec)?;
+        let set = rule_set(&compiled.patterns, "rules", &compiled.rules)?;
+        let argv_set = rule_set(&compiled.argv_patterns, "argv rules", &compiled.rules)?;
+        let allow = spec
+            .allow
+            .as_ref()
+            .map(|a| compile_allow(text, a))
+            .transpose()?;
+        let protected = protected_of(text, &spec)?;
+        let processes_outside = processes_outside_of(text, spec.processes)?;
         Ok(Self {
             path: path.to_owned(),
-            rules,
+            rules: compiled.rules,
             set,
             argv_set,
-            argv_rules,
+            argv_rules: compiled.argv_rules,
             allow,
             protected,
             processes_outside,
         })
     }
+}
+
+/// A policy's rules compiled one by one (every problem named), and the patterns of its two
+/// regex sets: one entry per rule in the path set (an argv rule's matches nothing), the argv
+/// rules' own patterns in the other.
+struct Compiled {
+    rules: Vec<Rule>,
+    patterns: Vec<String>,
+    argv_patterns: Vec<String>,
+    argv_rules: Vec<usize>,
+}
+
+fn compile_rules(text: &str, spec: &PolicySpec) -> Result<Compiled, String> {
+    let mut problems: Vec<String> = Vec::new();
+    let mut rules = Vec::new();
+    let mut patterns = Vec::new();
+    let (mut argv_patterns, mut argv_rules) = (Vec::new(), Vec::new());
+    for (sev, table) in [
+        (Severity::Cheat, &spec.cheats),
+        (Severity::Contaminant, &spec.contaminants),
+        (Severity::Warn, &spec.warns),
+    ] {
+        for (name, r) in table {
+            let full = format!("{}.{name}", sev.key());
+            let at = LineOf(text, r.span());
+            let (pat, access, attempts, target) = match rule_fields(r.get_ref(), sev) {
+                Ok(f) => f,
+                Err(e) => {
+                    problems.push(format!("{at}: {full}: {e}"));
+                    continue;
+                }
+            };
+            if let Err(e) = regex::bytes::RegexBuilder::new(&pat)
+                .size_limit(RULE_REGEX_BYTES)
+                .build()
+            {
+                let first = e.to_string();
+                let first = first.lines().last().unwrap_or("invalid").trim();
+                problems.push(format!(
+                    "{at}: {full} = {pat:?}: invalid regular expression: {first}"
+                ));
+                continue;
+            }
+            if access.is_empty() {
+                problems.push(format!(
+                    "{at}: {full}: `access` is empty: the rule could never match"
+                ));
+                continue;
+            }
+            let access_mask = access.iter().fold(0u8, |m, a| m | a.bit());
+            // The path set keeps one entry per rule (its index is the rule's): an argv
+            // rule's is one that matches nothing, and its pattern goes to the argv set.
+            match target {
+                Target::Path => patterns.push(pat.clone()),
+                Target::Argv => {
+                    patterns.push(NEVER.into());
+                    argv_patterns.push(pat.clone());
+                    argv_rules.push(rules.len());
+                }
+            }
+            rules.push(Rule {
+                name: full,
+                severity: sev,
+                pattern: pat,
+                access,
+                access_mask,
+                attempts,
+                target,
+            });
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems.join("\n"));
+    }
+    Ok(Compiled {
+        rules,
+        patterns,
+        argv_patterns,
+        argv_rules,
+    })
+}
+
+/// One regex set of a policy's patterns, within its size limit (else the longest rules named).
+fn rule_set(
+    patterns: &[String],
+    what: &str,
+    rules: &[Rule],
+) -> Result<regex::bytes::RegexSet, String> {
+    regex::bytes::RegexSetBuilder::new(patterns)
+        .size_limit(SET_REGEX_BYTES)
+        .build()
+        .map_err(|e| {
+            let mut longest: Vec<&Rule> = rules.iter().collect();
+            longest.sort_by_key(|r| std::cmp::Reverse(r.pattern.len()));
+            let names: Vec<&str> = longest.iter().take(3).map(|r| r.name.as_str()).collect();
+            format!(
+                "the {} {what} together do not compile within {SET_REGEX_BYTES} bytes \
+                     ({}): write fewer or simpler patterns (the longest: {})",
+                patterns.len(),
+                e.to_string().lines().last().unwrap_or("too large").trim(),
+                names.join(", ")
+            )
+        })
+}
+
+/// `[allow]`: the globs of each access, and the endpoints of `connect`.
+fn compile_allow(text: &str, a: &AllowSpec) -> Result<Allow, String> {
+    let mut shown = BTreeMap::new();
+    let (read, r) = globs(text, "read", &a.read)?;
+    shown.insert("read", r);
+    let (write, w) = globs(text, "write", &a.write)?;
+    shown.insert("write", w);
+    let exec = match &a.exec {
+        Some(l) => {
+            let (s, e) = globs(text, "exec", l)?;
+            shown.insert("exec", e);
+            Some(s)
+        }
+        None => None,
+    };
+    let probe = match &a.probe {
+        Some(l) => {
+            let (s, p) = globs(text, "probe", l)?;
+            shown.insert("probe", p);
+            Some(s)
+        }
+        None => None,
+    };
+    let connect = match &a.connect {
+        Some(l) => {
+            let (s, c) = endpoint_globs(text, l)?;
+            shown.insert("connect", c);
+            Some(s)
+        }
+        None => None,
+    };
+    Ok(Allow {
+        connect,
+        read,
+        write,
+        exec,
+        probe,
+        patterns: shown,
+    })
+}
+
+/// `[protected]`: each an absolute path.
+fn protected_of(text: &str, spec: &PolicySpec) -> Result<Vec<(String, PathBuf)>, String> {
+    let mut protected = Vec::new();
+    for (name, p) in &spec.protected {
+        if !p.get_ref().starts_with('/') {
+            return Err(format!(
+                "{}: protected.{name} = {:?}: not an absolute path",
+                LineOf(text, p.span()),
+                p.get_ref()
+            ));
+        }
+        protected.push((name.clone(), PathBuf::from(p.get_ref())));
+    }
+    Ok(protected)
+}
+
+/// `[processes] outside`: what an access to a process outside the run counts as.
+fn processes_outside_of(
+    text: &str,
+    processes: Option<ProcessesSpec>,
+) -> Result<Option<Severity>, String> {
+    Ok(match processes.and_then(|p| p.outside) {
+        None => Some(Severity::Warn),
+        Some(v) => match v.get_ref().as_str() {
+            "warn" => Some(Severity::Warn),
+            "contaminant" => Some(Severity::Contaminant),
+            "cheat" => Some(Severity::Cheat),
+            "ignore" => None,
+            other => {
+                return Err(format!(
+                    "{}: processes.outside = {other:?}: expected \"warn\", \"contaminant\", \"cheat\" or \"ignore\"",
+                    LineOf(text, v.span())
+                ));
+            }
+        },
+    })
 }
 
 #[cfg(test)]
