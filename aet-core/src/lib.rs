@@ -1,5 +1,7 @@
 //! aet's pure logic: the access classifier, the ledger (schema, writer, readers, summary), the
-//! audit (policy, engine, reports), the stage's plan and report formats, and shared helpers.
+//! policy and its Landlock plan, the audit (scan, findings, reports), many runs (discovery,
+//! tables, export), a run directory's files, the stage's plan and report formats, and shared
+//! helpers.
 //!
 //! This crate must never depend on the eBPF programs, aya or anything that needs root: it builds
 //! and tests on stable Rust alone, so the policy parser and the audit can be developed and
