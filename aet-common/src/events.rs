@@ -408,14 +408,6 @@ pub enum ResolvedFrom {
 }
 
 impl ResolvedFrom {
-    pub const ALL: [ResolvedFrom; 5] = [
-        Self::Object,
-        Self::Joined,
-        Self::Lexical,
-        Self::Inode,
-        Self::FdLink,
-    ];
-
     /// The name used in the ledger's `resolved_from` column.
     pub const fn name(self) -> &'static str {
         match self {
@@ -425,10 +417,5 @@ impl ResolvedFrom {
             Self::Inode => "inode",
             Self::FdLink => "fd_link",
         }
-    }
-
-    /// The value a `resolved_from` column holds, back.
-    pub fn from_name(name: &[u8]) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.name().as_bytes() == name)
     }
 }

@@ -239,7 +239,7 @@ fn audit(run: &Run, policy: &str) -> (Report, serde_json::Value) {
 fn golden(name: &str, value: &serde_json::Value) {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/{name}.json"));
     let text = serde_json::to_string_pretty(value).unwrap() + "\n";
-    if std::env::var_os("AET_BLESS").is_some() {
+    if std::env::var_os(aet_core::docgen::BLESS_ENV).is_some() {
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, &text).unwrap();
         return;

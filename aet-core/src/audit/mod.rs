@@ -195,8 +195,8 @@ pub struct Report {
 }
 
 impl Report {
-    /// The report's finding lists, in order, with the name each has in `audit.json` (and the
-    /// `runs` column that counts it is the same but for `cheat_hits` and `contaminant_hits`).
+    /// The report's finding lists, in order, with the name each has in `audit.json` (the `runs`
+    /// columns that count them: `runs::FINDING_COUNTS`).
     pub fn finding_lists(&self) -> [(&'static str, &[Finding]); 5] {
         [
             ("cheat_hits", &self.cheat_hits),

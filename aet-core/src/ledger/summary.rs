@@ -126,7 +126,7 @@ fn kind_of(r: &LedgerRow) -> Option<EventKind> {
 
 /// Was the row's path walked by the kernel from the object it touched?
 fn from_object(r: &LedgerRow) -> bool {
-    r.resolved_from.as_deref().map(str::as_bytes) == Some(ResolvedFrom::Object.name().as_bytes())
+    r.resolved_from.as_deref() == Some(ResolvedFrom::Object.name())
 }
 
 fn key_of(r: &LedgerRow, path: Option<&Vec<u8>>) -> Option<FileKey> {

@@ -143,14 +143,14 @@ fn expand(a: &Path) -> Result<Vec<PathBuf>, RunsError> {
     Ok(runs)
 }
 
-/// The `runs` columns that count a report's finding lists, in the order of
-/// [`Report::finding_lists`].
-pub const FINDING_COUNTS: [&str; 5] = [
-    "cheats",
-    "contaminants",
-    "out_of_scope",
-    "warnings",
-    "blocked",
+/// The `runs` column that counts each finding list of a report, by the list's name in
+/// `audit.json` ([`Report::finding_lists`]).
+pub const FINDING_COUNTS: [(&str, &str); 5] = [
+    ("cheat_hits", "cheats"),
+    ("contaminant_hits", "contaminants"),
+    ("out_of_scope", "out_of_scope"),
+    ("warnings", "warnings"),
+    ("blocked", "blocked"),
 ];
 
 /// One row per run: `command`, `scope`, `started_ns`, `ended_ns`, `duration_s`,
@@ -167,10 +167,13 @@ pub fn run_row(
     audit: Option<&Report>,
     verdict_signed: Option<bool>,
 ) -> Result<RecordBatch, ArrowError> {
-    let count = |i: usize| -> ArrayRef {
-        Arc::new(UInt64Array::from(vec![
-            audit.map(|a| a.finding_lists()[i].1.len() as u64),
-        ]))
+    let count = |list: &str| -> ArrayRef {
+        Arc::new(UInt64Array::from(vec![audit.map(|a| {
+            a.finding_lists()
+                .iter()
+                .find(|(name, _)| *name == list)
+                .map_or(0, |(_, l)| l.len() as u64)
+        })]))
     };
     let verdict = audit.map(|a| a.verdict.name().to_owned());
     let mut reasons = m.incomplete.texts();
@@ -244,8 +247,7 @@ pub fn run_row(
     columns.extend(
         FINDING_COUNTS
             .iter()
-            .enumerate()
-            .map(|(i, column)| (*column, count(i), true)),
+            .map(|(list, column)| (*column, count(list), true)),
     );
     columns.push((
         "verdict_signed",
@@ -408,6 +410,17 @@ mod tests {
             discover(&[a, other]),
             Err(RunsError::SameName(..))
         ));
+    }
+
+    #[test]
+    fn every_finding_list_of_a_report_has_its_runs_column() {
+        let report: Report = serde_json::from_value(serde_json::json!({
+            "format": "aet.audit", "version": 1, "verdict": "clean"
+        }))
+        .unwrap();
+        let lists: Vec<&str> = report.finding_lists().iter().map(|(n, _)| *n).collect();
+        let counted: Vec<&str> = FINDING_COUNTS.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lists, counted);
     }
 
     #[test]

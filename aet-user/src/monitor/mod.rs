@@ -1,7 +1,7 @@
 //! The monitor: the eBPF programs loaded once, and the event path that turns their records into
 //! ledger rows, stage by stage:
 //!
-//! - [`slots`]: the [`Monitor`], runs' slots in the kernel's maps, their start, drain and finish;
+//! - [`slots`]: the [`slots::Monitor`], runs' slots in the kernel's maps, their start, drain and finish;
 //! - [`source`] and [`consumer`]: the ring buffer read on a thread of its own, each record routed
 //!   to its run's ledger, the kernel told what each run consumed;
 //! - [`decode`] and [`rows`]: a record's bytes checked and split, then made a ledger row
@@ -25,9 +25,7 @@ pub mod slots;
 mod sockaddr;
 pub mod source;
 
-pub use outside::{container_outside, service_outside};
 pub use rows::{RowMaker, RowStats};
-pub use slots::{Monitor, Overload, Progress, RunStatus};
 
 use std::{path::PathBuf, time::Duration};
 
