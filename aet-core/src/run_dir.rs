@@ -18,6 +18,8 @@ pub const AUDIT: &str = "audit.json";
 pub const AUDIT_HTML: &str = "audit.html";
 /// The signed manifest.
 pub const MANIFEST: &str = "manifest.json";
+/// While a run goes on: the path of its control socket (`aet phase` reads it).
+pub const CONTROL: &str = "control";
 
 /// The ledger a path names: the path itself, or `DIR/ledger.arrow` for a run directory.
 pub fn ledger_of(p: &Path) -> PathBuf {

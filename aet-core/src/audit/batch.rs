@@ -53,6 +53,7 @@ pub const COLUMNS: &[&str] = &[
     col::NET_ADDRESS,
     col::NET_ADDRESS_RAW,
     col::NET_PORT,
+    col::PHASE,
 ];
 
 /// A text column (read as bytes) that may have a `_raw` twin holding the exact bytes; either is
@@ -206,6 +207,7 @@ pub(super) struct BatchCols<'a> {
     pub(super) net_family: &'a BinaryArray,
     pub(super) net_address: Bytes<'a>,
     pub(super) net_port: &'a UInt32Array,
+    pub(super) phase: &'a BinaryArray,
 }
 
 impl<'a> BatchCols<'a> {
@@ -253,6 +255,17 @@ impl<'a> BatchCols<'a> {
             net_family: bin_col(b, col::NET_FAMILY),
             net_address: Bytes::new(b, col::NET_ADDRESS, col::NET_ADDRESS_RAW),
             net_port: prim::<UInt32Array>(b, col::NET_PORT),
+            phase: bin_col(b, col::PHASE),
+        }
+    }
+
+    /// Row `i`'s phase (`agent` in a ledger from before phases).
+    #[inline]
+    pub(super) fn phase(&self, i: usize) -> &'a [u8] {
+        if self.phase.is_valid(i) {
+            self.phase.value(i)
+        } else {
+            crate::ledger::record::FIRST_PHASE.as_bytes()
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::policy::{Access, Policy};
 
 use super::batch::{BatchCols, COLUMNS, ColFields, RowRef, argv_at};
 use super::finding::{Ancestor, Finding, Proc};
+use super::phases::Phases;
 use super::scanner::{Scanner, lossy};
 
 /// What one pass found.
@@ -44,6 +45,10 @@ pub struct Scan {
     pub paths: Vec<String>,
     pub first_ts_ns: i64,
     pub last_ts_ns: i64,
+    /// The run's phases with their rows (`judged_by` filled by the report).
+    pub phases: Vec<super::phases::PhaseInfo>,
+    /// The rows that matched each rule of each phase section that judged rows.
+    pub phase_hits: Vec<(String, Vec<u64>)>,
 }
 
 pub(super) fn is_stage(exe: &[u8], argv: Option<&[String]>) -> bool {
@@ -80,14 +85,56 @@ pub(super) struct Walk {
     first: bool,
     last_pid: u32,
     last_setup: bool,
+    /// The phase whose rows this pass judges (the others only keep the state up to date).
+    judges: Vec<u8>,
+    /// The first pass's account of phases (rows, processes that outlive theirs).
+    phases: Option<Phases>,
 }
 
-/// Scans a ledger: every finding, process and count the report is made of.
+/// Scans a ledger: every finding, process and count the report is made of. The top-level
+/// rules judge the `agent` phase, with the phases and lingering processes accounted for; each
+/// `[phases.NAME]` section that has rows to judge is one more pass over the ledger.
 pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadError> {
+    let (mut scan, read, phases) = pass(ledger_path, policy, true)?;
+    let held: Vec<Vec<u8>> = phases
+        .as_ref()
+        .map(|p| p.names().map(<[u8]>::to_vec).collect())
+        .unwrap_or_default();
+    for (name, section) in &policy.phases {
+        if !held.iter().any(|h| h == name.as_bytes()) {
+            continue;
+        }
+        let (s, _, _) = pass(ledger_path, section, false)?;
+        for f in &s.findings {
+            if matches!(f.class, super::Class::Cheat | super::Class::Contaminant)
+                && let Some(p) = scan.processes.iter_mut().find(|p| p.pid == f.pid)
+            {
+                p.flagged = true;
+            }
+        }
+        scan.findings.extend(s.findings);
+        scan.phase_hits.push((name.clone(), s.rule_hits));
+    }
+    if let Some(p) = phases {
+        scan.phases = p.infos(&read.meta.phases);
+    }
+    Ok((scan, read))
+}
+
+/// One pass over the ledger, judging the rows of `policy`'s phase; `account`: also count the
+/// phases and find the processes that outlive theirs.
+fn pass(
+    ledger_path: &Path,
+    policy: &Policy,
+    account: bool,
+) -> Result<(Scan, Read, Option<Phases>), ReadError> {
     let mut ledger = Ledger::open_columns(ledger_path, COLUMNS)?;
     let meta = ledger.meta()?;
     let form = ledger.form();
     let (mut e, mut w) = start(policy, &meta);
+    if account {
+        w.phases = Some(Phases::new(&meta.phases));
+    }
     while let Some(b) = ledger.next_batch()? {
         let c = BatchCols::new(&b);
         e.scan.rows += b.num_rows() as u64;
@@ -103,7 +150,7 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
         form,
         damaged_tail: ledger.damaged_tail.clone(),
     };
-    Ok((finish(e), read))
+    Ok((finish(e), read, w.phases))
 }
 
 /// The scanner and the walk's state before the first row: protected files identified (at run
@@ -150,6 +197,8 @@ pub(super) fn start<'p>(
         first: true,
         last_pid: u32::MAX,
         last_setup: false,
+        judges: policy.phase.as_bytes().to_vec(),
+        phases: None,
     };
     for f in &meta.inherited_fds {
         if f.kind == "file" || f.kind == "directory" {
@@ -170,11 +219,18 @@ pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: 
     // The row's kind, from the ledger's vocabulary (a kind this aet does not know is only
     // counted).
     let kind = EventKind::from_name(c.kind.value(i));
-    let Some(p) = track(e, w, c, i, kind) else {
+    let p = track(e, w, c, i, kind);
+    if let Some(phases) = w.phases.as_mut() {
+        phases.row(e, c, i);
+    }
+    let Some(p) = p else {
         return;
     };
     let BatchCols { ret, dev, ino, .. } = c;
-    argv_rules(e, c, i, p, kind);
+    let judged = c.phase(i) == w.judges.as_slice();
+    if judged {
+        argv_rules(e, c, i, p, kind);
+    }
     let Some(kind) = kind else {
         return;
     };
@@ -187,6 +243,9 @@ pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: 
     };
     let row_ident = (dev.is_valid(i) && ino.is_valid(i)).then(|| (dev.value(i), ino.value(i)));
     let reached = reached(w, c, i, p, kind, ok, row_ident);
+    if !judged {
+        return;
+    }
     outside(e, c, i, p, kind, ok);
     if kind == EventKind::Net {
         net(e, c, i, p, ok);

@@ -117,6 +117,14 @@ pub struct Finding {
     /// For a finding about another process: its pid.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_pid: Option<u32>,
+    /// The phase of the run the access was in (`agent` unless the run was marked with `aet
+    /// phase`).
+    #[serde(default = "agent_phase")]
+    pub phase: String,
+}
+
+fn agent_phase() -> String {
+    crate::ledger::record::FIRST_PHASE.to_owned()
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

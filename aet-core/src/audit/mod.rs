@@ -14,6 +14,7 @@ pub mod draft;
 pub mod engine;
 pub mod finding;
 pub mod html;
+pub mod phases;
 pub mod reached;
 mod scanner;
 mod targets;
@@ -192,6 +193,10 @@ pub struct Report {
     pub processes: Vec<Proc>,
     #[serde(default)]
     pub transcripts: Option<Transcripts>,
+    /// The run's phases in order, with their rows and the section that judged them (a run
+    /// never marked has one, `agent`).
+    #[serde(default)]
+    pub phases: Vec<phases::PhaseInfo>,
 }
 
 impl Report {
@@ -324,7 +329,27 @@ fn build_report(
     ] {
         v.sort_by_key(|f| f.first_seq);
     }
-    let unused_rules = unused_rules(policy, &scan.rule_hits, &cheat_hits, &warnings);
+    let mut unused_rules = unused_rules(policy, &scan.rule_hits, &cheat_hits, &warnings);
+    for (name, section) in &policy.phases {
+        match scan.phase_hits.iter().find(|(n, _)| n == name) {
+            Some((_, hits)) => {
+                unused_rules.extend(self::unused_rules(section, hits, &cheat_hits, &warnings));
+            }
+            // No row of the phase: none of its rules could match.
+            None => unused_rules.extend(section.rules.iter().map(|r| r.name.clone())),
+        }
+    }
+    let mut phase_infos = std::mem::take(&mut scan.phases);
+    for ph in &mut phase_infos {
+        ph.judged_by = if ph.name == policy.phase {
+            Some("policy".into())
+        } else {
+            policy
+                .phases
+                .contains_key(&ph.name)
+                .then(|| format!("phases.{}", ph.name))
+        };
+    }
     let disqualified = !cheat_hits.is_empty();
     let isolation_clean = contaminant_hits.is_empty() && out_of_scope.is_empty();
     let verdict = Verdict::of(
@@ -361,6 +386,7 @@ fn build_report(
         unused_rules,
         processes: scan.processes,
         transcripts,
+        phases: phase_infos,
     }
 }
 

@@ -142,6 +142,7 @@ impl<'p> Scanner<'p> {
             mentioned_in_transcript: None,
             reached: None,
             target_pid: None,
+            phase: self.policy.phase.clone(),
         }
     }
 

@@ -685,6 +685,22 @@ pub(crate) const ADDED_IN_3: [&str; 9] = [
     schema::col::PTRACE_REQUEST,
 ];
 
+/// Columns added by schema version 4 (null when a version 3 ledger is read: every row of it is
+/// the `agent` phase).
+pub(crate) const ADDED_IN_4: [&str; 1] = [schema::col::PHASE];
+
+/// What a version 2 ledger lacks.
+const ADDED_IN_3_OR_4: [&str; 10] = {
+    let mut all = [""; 10];
+    let mut i = 0;
+    while i < ADDED_IN_3.len() {
+        all[i] = ADDED_IN_3[i];
+        i += 1;
+    }
+    all[9] = ADDED_IN_4[0];
+    all
+};
+
 /// Checks that `schema` is a ledger schema this build reads; returns the columns it lacks
 /// because an older version did not have them.
 fn check_schema(path: &Path, schema: &Schema) -> Result<Vec<&'static str>, ReadError> {
@@ -695,10 +711,11 @@ fn check_schema(path: &Path, schema: &Schema) -> Result<Vec<&'static str>, ReadE
     let may_lack: &[&str] = match schema.metadata().get(meta::SCHEMA_VERSION) {
         None => return Err(bad(format!("no {} metadata", meta::SCHEMA_VERSION))),
         Some(v) if v == SCHEMA_VERSION => &[],
-        Some(v) if v == "2" => &ADDED_IN_3,
+        Some(v) if v == "3" => &ADDED_IN_4,
+        Some(v) if v == "2" => &ADDED_IN_3_OR_4,
         Some(v) => {
             return Err(bad(format!(
-                "schema version {v}, this build reads versions 2 and {SCHEMA_VERSION}"
+                "schema version {v}, this build reads versions 2 to {SCHEMA_VERSION}"
             )));
         }
     };

@@ -476,6 +476,45 @@ pub struct LedgerMeta {
     pub barrier: Option<crate::policy::barrier::BarrierReport>,
     /// `aet.recovered` is `true`.
     pub recovered: bool,
+    /// `aet.phases`: empty in ledgers before schema 4, and in unfinished ones (their rows still
+    /// name their phase).
+    pub phases: Vec<PhaseRecord>,
+}
+
+/// The first phase of every run.
+pub const FIRST_PHASE: &str = "agent";
+
+/// One phase of a run, as `aet.phases` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseRecord {
+    pub name: String,
+    /// Wall-clock start, ns since the Unix epoch (the run's start for `agent`).
+    pub started_ns: i64,
+    /// Processes the harness said may stay alive into this phase (its own: a container's
+    /// init, a keeper); a process of an earlier phase that is not one of them and is still alive
+    /// or acts in this phase is a finding.
+    #[serde(default)]
+    pub keep: Vec<u32>,
+    /// The pid that asked for the phase (none for `agent`).
+    #[serde(default)]
+    pub by: Option<u32>,
+}
+
+/// Whether `name` may name a phase: 1 to 32 of `a-z`, `0-9`, `_` and `-`, starting with a
+/// letter (it is a policy section's name and a column value people type in SQL).
+pub fn valid_phase_name(name: &str) -> Result<(), String> {
+    let ok = (1..=32).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a phase name: 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter"
+        ))
+    }
 }
 
 fn text(m: &HashMap<String, String>, key: &str) -> Option<String> {
@@ -548,6 +587,7 @@ impl LedgerMeta {
             overload: json(m, meta::OVERLOAD)?,
             barrier: json(m, meta::BARRIER)?,
             recovered: flag(m, meta::RECOVERED),
+            phases: json(m, meta::PHASES)?.unwrap_or_default(),
         })
     }
 }
@@ -639,7 +679,11 @@ pub fn assess(
                 .unwrap_or(0),
         });
     }
-    if seen.unseen_starts > 0 {
+    // `aet run` made the run's cgroup empty and started its command in it: a process with no
+    // recorded start there came in from outside later (a container runtime's `runc init`
+    // joining its container to the run), recorded from the moment it came in. Only work
+    // `aet monitor` attached to can have been running before the record began.
+    if seen.unseen_starts > 0 && m.command.is_empty() {
         r.push(Incomplete::AlreadyRunning {
             processes: seen.unseen_starts,
         });

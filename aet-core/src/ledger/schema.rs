@@ -3,21 +3,21 @@
 //! the documented column list (`docs/ledger.md`, checked by a test) are all made.
 //!
 //! A change to a column's name, type or meaning bumps [`SCHEMA_VERSION`]. Readers refuse a ledger
-//! whose version they do not know; a version 2 ledger is read with the columns version 3 added
-//! null (`reader::ADDED_IN_3`).
+//! whose version they do not know; an older ledger is read with the columns later versions added
+//! null (`reader::ADDED_IN_3`, `reader::ADDED_IN_4`).
 
 use std::{borrow::Cow, collections::HashMap, fmt::Write as _, sync::Arc};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 
-use super::columns::{Argv, Comm, Flag, Kind, Name, Opt, OptFlag, OptName, Path, Req};
+use super::columns::{Argv, Comm, Flag, Kind, Name, Opt, OptFlag, OptName, Path, Phase, Req};
 use arrow_array::types::{
     Int32Type as I32, Int64Type as I64, UInt32Type as U32, UInt64Type as U64,
 };
 
 /// Version of the ledger schema written by this build.
-pub const SCHEMA_VERSION: &str = "3";
+pub const SCHEMA_VERSION: &str = "4";
 
 macro_rules! meta_keys {
     ($($(#[doc = $doc:literal])* $konst:ident = $key:literal;)*) => {
@@ -33,8 +33,8 @@ macro_rules! meta_keys {
 }
 
 meta_keys! {
-    /// The schema version (`3`; this build also reads `2`, whose ledgers lack the fd, process
-    /// and watch columns, read as null).
+    /// The schema version (`4`; this build also reads `3`, whose ledgers lack `phase`, and `2`,
+    /// whose ledgers also lack the fd, process and network columns: read as null).
     SCHEMA_VERSION = "aet.schema_version";
     /// The aet version that wrote the ledger.
     AET_VERSION = "aet.version";
@@ -114,6 +114,11 @@ meta_keys! {
     CHAIN = "aet.chain";
     /// `true` on a ledger rebuilt by `aet ledger recover`.
     RECOVERED = "aet.recovered";
+    /// The run's phases in order (footer only), a JSON array of `{name, started_ns, keep,
+    /// by}`: `agent` from the start, then each phase `aet phase` began (`started_ns`
+    /// wall-clock; `keep`: the pids the harness said may stay alive into it; `by`: the pid
+    /// that asked). Every row's `phase` column names one of them.
+    PHASES = "aet.phases";
 }
 
 /// A column as the docs list it.
@@ -372,6 +377,10 @@ columns! {
     PTRACE_REQUEST = ptrace_request: Opt<U32>;
     /// Capture flags (see "The capture column").
     CAPTURE = capture: Req<U32>;
+    /// The phase of the run the row belongs to: `agent` from the start, then the phase each
+    /// `aet phase` began (by the row's kernel time, so a row made just before a boundary but
+    /// read after it keeps its phase). Null in ledgers before schema 4 (all `agent`).
+    PHASE = phase: Phase;
 }
 
 impl Row<'_> {

@@ -78,6 +78,8 @@ struct AllowSpec {
 struct ProcessesSpec {
     #[serde(default)]
     outside: Option<Spanned<String>>,
+    #[serde(default)]
+    lingering: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -95,6 +97,10 @@ struct PolicySpec {
     contaminants: BTreeMap<String, RuleSpec>,
     #[serde(default)]
     warns: BTreeMap<String, RuleSpec>,
+    /// `[phases.NAME]`: the rules of a later phase of the run (`grading`, ...), each a policy of
+    /// its own (without `protected`, `processes` or phases of its own).
+    #[serde(default)]
+    phases: BTreeMap<String, Spanned<PolicySpec>>,
 }
 
 /// A policy that cannot be used.
@@ -162,6 +168,16 @@ pub struct Policy {
     /// What reading, writing, tracing or taking an fd of a process outside the run counts as
     /// (`[processes] outside`, a warning by default); `None`: not reported.
     pub processes_outside: Option<Severity>,
+    /// What a process started in an earlier phase that acts in a later one counts as
+    /// (`[processes] lingering`, a cheat by default; one that is only still alive is a
+    /// warning); `None`: not reported.
+    pub lingering: Option<Severity>,
+    /// `[phases.NAME]`: the policy each later phase is judged by, its rules named
+    /// `phases.NAME.cheats.x`. The top-level rules judge the `agent` phase; a phase without a
+    /// section is recorded and reported, not judged.
+    pub phases: BTreeMap<String, Policy>,
+    /// The phase this policy judges (`agent` for the top level).
+    pub phase: String,
 }
 
 struct LineOf<'a>(&'a str, std::ops::Range<usize>);
@@ -394,33 +410,105 @@ impl Policy {
         }
         let spec: PolicySpec =
             toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
-        let count = spec.cheats.len() + spec.contaminants.len() + spec.warns.len();
+        let rules = |s: &PolicySpec| s.cheats.len() + s.contaminants.len() + s.warns.len();
+        let count = rules(&spec)
+            + spec
+                .phases
+                .values()
+                .map(|p| rules(p.get_ref()))
+                .sum::<usize>();
         if count > MAX_RULES {
             return Err(format!(
                 "{count} rules: a policy may hold at most {MAX_RULES} (write fewer, broader rules)"
             ));
         }
-        let compiled = compile_rules(text, &spec)?;
-        let set = rule_set(&compiled.patterns, "rules", &compiled.rules)?;
-        let argv_set = rule_set(&compiled.argv_patterns, "argv rules", &compiled.rules)?;
-        let allow = spec
-            .allow
-            .as_ref()
-            .map(|a| compile_allow(text, a))
-            .transpose()?;
-        let protected = protected_of(text, &spec)?;
-        let processes_outside = processes_outside_of(text, spec.processes)?;
-        Ok(Self {
-            path: path.to_owned(),
-            rules: compiled.rules,
-            set,
-            argv_set,
-            argv_rules: compiled.argv_rules,
-            allow,
-            protected,
-            processes_outside,
-        })
+        let mut phases = BTreeMap::new();
+        let mut problems = Vec::new();
+        for (name, section) in &spec.phases {
+            let at = LineOf(text, section.span());
+            let section = section.get_ref();
+            if let Err(e) = crate::ledger::record::valid_phase_name(name) {
+                problems.push(format!("{at}: phases.{name}: {e}"));
+                continue;
+            }
+            if name == crate::ledger::record::FIRST_PHASE {
+                problems.push(format!(
+                    "{at}: phases.{name}: the top-level rules are the `{name}` phase's; write \
+                     them there"
+                ));
+                continue;
+            }
+            let nested = [
+                ("protected", !section.protected.is_empty()),
+                ("processes", section.processes.is_some()),
+                ("phases", !section.phases.is_empty()),
+            ];
+            if let Some((key, _)) = nested.iter().find(|(_, has)| *has) {
+                problems.push(format!(
+                    "{at}: phases.{name}.{key}: a phase section holds only allow, cheats, \
+                     contaminants and warns ({key} is the whole policy's)"
+                ));
+                continue;
+            }
+            match compile(text, section, path, name, &format!("phases.{name}.")) {
+                Ok(p) => {
+                    phases.insert(name.clone(), p);
+                }
+                Err(e) => problems.push(e),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems.join("\n"));
+        }
+        let mut top = compile(text, &spec, path, crate::ledger::record::FIRST_PHASE, "")?;
+        top.protected = protected_of(text, &spec)?;
+        let processes = spec.processes.unwrap_or_default();
+        top.processes_outside = severity_of(text, "outside", processes.outside, Severity::Warn)?;
+        top.lingering = severity_of(text, "lingering", processes.lingering, Severity::Cheat)?;
+        top.phases = phases;
+        Ok(top)
     }
+
+    /// The policy that judges rows of `phase` (`None`: the phase is recorded, not judged).
+    pub fn for_phase(&self, phase: &str) -> Option<&Policy> {
+        if phase == self.phase {
+            Some(self)
+        } else {
+            self.phases.get(phase)
+        }
+    }
+}
+
+/// One policy body (the top level's, or a phase section's): its rules, whose names start with
+/// `prefix`, and its allow-lists.
+fn compile(
+    text: &str,
+    spec: &PolicySpec,
+    path: &Path,
+    phase: &str,
+    prefix: &str,
+) -> Result<Policy, String> {
+    let compiled = compile_rules(text, spec, prefix)?;
+    let set = rule_set(&compiled.patterns, "rules", &compiled.rules)?;
+    let argv_set = rule_set(&compiled.argv_patterns, "argv rules", &compiled.rules)?;
+    let allow = spec
+        .allow
+        .as_ref()
+        .map(|a| compile_allow(text, a))
+        .transpose()?;
+    Ok(Policy {
+        path: path.to_owned(),
+        rules: compiled.rules,
+        set,
+        argv_set,
+        argv_rules: compiled.argv_rules,
+        allow,
+        protected: Vec::new(),
+        processes_outside: None,
+        lingering: None,
+        phases: BTreeMap::new(),
+        phase: phase.to_owned(),
+    })
 }
 
 /// A policy's rules compiled one by one (every problem named), and the patterns of its two
@@ -433,7 +521,7 @@ struct Compiled {
     argv_rules: Vec<usize>,
 }
 
-fn compile_rules(text: &str, spec: &PolicySpec) -> Result<Compiled, String> {
+fn compile_rules(text: &str, spec: &PolicySpec, prefix: &str) -> Result<Compiled, String> {
     let mut problems: Vec<String> = Vec::new();
     let mut rules = Vec::new();
     let mut patterns = Vec::new();
@@ -444,7 +532,7 @@ fn compile_rules(text: &str, spec: &PolicySpec) -> Result<Compiled, String> {
         (Severity::Warn, &spec.warns),
     ] {
         for (name, r) in table {
-            let full = format!("{}.{name}", sev.key());
+            let full = format!("{prefix}{}.{name}", sev.key());
             let at = LineOf(text, r.span());
             let (pat, access, attempts, target) = match rule_fields(r.get_ref(), sev) {
                 Ok(f) => f,
@@ -583,13 +671,15 @@ fn protected_of(text: &str, spec: &PolicySpec) -> Result<Vec<(String, PathBuf)>,
     Ok(protected)
 }
 
-/// `[processes] outside`: what an access to a process outside the run counts as.
-fn processes_outside_of(
+/// `[processes] KEY`: what a kind of access to processes counts as (`default` when unset).
+fn severity_of(
     text: &str,
-    processes: Option<ProcessesSpec>,
+    key: &str,
+    value: Option<Spanned<String>>,
+    default: Severity,
 ) -> Result<Option<Severity>, String> {
-    Ok(match processes.and_then(|p| p.outside) {
-        None => Some(Severity::Warn),
+    Ok(match value {
+        None => Some(default),
         Some(v) => match v.get_ref().as_str() {
             "warn" => Some(Severity::Warn),
             "contaminant" => Some(Severity::Contaminant),
@@ -597,7 +687,7 @@ fn processes_outside_of(
             "ignore" => None,
             other => {
                 return Err(format!(
-                    "{}: processes.outside = {other:?}: expected \"warn\", \"contaminant\", \"cheat\" or \"ignore\"",
+                    "{}: processes.{key} = {other:?}: expected \"warn\", \"contaminant\", \"cheat\" or \"ignore\"",
                     LineOf(text, v.span())
                 ));
             }
@@ -748,5 +838,54 @@ mod endpoint_tests {
         )
         .unwrap_err();
         assert!(e.contains("line 4") && e.contains("not an endpoint"), "{e}");
+    }
+
+    #[test]
+    fn phase_sections_are_policies_of_their_own_and_bad_ones_are_named() {
+        let p = Policy::parse(
+            "[cheats]\ntests = '^/tests/'\n\n[phases.grading.cheats]\nresults = '^/results'\n\n\
+             [processes]\nlingering = \"warn\"\n",
+            Path::new("p.toml"),
+        )
+        .unwrap();
+        assert_eq!(p.phase, "agent");
+        assert_eq!(p.lingering, Some(Severity::Warn));
+        let g = p.for_phase("grading").expect("a section");
+        assert_eq!(g.phase, "grading");
+        assert_eq!(g.rules[0].name, "phases.grading.cheats.results");
+        assert!(g.set.is_match(b"/results.txt") && !g.set.is_match(b"/tests/x"));
+        assert!(
+            p.for_phase("setup").is_none(),
+            "a phase without a section is not judged"
+        );
+        assert_eq!(
+            Policy::parse("", Path::new("p.toml")).unwrap().lingering,
+            Some(Severity::Cheat)
+        );
+        for (text, says) in [
+            (
+                "[phases.Grading.cheats]\nx = 'y'\n",
+                "line 1: phases.Grading: \"Grading\" is not a phase name",
+            ),
+            (
+                "[phases.agent.cheats]\nx = 'y'\n",
+                "phases.agent: the top-level rules are the `agent` phase's",
+            ),
+            (
+                "[phases.grading.protected]\nk = '/k'\n",
+                "phases.grading.protected: a phase section holds only",
+            ),
+            (
+                "[phases.grading.cheats]\nx = '('\n",
+                "line 2: phases.grading.cheats.x = \"(\": invalid regular expression",
+            ),
+            (
+                "[processes]\nlingering = \"maybe\"\n",
+                "processes.lingering = \"maybe\": expected",
+            ),
+        ] {
+            let e = Policy::parse(text, Path::new("p.toml")).unwrap_err();
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
     }
 }

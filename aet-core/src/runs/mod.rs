@@ -267,7 +267,7 @@ pub fn finding_rows<'a>(
     reports: impl IntoIterator<Item = (&'a str, &'a Report)>,
 ) -> Result<RecordBatch, ArrowError> {
     let mut run = StringBuilder::new();
-    let mut texts: [StringBuilder; 9] = Default::default();
+    let mut texts: [StringBuilder; 10] = Default::default();
     let mut nums: [Vec<Option<u64>>; 5] = Default::default();
     let mut ts: Vec<Option<i64>> = Vec::new();
     let mut argv = ListBuilder::new(StringBuilder::new());
@@ -286,6 +286,7 @@ pub fn finding_rows<'a>(
                 f.errno.as_deref(),
                 Some(f.comm.as_str()),
                 f.exe.as_deref(),
+                Some(f.phase.as_str()),
             ];
             for (b, v) in texts.iter_mut().zip(text) {
                 b.append_option(v);
@@ -330,6 +331,7 @@ pub fn finding_rows<'a>(
         errno,
         comm,
         exe,
+        phase,
     ] = texts;
     let [count, first_seq, pid, uid, target_pid] = nums;
     let t = |mut b: StringBuilder| -> ArrayRef { Arc::new(b.finish()) };
@@ -357,6 +359,7 @@ pub fn finding_rows<'a>(
         ("ancestry", t(ancestry), true),
         ("reached", t(reached), true),
         ("target_pid", n(target_pid), true),
+        ("phase", t(phase), true),
     ]);
     RecordBatch::try_from_iter_with_nullable(columns)
 }

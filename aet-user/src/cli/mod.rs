@@ -8,6 +8,7 @@ mod daemon;
 mod doctor;
 mod ledger;
 mod monitor;
+mod phase;
 mod policy;
 mod query;
 mod run;
@@ -131,6 +132,10 @@ pub enum Command {
     Run(run::Args),
     /// Attach the monitor to work something else started (a cgroup, a uid, or a process tree).
     Monitor(monitor::Args),
+    /// Mark a phase of a run in progress (`grading` after `agent`): each later row says its
+    /// phase, the policy judges each phase by its own rules, and a process of an earlier phase
+    /// that acts in a later one is a finding. Asked from outside the run (exit 4 when refused).
+    Phase(phase::Args),
     /// Read ledgers.
     #[command(subcommand)]
     Ledger(ledger::Command),
@@ -212,6 +217,7 @@ pub fn main() -> ExitCode {
     let (result, failure_code) = match cli.command {
         Command::Run(a) => (run::run(a), Exit::AetFailed.code()),
         Command::Monitor(a) => (monitor::run(a), Exit::AetFailed.code()),
+        Command::Phase(a) => (phase::run(a), Exit::AetFailed.code()),
         Command::Ledger(c) => (ledger::run(c), Exit::Usage.code()),
         Command::Policy(c) => (policy::run(c), Exit::Usage.code()),
         Command::Query(a) => (query::run(a), Exit::Usage.code()),

@@ -372,6 +372,13 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
             },
             None => err("no run on this connection".into()),
         },
+        Request::Phase { name, keep, by } => match run {
+            Some((slot, _)) => match d.engine.begin_phase(*slot, &name, keep, by) {
+                Ok(record) => Response::Phase { record },
+                Err(e) => err(e.to_string()),
+            },
+            None => err("no run on this connection".into()),
+        },
         Request::Progress => match run {
             Some((slot, _)) => Response::Progress {
                 progress: d.engine.progress(*slot),

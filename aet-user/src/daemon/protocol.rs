@@ -15,7 +15,7 @@ use crate::{
 use aet_core::ledger::record::Reasons;
 
 /// Version of the protocol; a client and a daemon of different versions refuse each other.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// A request.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -40,6 +40,12 @@ pub enum Request {
     Untrack { tid: u32 },
     /// The run's tracked tasks.
     Tracked,
+    /// Begin a phase of the run (`by`: the pid that asked).
+    Phase {
+        name: String,
+        keep: Vec<u32>,
+        by: Option<u32>,
+    },
     /// What the run has recorded so far.
     Progress,
     /// Whether the run's ledger is still being written (asked every 250 ms: no map is read).
@@ -72,6 +78,10 @@ pub enum Response {
     },
     Progress {
         progress: Progress,
+    },
+    /// The phase began.
+    Phase {
+        record: aet_core::ledger::record::PhaseRecord,
     },
     /// Why the run's ledger can no longer be written, once it cannot.
     Health {

@@ -71,6 +71,9 @@ pub enum MonitorError {
     /// No run in this slot.
     #[error("no run in slot {0}")]
     NoRun(u32),
+    /// A phase that cannot begin.
+    #[error("{0}")]
+    Phase(String),
 }
 
 /// The final accounting of a monitored run.

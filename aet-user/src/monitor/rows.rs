@@ -5,13 +5,24 @@
 //! What it learns from `/proc` (processes that existed before the attach, the link of an fd that
 //! arrived, the target of a pidfd) comes through [`ProcView`], so it is tested without one.
 
-use std::{collections::HashMap, path::PathBuf};
+use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
 use aet_common::{EventKind, flags};
 use aet_core::{
-    ledger::{schema::capture, writer::Row},
+    ledger::{
+        record::{FIRST_PHASE, PhaseRecord},
+        schema::capture,
+        writer::Row,
+    },
     util::WallClock,
 };
+
+/// The kernel's boot-time clock now (what `bpf_ktime_get_boot_ns()` reads).
+fn boot_now() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
 
 use super::{
     decode::RawEvent,
@@ -71,6 +82,11 @@ pub struct RowMaker {
     pid_names: crate::kernel::procfs::PidTranslator,
     /// Where facts no record carries come from.
     proc: Box<dyn ProcView>,
+    /// The run's phases: each one's start on the kernel's boot-time clock and its name, in
+    /// order (`agent` from 0).
+    phases: Vec<(u64, Arc<str>)>,
+    /// The same phases as the ledger's footer lists them.
+    phase_records: Vec<PhaseRecord>,
 }
 
 /// What the row maker asks of `/proc`: the few facts no record carries. [`HostProc`] reads the
@@ -197,7 +213,62 @@ impl RowMaker {
             services: Vec::new(),
             pidfds: HashMap::new(),
             pid_names: crate::kernel::procfs::PidTranslator::default(),
+            phases: vec![(0, Arc::from(FIRST_PHASE))],
+            phase_records: vec![PhaseRecord {
+                name: FIRST_PHASE.into(),
+                started_ns: clock.wall(boot_now()),
+                keep: Vec::new(),
+                by: None,
+            }],
         }
+    }
+
+    /// Begins phase `name` now: rows the kernel stamps from now on belong to it (a row
+    /// stamped before, read after, keeps its phase). `keep`: processes that may stay alive into
+    /// it; `by`: the pid that asked. A phase is begun once, and never `agent` again.
+    pub fn begin_phase(
+        &mut self,
+        name: &str,
+        keep: Vec<u32>,
+        by: Option<u32>,
+    ) -> Result<PhaseRecord, String> {
+        aet_core::ledger::record::valid_phase_name(name)?;
+        if self.phase_records.iter().any(|p| p.name == name) {
+            return Err(format!(
+                "the run already had phase {name:?}: phases go one way (this run's: {})",
+                self.phase_records
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let boot = boot_now();
+        let record = PhaseRecord {
+            name: name.to_owned(),
+            started_ns: self.clock.wall(boot),
+            keep,
+            by,
+        };
+        self.phases.push((boot, Arc::from(name)));
+        self.phase_records.push(record.clone());
+        Ok(record)
+    }
+
+    /// The run's phases, for the ledger's footer.
+    pub fn phases(&self) -> &[PhaseRecord] {
+        &self.phase_records
+    }
+
+    /// The phase of a row the kernel stamped at `ts` (boot-time clock).
+    fn phase_at(&self, ts: u64) -> Arc<str> {
+        let (_, name) = self
+            .phases
+            .iter()
+            .rev()
+            .find(|(start, _)| *start <= ts)
+            .unwrap_or(&self.phases[0]);
+        name.clone()
     }
 
     /// Fills a row's other process: `named` as the actor named it, translated to a host pid,
@@ -297,6 +368,7 @@ impl RowMaker {
         let mut row = Row {
             seq: self.seq,
             ts_ns: self.clock.wall(h.ts_ns),
+            phase: Some(self.phase_at(h.ts_ns)),
             kind: ev.kind.name(),
             syscall: ev.syscall.name(),
             pid: h.pid,

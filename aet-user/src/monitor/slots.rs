@@ -27,7 +27,7 @@ use super::{
 use crate::loader::{Counters, LoadError, LoadOptions, Programs, Scope};
 use aet_core::{
     ledger::{
-        record::{Incomplete, MetaMap, Reasons},
+        record::{Incomplete, MetaMap, PhaseRecord, Reasons},
         schema::meta,
         writer::LedgerWriter,
     },
@@ -213,6 +213,23 @@ impl Monitor {
     /// The tasks of a run's tracked set.
     pub fn tracked(&self, slot: u32) -> Vec<u32> {
         self.lock_programs().tracked(slot)
+    }
+
+    /// Begins phase `name` of a run (see [`RowMaker::begin_phase`]).
+    pub fn begin_phase(
+        &self,
+        slot: u32,
+        name: &str,
+        keep: Vec<u32>,
+        by: Option<u32>,
+    ) -> Result<PhaseRecord, MonitorError> {
+        // The consumer holds the sinks while it drains: a row made after this is stamped after
+        // the phase's start.
+        let mut sinks = self.shared.lock_sinks();
+        let sink = sinks.get_mut(&slot).ok_or(MonitorError::NoRun(slot))?;
+        sink.maker
+            .begin_phase(name, keep, by)
+            .map_err(MonitorError::Phase)
     }
 
     /// What a run has recorded so far.
@@ -414,6 +431,7 @@ fn finish(
         .map(|(i, n)| (*n, counters.get(i as u32)))
         .collect();
     extra
+        .set_json(meta::PHASES, sink.maker.phases())
         .set_json(meta::OVERLOAD, &sink.freezer.record())
         .set(meta::HOST_MNTNS, sink.maker.host_mntns())
         .set(meta::ENDED_NS, now_ns())

@@ -137,9 +137,23 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
         ),
     );
 
+    // `aet phase DIR NAME` reaches the run through this.
+    let mut control = match super::control::Control::open(
+        ledger.parent().expect("the ledger is in the run directory"),
+        cg.path(),
+    ) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!(
+                "aet: warning: no control socket for `aet phase` ({e}): the run has one phase"
+            );
+            None
+        }
+    };
     let mut reasons = Reasons::new();
     let mut extra = MetaMap::new();
-    let driven = drive(&opts, &cg, &relative, &mut monitor).await;
+    let driven = drive(&opts, &cg, &relative, &mut monitor, control.as_mut()).await;
+    drop(control);
     let (status, killed) = match driven {
         Ok(d) => {
             if let Some(e) = d.kill_error {
@@ -355,6 +369,7 @@ async fn drive(
     cg: &RunCgroup,
     relative: &Path,
     monitor: &mut Session,
+    mut control: Option<&mut super::control::Control>,
 ) -> Result<Driven, RunError> {
     let program = &opts.command[0];
     let signals = |kind| {
@@ -457,6 +472,12 @@ async fn drive(
                             },
                         )));
                     }
+                    Some(req) = async {
+                        match control.as_mut() {
+                            Some(c) => c.next().await,
+                            None => std::future::pending().await,
+                        }
+                    } => req.answer(monitor),
                     st = child.wait() => {
                         fault("wait").map_err(RunError::Wait)?;
                         break st.map_err(RunError::Wait)?

@@ -6,11 +6,13 @@
 //! - [`fds`]: the fds the command inherits, and the hygiene that closes the others;
 //! - [`session`]: where the monitor comes from (the daemon, or programs loaded for this run);
 //! - [`progress`]: the live status line while the command runs;
+//! - [`control`]: the run's control socket, through which `aet phase` marks its phases;
 //! - [`sign`]: the run directory's signed manifest.
 //!
 //! Here: what both commands share (their errors, the run directory, the end-of-run lines).
 
 pub mod command;
+pub mod control;
 mod fds;
 pub mod launch;
 pub mod progress;

@@ -23,7 +23,7 @@ use crate::{
         slots::{Monitor, Overload, Progress},
     },
 };
-use aet_core::ledger::record::{MetaMap, Reasons};
+use aet_core::ledger::record::{MetaMap, PhaseRecord, Reasons};
 
 /// Where the monitor should come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -233,6 +233,30 @@ impl Session {
             Self::Remote { client, .. } => match client.call(&Request::Tracked) {
                 Ok(Response::Tracked { tids }) => tids,
                 _ => Vec::new(),
+            },
+        }
+    }
+
+    /// Begins phase `name` of the run.
+    pub fn begin_phase(
+        &mut self,
+        name: &str,
+        keep: Vec<u32>,
+        by: Option<u32>,
+    ) -> Result<PhaseRecord, String> {
+        match self {
+            Self::Local { monitor, slot, .. } => monitor
+                .begin_phase(*slot, name, keep, by)
+                .map_err(|e| e.to_string()),
+            Self::Remote { client, .. } => match client.call(&Request::Phase {
+                name: name.to_owned(),
+                keep,
+                by,
+            }) {
+                Ok(Response::Phase { record }) => Ok(record),
+                Ok(Response::Error { message }) => Err(message),
+                Ok(r) => Err(client.unexpected(r).to_string()),
+                Err(e) => Err(e.to_string()),
             },
         }
     }
