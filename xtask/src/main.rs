@@ -331,6 +331,9 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
     steps.run("end-to-end tests (standalone, then with a daemon)", || {
         end_to_end(&aet, filter.as_deref())
     })?;
+    if filter.is_none() {
+        steps.run("the Python package (mypy, pytest)", || python_package(&aet))?;
+    }
     steps.print("cargo xtask test");
     Ok(())
 }
@@ -364,6 +367,21 @@ fn lints() -> anyhow::Result<()> {
             "-D",
             "warnings",
         ]))
+}
+
+/// The Python package: its types checked (mypy, strict), its tests run (pytest) against the
+/// binary just built, with real Docker, Podman and Inspect AI.
+fn python_package(aet: &Path) -> anyhow::Result<()> {
+    println!("== the Python package (python/): mypy --strict, then pytest");
+    let dir = root().join("python");
+    sh(Command::new("python3")
+        .args(["-m", "mypy", "src"])
+        .current_dir(&dir))?;
+    sh(Command::new("python3")
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
+        .current_dir(&dir)
+        .env("AET_BIN", aet)
+        .env("AET_SOCKET", "/run/aet/no-daemon-for-tests.sock"))
 }
 
 /// The privileged end-to-end tests: standalone, then served by one daemon.
@@ -414,6 +432,7 @@ fn end_to_end(aet: &Path, filter: Option<&str>) -> anyhow::Result<()> {
             "export",
             "notebooks",
             "query",
+            "phases",
         ],
     )?;
     daemon.stop()?;

@@ -57,6 +57,11 @@ const PIP_PACKAGES: &[(&str, &str)] = &[
     ("ipykernel", "ipykernel"),
     ("matplotlib", "matplotlib"),
     ("pyspark", "pyspark"),
+    // aet's Python package: its Inspect AI sandbox, the Docker SDK example, its tests.
+    ("inspect_ai", "inspect-ai"),
+    ("docker", "docker"),
+    ("pytest", "pytest"),
+    ("mypy", "mypy"),
 ];
 
 fn ok(cmd: &mut Command) -> bool {
@@ -250,23 +255,32 @@ fn python() -> anyhow::Result<()> {
         )
         .map(|(_, pkg)| *pkg)
         .collect();
-    if missing.is_empty() {
-        println!(
-            "ok   python ledger readers, notebooks and Spark (pyarrow, polars, duckdb, nbclient, ipykernel, matplotlib, pyspark)"
-        );
-        return Ok(());
-    }
-    println!("..   pip install {}", missing.join(" "));
-    sh(Command::new("python3")
-        .args([
+    let pip = || {
+        let mut c = Command::new("python3");
+        c.args([
             "-m",
             "pip",
             "install",
             "--quiet",
             "--disable-pip-version-check",
             "--root-user-action=ignore",
-        ])
-        .args(&missing))
+        ]);
+        c
+    };
+    if missing.is_empty() {
+        println!(
+            "ok   python ledger readers, notebooks, Spark, Inspect AI, the Docker SDK, pytest, mypy"
+        );
+    } else {
+        println!("..   pip install {}", missing.join(" "));
+        sh(pip().args(&missing))?;
+    }
+    // aet's own package, from the tree every time (its entry point registers the Inspect
+    // sandbox); its dependencies are installed above.
+    println!("..   pip install ./python");
+    sh(pip()
+        .args(["--no-deps", "--no-build-isolation", "--force-reinstall"])
+        .arg(crate::root().join("python")))
 }
 
 fn tracefs() -> anyhow::Result<()> {

@@ -1,0 +1,54 @@
+"""``aet.run`` and ``aet.query`` on real runs (root, eBPF)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import aet
+from conftest import opens, write_policy
+
+
+def test_a_run_gives_its_verdict_findings_ledger_and_summary(aet_bin: str, tmp_path: Path) -> None:
+    key = tmp_path / "key.txt"
+    key.write_text("42\n")
+    policy = write_policy(tmp_path / "p.toml", f"[cheats]\nkey = '^{key}$'\n")
+    r = aet.run(["sh", "-c", f"cat {key}; exit 3"], out=tmp_path / "run", policy=policy,
+                daemon=False)
+    assert r.exit_status == 3 and r.stdout == b"42\n"
+    assert r.complete and r.reasons == []
+    assert r.verdict == "disqualified"
+    assert [(f["list"], f["rule"], f["path"]) for f in r.findings] == [
+        ("cheat_hits", "cheats.key", str(key))]
+    assert r.report is not None and r.report.name == "audit.html"
+    assert opens(r, str(key)), "the read is a row of the ledger"
+    s = r.summary()
+    assert (s.dir, s.exit_status, s.complete, s.verdict) == (tmp_path / "run", 3, True,
+                                                              "disqualified")
+    assert r.phases[0]["name"] == "agent"
+
+
+def test_a_missing_command_is_its_exit_status_not_an_exception(aet_bin: str, tmp_path: Path) -> None:
+    r = aet.run(["/nonexistent/agent"], out=tmp_path / "r", daemon=False)
+    assert r.exit_status == 127 and r.complete and r.verdict is None
+
+
+def test_a_run_past_its_timeout_is_stopped_and_its_ledger_finished(aet_bin: str, tmp_path: Path) -> None:
+    with pytest.raises(aet.RunTimeout) as e:
+        aet.run(["sleep", "30"], out=tmp_path / "r", timeout=3, daemon=False)
+    assert e.value.result is not None
+    assert e.value.result.exit_status == 143
+    assert e.value.result.metadata["aet.finished"] == "true"
+
+
+def test_query_over_runs_is_a_table(aet_bin: str, tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        aet.run(["true"], out=tmp_path / "runs" / name, daemon=False)
+    t = aet.query("select run, complete, events > 0 as some from runs order by run",
+                  tmp_path / "runs")
+    assert t.to_pylist() == [{"run": "a", "complete": True, "some": True},
+                             {"run": "b", "complete": True, "some": True}]
+    with pytest.raises(aet.AetError) as e:
+        aet.query("select nothing from nowhere", tmp_path / "runs")
+    assert e.value.exit_code == 4 and "nowhere" in e.value.message
