@@ -279,7 +279,7 @@ fn python() -> anyhow::Result<()> {
     // sandbox); its dependencies are installed above.
     println!("..   pip install ./python");
     sh(pip()
-        .args(["--no-deps", "--no-build-isolation", "--force-reinstall"])
+        .args(["--no-deps", "--force-reinstall"])
         .arg(crate::root().join("python")))
 }
 
