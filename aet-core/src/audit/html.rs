@@ -100,7 +100,7 @@ fn finding_row(out: &mut String, kind: &str, f: &Finding, t0: i64) {
         out,
         "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{} {}</td><td class=\"path\">{}</td>\
          <td>{}</td><td>{}[{}] <span class=\"muted\">uid {}</span><br><span class=\"muted\">{}</span></td>\
-         <td class=\"muted\">{}</td><td>{:.3} s</td><td>{}</td><td class=\"muted\">{}</td></tr>",
+         <td class=\"muted\">{}</td><td>{:.3} s{}</td><td>{}</td><td class=\"muted\">{}</td></tr>",
         class_of(kind),
         esc(kind),
         esc(&f.rule),
@@ -118,6 +118,11 @@ fn finding_row(out: &mut String, kind: &str, f: &Finding, t0: i64) {
         esc(&argv),
         esc(&ancestry.join(" < ")),
         (f.first_ts_ns - t0) as f64 / 1e9,
+        if f.phase == crate::ledger::record::FIRST_PHASE {
+            String::new()
+        } else {
+            format!("<br><span class=\"muted\">{}</span>", esc(&f.phase))
+        },
         f.count,
         esc(&tool),
     );

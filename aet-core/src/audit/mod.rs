@@ -648,9 +648,14 @@ pub fn render_text(r: &Report) -> String {
                 Some(r) if r != Reached::Path => format!(" (through an fd {})", r.text()),
                 _ => String::new(),
             };
+            let phase = if f.phase == crate::ledger::record::FIRST_PHASE {
+                String::new()
+            } else {
+                format!(" [{}]", f.phase)
+            };
             let _ = writeln!(
                 s,
-                "{label:<7}{} {}{outcome} {}{via}{count}  by {}",
+                "{label:<7}{} {}{outcome} {}{via}{count}{phase}  by {}",
                 f.rule,
                 f.access,
                 crate::util::escape_path(&f.path),
