@@ -373,13 +373,27 @@ fn lints() -> anyhow::Result<()> {
 /// binary just built, with real Docker, Podman and Inspect AI.
 fn python_package(aet: &Path) -> anyhow::Result<()> {
     println!("== the Python package (python/): mypy --strict, then pytest");
-    let dir = root().join("python");
+    // `sh` runs in the workspace root: the package's own config is named.
+    sh(Command::new("python3").args([
+        "-m",
+        "mypy",
+        "--config-file",
+        "python/pyproject.toml",
+        "python/src",
+    ]))?;
     sh(Command::new("python3")
-        .args(["-m", "mypy", "src"])
-        .current_dir(&dir))?;
-    sh(Command::new("python3")
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
-        .current_dir(&dir)
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            "python/pyproject.toml",
+            "--rootdir",
+            "python",
+            "python/tests",
+        ])
         .env("AET_BIN", aet)
         .env("AET_SOCKET", "/run/aet/no-daemon-for-tests.sock"))
 }
