@@ -127,6 +127,7 @@ class Container:
 
     @property
     def out(self) -> Path:
+        """The run directory."""
         return self.run.out
 
     def _engine(self) -> list[str]:

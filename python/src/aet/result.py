@@ -123,6 +123,7 @@ class RunResult:
 
     @property
     def ledger(self) -> Path:
+        """The ledger file."""
         return self.dir / LEDGER
 
     @property
@@ -142,6 +143,7 @@ class RunResult:
         return read_ledger(self.dir)
 
     def summary(self) -> Summary:
+        """The run in one line (see :class:`Summary`)."""
         return Summary(
             dir=self.dir,
             exit_status=self.exit_status,

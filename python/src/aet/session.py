@@ -55,6 +55,7 @@ class RecordedRun:
 
     @property
     def argv(self) -> list[str]:
+        """The ``aet run`` command line of the run."""
         return [aet_binary(), *self._args, "--", *KEEPER]
 
     def start(self) -> "RecordedRun":
@@ -94,6 +95,7 @@ class RecordedRun:
 
     @property
     def running(self) -> bool:
+        """Whether ``aet run`` is still going."""
         return self._proc is not None and self._proc.poll() is None
 
     def keep(self, pid: int) -> None:
@@ -152,7 +154,8 @@ def recorded_run(
     grace: Optional[float] = None,
     aet_args: Sequence[str] = (),
 ) -> RecordedRun:
-    """A :class:`RecordedRun` for harnesses that start containers themselves::
+    """A :class:`RecordedRun` for harnesses that start containers themselves (the Docker
+    SDK's ``containers.run(cgroup_parent=run.cgroup_parent)``)::
 
         with aet.recorded_run("runs/task-1", policy="policy.toml") as r:
             c = client.containers.run(image, "sleep infinity", detach=True,
