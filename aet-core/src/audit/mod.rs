@@ -580,6 +580,21 @@ pub fn render_text(r: &Report) -> String {
         "rows          {} ({} of aet's set-up left out), {} distinct paths, {} processes",
         r.counts.rows, r.counts.setup_rows, r.counts.distinct_paths, r.counts.processes
     );
+    if r.phases.len() > 1 {
+        let shown: Vec<String> = r
+            .phases
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {} rows ({})",
+                    p.name,
+                    p.rows,
+                    p.judged_by.as_deref().unwrap_or("not judged")
+                )
+            })
+            .collect();
+        let _ = writeln!(s, "phases        {}", shown.join(", "));
+    }
     let _ = writeln!(
         s,
         "findings      cheats {}, contaminants {}, out of scope {}, warnings {}",
