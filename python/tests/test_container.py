@@ -23,6 +23,10 @@ def test_every_exec_and_file_of_a_session_is_recorded(
         assert c.read_file("/work/notes/plan.txt") == b"step 1\n"
         with pytest.raises(FileNotFoundError):
             c.read_file("/nope")
+        with pytest.raises(IsADirectoryError):
+            c.read_file("/data")
+        with pytest.raises(IsADirectoryError):
+            c.write_file("/data", "x")
         name = c.name
     r = c.result
     assert r is not None and r.complete, r.reasons
