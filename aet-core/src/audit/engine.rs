@@ -221,7 +221,7 @@ pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: 
     let kind = EventKind::from_name(c.kind.value(i));
     let p = track(e, w, c, i, kind);
     if let Some(phases) = w.phases.as_mut() {
-        phases.row(e, c, i);
+        phases.row(e, c, i, kind);
     }
     let Some(p) = p else {
         return;

@@ -77,6 +77,18 @@ impl Class {
     }
 }
 
+/// The class a rule's severity gives its hits.
+impl From<crate::policy::Severity> for Class {
+    fn from(s: crate::policy::Severity) -> Self {
+        use crate::policy::Severity;
+        match s {
+            Severity::Cheat => Self::Cheat,
+            Severity::Contaminant => Self::Contaminant,
+            Severity::Warn => Self::Warning,
+        }
+    }
+}
+
 /// One finding: a rule, an outcome, an access, a process and a path; the first occurrence and
 /// how many rows.
 #[derive(Clone, Debug, Serialize, Deserialize)]

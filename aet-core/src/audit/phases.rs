@@ -17,7 +17,6 @@ use super::batch::{BatchCols, RowRef};
 use super::finding::{Class, Outcome};
 use super::scanner::{Scanner, lossy};
 use crate::ledger::record::{FIRST_PHASE, PhaseRecord};
-use crate::policy::Severity;
 
 /// One phase as the report shows it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -92,12 +91,17 @@ impl Phases {
 
     /// Row `i`: counted in its phase; a process's start noted; a process of an earlier phase
     /// acting (or exiting) in this one reported.
-    pub(super) fn row(&mut self, e: &mut Scanner<'_>, c: &BatchCols<'_>, i: usize) {
+    pub(super) fn row(
+        &mut self,
+        e: &mut Scanner<'_>,
+        c: &BatchCols<'_>,
+        i: usize,
+        kind: Option<EventKind>,
+    ) {
         let k = self.index(c.phase(i));
         self.rows[k] += 1;
         let pid = c.pid.value(i);
         let born = *self.born.entry(pid).or_insert(k);
-        let kind = EventKind::from_name(c.kind.value(i));
         if kind == Some(EventKind::Fork) && c.child.is_valid(i) {
             // A child inherits its parent's start: a job the agent left cannot hide its work
             // in children it forks later.
@@ -125,9 +129,7 @@ impl Phases {
         let class = if acts {
             match e.policy.lingering {
                 None => return,
-                Some(Severity::Cheat) => Class::Cheat,
-                Some(Severity::Contaminant) => Class::Contaminant,
-                Some(Severity::Warn) => Class::Warning,
+                Some(sev) => Class::from(sev),
             }
         } else {
             Class::Warning

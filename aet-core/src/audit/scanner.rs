@@ -149,11 +149,7 @@ impl<'p> Scanner<'p> {
     /// A finding of an argv rule: the process ran a command line the rule names.
     pub(super) fn record_argv(&mut self, rule: usize, line: &[u8], row: &RowRef<'_>) {
         let r = &self.policy.rules[rule];
-        let class = match r.severity {
-            Severity::Cheat => Class::Cheat,
-            Severity::Contaminant => Class::Contaminant,
-            Severity::Warn => Class::Warning,
-        };
+        let class = Class::from(r.severity);
         let outcome = Outcome::Hit;
         let key = (rule, row.pid, outcome);
         if let Some(&i) = self.argv_index.get(&key) {
@@ -503,11 +499,7 @@ impl<'p> Scanner<'p> {
         path_id: u32,
         row: &RowRef<'_>,
     ) {
-        let class = match sev {
-            Severity::Cheat => Class::Cheat,
-            Severity::Contaminant => Class::Contaminant,
-            Severity::Warn => Class::Warning,
-        };
+        let class = Class::from(sev);
         if mask & access.bit() != 0 {
             if ok {
                 self.record(class, rule, Outcome::Hit, access, path_id, row);

@@ -144,29 +144,17 @@ class RecordedRun:
         self.finish(check=et is None)
 
 
-def recorded_run(
-    out: PathLike,
-    *,
-    policy: Optional[PathLike] = None,
-    mode: Optional[str] = None,
-    sign: Optional[PathLike] = None,
-    daemon: Optional[bool] = None,
-    grace: Optional[float] = None,
-    aet_args: Sequence[str] = (),
-) -> RecordedRun:
-    """A :class:`RecordedRun` for harnesses that start containers themselves (the Docker
-    SDK's ``containers.run(cgroup_parent=run.cgroup_parent)``)::
-
-        with aet.recorded_run("runs/task-1", policy="policy.toml") as r:
-            c = client.containers.run(image, "sleep infinity", detach=True,
-                                      cgroup_parent=r.cgroup_parent)
-            c.reload()
-            r.keep(c.attrs["State"]["Pid"])
-            ...  # the agent's commands: c.exec_run(...)
-            r.phase("grading")
-            ...  # the tests
-            c.remove(force=True)
-        print(r.result.verdict)
-    """
-    return RecordedRun(out, policy=policy, mode=mode, sign=sign, daemon=daemon, grace=grace,
-                       aet_args=aet_args)
+#: A :class:`RecordedRun` for harnesses that start containers themselves (the Docker SDK's
+#: ``containers.run(cgroup_parent=run.cgroup_parent)``)::
+#:
+#:     with aet.recorded_run("runs/task-1", policy="policy.toml") as r:
+#:         c = client.containers.run(image, "sleep infinity", detach=True,
+#:                                   cgroup_parent=r.cgroup_parent)
+#:         c.reload()
+#:         r.keep(c.attrs["State"]["Pid"])
+#:         ...  # the agent's commands: c.exec_run(...)
+#:         r.phase("grading")
+#:         ...  # the tests
+#:         c.remove(force=True)
+#:     print(r.result.verdict)
+recorded_run = RecordedRun
