@@ -749,11 +749,18 @@ fn the_swe_bench_preset_flags_history_mining() {
         ),
     );
     let policy = root().join("policies/swe-bench.toml");
-    let p = run_in(&dir.path().join("plain"), &[], &[&plain]);
+    // The preset watches the task's tests: the run takes their fingerprints (`--policy`).
+    let with_policy = ["-q", "--policy", policy.to_str().unwrap()];
+    let p = run_in(&dir.path().join("plain"), &with_policy, &[&plain]);
     assert_eq!(p.code(), 0, "{}", p.stderr());
     let (out, v) = audit(&p.out, &policy, &[]);
     assert_eq!(out.status.code(), Some(0), "a plain status is clean: {v:#}");
-    let m = run_in(&dir.path().join("mining"), &[], &[&mining]);
+    assert!(
+        v["watched"]["before"]["entries"].as_u64().unwrap() > 0,
+        "the PATH's programs are fingerprinted: {:#}",
+        v["watched"]
+    );
+    let m = run_in(&dir.path().join("mining"), &with_policy, &[&mining]);
     assert_eq!(m.code(), 0, "{}", m.stderr());
     let (out, v) = audit(&m.out, &policy, &[]);
     assert_eq!(out.status.code(), Some(1), "{v:#}");

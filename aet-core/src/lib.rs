@@ -16,3 +16,4 @@ pub mod run_dir;
 pub mod runs;
 pub mod stage;
 pub mod util;
+pub mod watch;

@@ -174,7 +174,25 @@ pub struct Plan {
     /// Task repositories whose history the stage checks (`[[repo]]`).
     #[serde(default)]
     pub repos: Vec<RepoCheck>,
+    /// A socket the stage hands the view over on once it is verified, before the command
+    /// starts: its mount namespace (an fd) and a [`HeldView`]; then it waits for aet's go (the
+    /// watched files are fingerprinted in between).
+    #[serde(default)]
+    pub hold: Option<i32>,
 }
+
+/// What the stage says of the view it hands over (with its mount namespace).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HeldView {
+    /// The command's working directory.
+    pub cwd: PPath,
+    /// The command's `PATH` and `HOME`.
+    pub path: Option<String>,
+    pub home: Option<PPath>,
+}
+
+/// The byte aet answers a held view with when the command may start.
+pub const HOLD_GO: u8 = b'g';
 
 /// A task repository to check from inside: nothing in it may reach past `base`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

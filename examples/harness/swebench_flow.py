@@ -49,12 +49,15 @@ def main() -> int:
     a = ap.parse_args()
 
     client = docker.from_env()
-    with aet.recorded_run(a.out, policy=a.policy) as run:
+    # defer_watch: the policy's watched files are the container's, fingerprinted by run.watch.
+    with aet.recorded_run(a.out, policy=a.policy, defer_watch=True) as run:
         c = client.containers.run(a.image, ["sleep", "infinity"], detach=True,
-                                  cgroup_parent=run.cgroup_parent)
+                                  working_dir="/work", cgroup_parent=run.cgroup_parent)
         try:
             c.reload()
-            run.keep(c.attrs["State"]["Pid"])  # the container's init stays into grading
+            pid = c.attrs["State"]["Pid"]
+            run.keep(pid)  # the container's init stays into grading
+            run.watch(pid)  # fingerprinted before the agent's first command (at its /work)
             for cmd in AGENT_COMMANDS:
                 code, out = c.exec_run(cmd)
                 print(f"agent $ {' '.join(cmd)} -> {code}")

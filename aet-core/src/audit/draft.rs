@@ -32,9 +32,46 @@ pub struct Draft {
     pub write: BTreeSet<String>,
     pub exec: BTreeSet<String>,
     pub connect: BTreeSet<String>,
+    /// Test directories the run read (a `tests` or `test` directory, or the directory of a
+    /// `test_*.py`, `*_test.py` or `conftest.py`): proposed as watched files.
+    pub watch_tests: BTreeSet<String>,
+    /// Test-runner configuration the run read (`pytest.ini`, `tox.ini`, `setup.cfg`,
+    /// `pyproject.toml`, `conftest.py` at a repository's top): proposed as watched files.
+    pub watch_config: BTreeSet<String>,
     /// Paths left out because a policy cannot name them (not UTF-8).
     pub skipped: usize,
     pub rows: u64,
+}
+
+/// Test-runner configuration files, by name.
+const TEST_CONFIG: &[&str] = &["pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"];
+
+/// Where installed packages and the interpreter's own tests live: not the task's tests.
+fn installed(p: &str) -> bool {
+    p.contains("/site-packages/")
+        || p.contains("/dist-packages/")
+        || p.starts_with("/usr/")
+        || whole(p).is_some()
+}
+
+/// The test directory a path read is in, if it is a test's.
+fn test_dir(p: &str) -> Option<String> {
+    if installed(p) {
+        return None;
+    }
+    let comps: Vec<&str> = p.split('/').collect();
+    if let Some(i) = comps
+        .iter()
+        .position(|c| matches!(*c, "tests" | "test" | "testing"))
+        .filter(|&i| i > 0 && i + 1 < comps.len())
+    {
+        return Some(comps[..=i].join("/"));
+    }
+    let name = comps.last()?;
+    let is_test = (name.starts_with("test_") && name.ends_with(".py"))
+        || name.ends_with("_test.py")
+        || *name == "conftest.py";
+    is_test.then(|| parent(p).map(str::to_owned)).flatten()
 }
 
 /// The parent directory of an absolute path (`None` for `/`).
@@ -119,6 +156,16 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
         let p = f.path.clone();
         match &*f.access {
             "read" => {
+                if let Some(t) = test_dir(&p) {
+                    d.watch_tests.insert(t);
+                }
+                if !installed(&p)
+                    && p.rsplit('/')
+                        .next()
+                        .is_some_and(|n| TEST_CONFIG.contains(&n))
+                {
+                    d.watch_config.insert(p.clone());
+                }
                 read.insert(p);
             }
             "write" => {
@@ -145,6 +192,7 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
             _ => {}
         }
     }
+    d.watch_tests = minimal(std::mem::take(&mut d.watch_tests));
     d.write = minimal(write);
     // What the run may write it may read and run back.
     read.extend(d.write.iter().cloned());
@@ -205,7 +253,40 @@ pub fn to_toml(d: &Draft, source: &Path) -> String {
     if !d.connect.is_empty() {
         let _ = writeln!(o, "connect = {}", list(&d.connect, false));
     }
+    if !d.watch_tests.is_empty() || !d.watch_config.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n# What grades the run, fingerprinted before and after the agent's phase (`aet run\n\
+             # --policy`): the test directories and test-runner configuration it read, every\n\
+             # conftest.py below them, and the interpreter's start-up hooks. A change the run makes\n\
+             # is a cheat; one nothing in the run made makes it inconclusive."
+        );
+        let mut tests: Vec<String> = Vec::new();
+        for t in &d.watch_tests {
+            tests.push(format!("{}/**", escape(t)));
+        }
+        if !tests.is_empty() {
+            let _ = writeln!(o, "[watch.tests]\npaths = {}", glob_list(&tests));
+        }
+        let mut config: Vec<String> = d.watch_config.iter().map(|p| escape(p)).collect();
+        config.push("**/conftest.py".into());
+        let _ = writeln!(o, "[watch.test_config]\npaths = {}", glob_list(&config));
+        let _ = writeln!(
+            o,
+            "[watch.startup]\npaths = [\"@site/*.pth\", \"@site/sitecustomize.py\", \
+             \"@site/usercustomize.py\"]"
+        );
+    }
     o
+}
+
+/// A TOML list of globs, one a line.
+fn glob_list(globs: &[String]) -> String {
+    let items: Vec<String> = globs
+        .iter()
+        .map(|g| format!("  {},", toml::Value::String(g.clone())))
+        .collect();
+    format!("[\n{}\n]", items.join("\n"))
 }
 
 #[cfg(test)]
@@ -269,11 +350,32 @@ mod tests {
             write: set(&["/tmp"]),
             exec: set(&["/usr/bin"]),
             connect: set(&["127.0.0.1:8080"]),
+            watch_tests: set(&["/task/repo/tests"]),
+            watch_config: set(&["/task/repo/setup.cfg"]),
             skipped: 1,
             rows: 10,
         };
         let text = to_toml(&d, Path::new("run/ledger.arrow"));
-        Policy::parse(&text, Path::new("draft.toml")).unwrap();
+        let p = Policy::parse(&text, Path::new("draft.toml")).unwrap();
         assert!(text.contains("127.0.0.1:8080"));
+        let names: Vec<&str> = p.watches.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["startup", "test_config", "tests"]);
+        assert_eq!(p.watches[2].paths, ["/task/repo/tests/**"]);
+    }
+
+    #[test]
+    fn test_directories_are_found_and_installed_packages_left_out() {
+        assert_eq!(
+            test_dir("/r/tests/unit/test_a.py").as_deref(),
+            Some("/r/tests")
+        );
+        assert_eq!(test_dir("/r/pkg/test_b.py").as_deref(), Some("/r/pkg"));
+        assert_eq!(test_dir("/r/conftest.py").as_deref(), Some("/r"));
+        assert_eq!(test_dir("/r/src/main.py"), None);
+        assert_eq!(
+            test_dir("/usr/lib/python3/dist-packages/x/tests/test_x.py"),
+            None
+        );
+        assert_eq!(test_dir("/r/tests"), None);
     }
 }

@@ -49,6 +49,10 @@ pub struct Scan {
     pub phases: Vec<super::phases::PhaseInfo>,
     /// The rows that matched each rule of each phase section that judged rows.
     pub phase_hits: Vec<(String, Vec<u64>)>,
+    /// The watched files: what changed, and who changed it.
+    pub watch: Option<super::watched::WatchReport>,
+    /// Why the watched files leave the record incomplete.
+    pub watch_reasons: Vec<crate::ledger::record::Incomplete>,
 }
 
 pub(super) fn is_stage(exe: &[u8], argv: Option<&[String]>) -> bool {
@@ -89,6 +93,8 @@ pub(super) struct Walk {
     judges: Vec<u8>,
     /// The first pass's account of phases (rows, processes that outlive theirs).
     phases: Option<Phases>,
+    /// The first pass's account of the watched files: the rows that wrote them.
+    watch: Option<super::watched::Attribution>,
 }
 
 /// Scans a ledger: every finding, process and count the report is made of. The top-level
@@ -134,6 +140,16 @@ fn pass(
     let (mut e, mut w) = start(policy, &meta);
     if account {
         w.phases = Some(Phases::new(&meta.phases));
+        w.watch = super::watched::Attribution::new(policy, &meta);
+        if !policy.watches.is_empty() && meta.watch.is_none() {
+            e.scan
+                .watch_reasons
+                .push(crate::ledger::record::Incomplete::NotFingerprinted {
+                    why: "the run took no fingerprints (run it with `aet run --policy` naming a \
+                          policy with these watches)"
+                        .into(),
+                });
+        }
     }
     while let Some(b) = ledger.next_batch()? {
         let c = BatchCols::new(&b);
@@ -144,6 +160,19 @@ fn pass(
         for i in 0..b.num_rows() {
             scan_row(&mut e, &mut w, &c, i);
         }
+    }
+    if let Some(a) = w.watch.take() {
+        let (findings, report, reasons) = a.finish(policy);
+        for f in &findings {
+            if matches!(f.class, super::Class::Cheat | super::Class::Contaminant)
+                && let Some(p) = e.procs.get_mut(&f.pid)
+            {
+                p.flagged = true;
+            }
+        }
+        e.findings.extend(findings);
+        e.scan.watch = Some(report);
+        e.scan.watch_reasons.extend(reasons);
     }
     let read = Read {
         meta,
@@ -199,6 +228,7 @@ pub(super) fn start<'p>(
         last_setup: false,
         judges: policy.phase.as_bytes().to_vec(),
         phases: None,
+        watch: None,
     };
     for f in &meta.inherited_fds {
         if f.kind == "file" || f.kind == "directory" {
@@ -623,6 +653,16 @@ pub(super) fn file_access(
         reached,
     };
     let ident = row_ident.filter(|_| by_ident);
+    if ok && let Some(wa) = w.watch.as_mut() {
+        wa.row(
+            e,
+            &row,
+            resolved2.get(i).or(path2.get(i)),
+            acc,
+            kind,
+            fields.syscall(),
+        );
+    }
     // What Landlock governs: opens, execs, listings, and the changes it has rights for
     // (creating, removing, renaming and linking entries: a right of the parent
     // directory; truncate: of the file). chmod, chown, utimes and extended attributes

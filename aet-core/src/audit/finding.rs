@@ -133,6 +133,9 @@ pub struct Finding {
     /// phase`).
     #[serde(default = "agent_phase")]
     pub phase: String,
+    /// A watched file's change: what changed, and its fingerprints before and after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<Box<super::watched::WatchDetail>>,
 }
 
 fn agent_phase() -> String {

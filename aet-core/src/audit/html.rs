@@ -106,8 +106,9 @@ fn finding_row(out: &mut String, kind: &str, f: &Finding, t0: i64) {
         esc(&f.rule),
         esc(&f.access),
         esc(outcome),
-        esc(&match f.reached {
-            Some(r) if r != super::Reached::Path =>
+        esc(&match (f.reached, &f.watch) {
+            (_, Some(w)) => format!("{} ({})", f.path, w.detail),
+            (Some(r), _) if r != super::Reached::Path =>
                 format!("{} (through an fd {})", f.path, r.text()),
             _ => f.path.clone(),
         }),
@@ -228,6 +229,63 @@ fn timeline(out: &mut String, lists: &[(&str, &[Finding])], t0: i64, t1: i64) {
 }
 
 /// The report as one HTML page.
+/// The watched files: what was fingerprinted, every change with who made it, what was touched.
+fn watched(o: &mut String, w: &super::watched::WatchReport) {
+    let _ = write!(
+        o,
+        "<section id=\"watched\"><h2>Watched files</h2><p>{}</p>\
+         <table><thead><tr><th>path</th><th>watch</th><th>change</th><th>by</th><th>process</th>\
+         <th>rows</th></tr></thead><tbody>",
+        esc(&super::watched::summary(w))
+    );
+    for c in &w.changes {
+        let _ = write!(
+            o,
+            "<tr class=\"{}\"><td class=\"path\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td></tr>",
+            if c.by == super::watched::By::Run {
+                "cheat"
+            } else {
+                "warning"
+            },
+            esc(&c.path.as_path().to_string_lossy()),
+            esc(&c.watches.join(", ")),
+            esc(&c.detail),
+            if c.by == super::watched::By::Run {
+                "the run"
+            } else {
+                "outside the run"
+            },
+            esc(&match (&c.comm, c.pid) {
+                (Some(n), Some(p)) => format!("{n}[{p}]"),
+                _ => String::new(),
+            }),
+            c.rows
+        );
+    }
+    o.push_str("</tbody></table>");
+    if !w.touched.is_empty() {
+        let _ = write!(
+            o,
+            "<p>Written and left as they were ({}):</p><ul>",
+            w.touched.len()
+        );
+        for t in &w.touched {
+            let _ = write!(
+                o,
+                "<li><code>{}</code> {}</li>",
+                esc(&t.path.as_path().to_string_lossy()),
+                esc(&match (&t.comm, t.pid) {
+                    (Some(n), Some(p)) => format!("by {n}[{p}], {} row(s)", t.rows),
+                    _ => "(its change time moved; no row of the run wrote it)".into(),
+                })
+            );
+        }
+        o.push_str("</ul>");
+    }
+    o.push_str("</section>\n");
+}
+
 pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let verdict = r.verdict.name();
@@ -329,6 +387,10 @@ pub fn render(r: &Report) -> String {
         }
     }
     o.push_str("</tbody></table></section>\n");
+
+    if let Some(w) = &r.watched {
+        watched(&mut o, w);
+    }
 
     if let Some(b) = &r.barrier {
         let _ = write!(

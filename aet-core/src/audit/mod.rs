@@ -19,6 +19,7 @@ pub mod reached;
 mod scanner;
 mod targets;
 pub mod transcript;
+pub mod watched;
 
 use std::path::{Path, PathBuf};
 
@@ -197,6 +198,10 @@ pub struct Report {
     /// never marked has one, `agent`).
     #[serde(default)]
     pub phases: Vec<phases::PhaseInfo>,
+    /// The watched files (`[watch.NAME]`): their fingerprints' cost, what changed and who
+    /// changed it, what was written and left as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watched: Option<watched::WatchReport>,
 }
 
 impl Report {
@@ -291,7 +296,7 @@ fn build_report(
     calls: Option<(PathBuf, String, Vec<ToolCall>)>,
 ) -> Report {
     let m = &read.meta;
-    let reasons = assess(
+    let mut reasons = assess(
         m,
         read.form,
         read.damaged_tail.as_deref(),
@@ -300,6 +305,9 @@ fn build_report(
             unseen_starts: scan.unseen_starts,
         },
     );
+    for r in std::mem::take(&mut scan.watch_reasons) {
+        reasons.push(r);
+    }
     let complete = reasons.is_empty();
 
     let transcripts =
@@ -387,6 +395,7 @@ fn build_report(
         processes: scan.processes,
         transcripts,
         phases: phase_infos,
+        watched: scan.watch.take(),
     }
 }
 
@@ -603,6 +612,9 @@ pub fn render_text(r: &Report) -> String {
         r.out_of_scope.len(),
         r.warnings.len()
     );
+    if let Some(w) = &r.watched {
+        let _ = writeln!(s, "watched       {}", watched::summary(w));
+    }
     if let Some(b) = &r.barrier {
         let _ = writeln!(
             s,
@@ -677,7 +689,35 @@ pub fn render_text(r: &Report) -> String {
                 who(f)
             );
             lines += 1;
+            if let Some(w) = &f.watch {
+                let _ = writeln!(s, "{:<7}{}", "", w.detail);
+                lines += 1;
+            }
         }
+    }
+    if let Some(w) = r.watched.as_ref().filter(|w| !w.touched.is_empty()) {
+        let shown: Vec<String> = w
+            .touched
+            .iter()
+            .take(3)
+            .map(|t| {
+                format!(
+                    "{}{}",
+                    crate::util::escape_path(&t.path.as_path().to_string_lossy()),
+                    match (&t.comm, t.pid) {
+                        (Some(c), Some(p)) => format!(" (by {c}[{p}])"),
+                        _ => String::new(),
+                    }
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "touched       {} watched file(s) written and left as they were: {}{}",
+            w.touched.len(),
+            shown.join(", "),
+            if w.touched.len() > 3 { ", ..." } else { "" }
+        );
     }
     if !r.unused_rules.is_empty() {
         let _ = writeln!(s, "unused rules  {} (typos?)", r.unused_rules.join(", "));

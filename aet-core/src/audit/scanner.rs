@@ -143,6 +143,7 @@ impl<'p> Scanner<'p> {
             reached: None,
             target_pid: None,
             phase: self.policy.phase.clone(),
+            watch: None,
         }
     }
 

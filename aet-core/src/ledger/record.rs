@@ -188,6 +188,12 @@ pub enum Incomplete {
     /// Tasks of the run made successful bpf() calls: a privileged process can change the
     /// monitor's own maps (take itself out of the tracked set), so events may be missing.
     BpfCalls { calls: u64 },
+    /// Watched files changed with no row of the run that could have made the change (the
+    /// audit, from `aet.watch`).
+    ChangedOutside { files: u64, example: String },
+    /// The policy watches files the run did not fingerprint before and after the agent's phase
+    /// (the audit, from `aet.watch`).
+    NotFingerprinted { why: String },
     /// A reason this build does not know (from a newer aet).
     #[serde(other)]
     Unknown,
@@ -263,6 +269,14 @@ impl Incomplete {
                  process can change the monitor's maps (take itself out of the record), so what \
                  it did afterwards may be missing"
             ),
+            Self::ChangedOutside { files, example } => format!(
+                "{files} watched file(s) changed with no row of the run that could have made \
+                 the change (changed from outside the run, or through another name such as a \
+                 hard link), e.g. {example}: the record does not explain them"
+            ),
+            Self::NotFingerprinted { why } => format!(
+                "the policy watches files whose change the run cannot be judged on: {why}"
+            ),
             Self::Unknown => "a reason this version of aet does not know".into(),
         }
     }
@@ -286,6 +300,8 @@ impl Incomplete {
             Self::HandedOutside { .. } => "handed_outside",
             Self::ScopeLeft { .. } => "scope_left",
             Self::BpfCalls { .. } => "bpf_calls",
+            Self::ChangedOutside { .. } => "changed_outside",
+            Self::NotFingerprinted { .. } => "not_fingerprinted",
             Self::Unknown => "unknown",
         }
     }
@@ -338,6 +354,15 @@ impl Incomplete {
             },
             Self::ScopeLeft { moves: 1 },
             Self::BpfCalls { calls: 12 },
+            Self::ChangedOutside {
+                files: 1,
+                example: "/testbed/tests/test_api.py".into(),
+            },
+            Self::NotFingerprinted {
+                why: "the run took no fingerprints (run it with `aet run --policy` naming a \
+                      policy with these watches)"
+                    .into(),
+            },
         ]
     }
 
@@ -479,6 +504,8 @@ pub struct LedgerMeta {
     /// `aet.phases`: empty in ledgers before schema 4, and in unfinished ones (their rows still
     /// name their phase).
     pub phases: Vec<PhaseRecord>,
+    /// `aet.watch`: the watched files before and after the agent's phase.
+    pub watch: Option<crate::watch::WatchRecord>,
 }
 
 /// The first phase of every run.
@@ -588,6 +615,7 @@ impl LedgerMeta {
             barrier: json(m, meta::BARRIER)?,
             recovered: flag(m, meta::RECOVERED),
             phases: json(m, meta::PHASES)?.unwrap_or_default(),
+            watch: json(m, meta::WATCH)?,
         })
     }
 }

@@ -119,6 +119,14 @@ meta_keys! {
     /// wall-clock; `keep`: the pids the harness said may stay alive into it; `by`: the pid
     /// that asked). Every row's `phase` column names one of them.
     PHASES = "aet.phases";
+    /// `aet run --policy` with `[watch.NAME]` sections (footer only): the watched files, a JSON
+    /// object: `version`, `view` (`host`, `sandbox`, `container (pid N)`), `resolved` (the
+    /// `anchors`, `path_dirs` and `site_dirs` the globs were resolved with, and each watch's
+    /// `globs`), `limits`, `before` and `after` (each `{taken_ns, at, roots, entries, cost}`;
+    /// an entry is `{path, kind, mode, uid, gid, size, sha256, target, dev, ino, mtime_ns,
+    /// ctime_ns}`; `cost` is `{entries, walked, hashed_files, hashed_bytes, reused, ms}`), and
+    /// `error` when a snapshot could not be taken.
+    WATCH = "aet.watch";
 }
 
 /// A column as the docs list it.

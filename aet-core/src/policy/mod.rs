@@ -5,6 +5,7 @@
 //! the spans the parser kept.
 
 pub mod barrier;
+pub mod watch;
 
 use std::{
     collections::BTreeMap,
@@ -101,6 +102,12 @@ struct PolicySpec {
     /// its own (without `protected`, `processes` or phases of its own).
     #[serde(default)]
     phases: BTreeMap<String, Spanned<PolicySpec>>,
+    /// `[watch.NAME]`: files whose content decides grading, fingerprinted before and after the
+    /// agent's phase.
+    #[serde(default)]
+    watch: BTreeMap<String, Spanned<watch::WatchEntrySpec>>,
+    #[serde(default)]
+    limits: Option<watch::LimitsSpec>,
 }
 
 /// A policy that cannot be used.
@@ -178,9 +185,13 @@ pub struct Policy {
     pub phases: BTreeMap<String, Policy>,
     /// The phase this policy judges (`agent` for the top level).
     pub phase: String,
+    /// `[watch.NAME]`: the watched files, in name order.
+    pub watches: Vec<watch::Watch>,
+    /// `[limits]`: what fingerprinting the watched files may cost.
+    pub watch_limits: crate::watch::Limits,
 }
 
-struct LineOf<'a>(&'a str, std::ops::Range<usize>);
+pub(crate) struct LineOf<'a>(pub(crate) &'a str, pub(crate) std::ops::Range<usize>);
 
 impl fmt::Display for LineOf<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -442,6 +453,8 @@ impl Policy {
                 ("protected", !section.protected.is_empty()),
                 ("processes", section.processes.is_some()),
                 ("phases", !section.phases.is_empty()),
+                ("watch", !section.watch.is_empty()),
+                ("limits", section.limits.is_some()),
             ];
             if let Some((key, _)) = nested.iter().find(|(_, has)| *has) {
                 problems.push(format!(
@@ -466,6 +479,8 @@ impl Policy {
         top.processes_outside = severity_of(text, "outside", processes.outside, Severity::Warn)?;
         top.lingering = severity_of(text, "lingering", processes.lingering, Severity::Cheat)?;
         top.phases = phases;
+        top.watches = watch::compile(text, &spec.watch)?;
+        top.watch_limits = watch::limits(spec.limits.as_ref())?;
         Ok(top)
     }
 
@@ -508,6 +523,8 @@ fn compile(
         lingering: None,
         phases: BTreeMap::new(),
         phase: phase.to_owned(),
+        watches: Vec::new(),
+        watch_limits: crate::watch::Limits::default(),
     })
 }
 

@@ -14,6 +14,7 @@ mod query;
 mod run;
 mod sandbox;
 mod verify;
+mod watch;
 
 use std::{io::Write as _, process::ExitCode};
 
@@ -136,6 +137,10 @@ pub enum Command {
     /// phase, the policy judges each phase by its own rules, and a process of an earlier phase
     /// that acts in a later one is a finding. Asked from outside the run (exit 4 when refused).
     Phase(phase::Args),
+    /// Name the view a run's watched files are seen in (a container's init: they are
+    /// fingerprinted then), or the end of the agent's phase (fingerprinted again). Asked from
+    /// outside the run (exit 4 when refused).
+    Watch(watch::Args),
     /// Read ledgers.
     #[command(subcommand)]
     Ledger(ledger::Command),
@@ -178,6 +183,13 @@ pub enum Command {
     /// Internal: kills the runs of an `aet daemon` that died (see `daemon::guard_main`).
     #[command(name = "__guard-daemon", hide = true)]
     GuardDaemon { state: std::path::PathBuf },
+    /// Internal: fingerprints watched files in a run's mount namespace (see
+    /// `run::fingerprints`).
+    #[command(name = "__fingerprint", hide = true)]
+    Fingerprint {
+        #[arg(long)]
+        ns_fd: Option<i32>,
+    },
     /// Internal: aet's stage inside the sandbox (see `sandbox::stage`).
     #[command(name = "__stage", hide = true, trailing_var_arg = true)]
     Stage {
@@ -218,6 +230,7 @@ pub fn main() -> ExitCode {
         Command::Run(a) => (run::run(a), Exit::AetFailed.code()),
         Command::Monitor(a) => (monitor::run(a), Exit::AetFailed.code()),
         Command::Phase(a) => (phase::run(a), Exit::AetFailed.code()),
+        Command::Watch(a) => (watch::run(a), Exit::AetFailed.code()),
         Command::Ledger(c) => (ledger::run(c), Exit::Usage.code()),
         Command::Policy(c) => (policy::run(c), Exit::Usage.code()),
         Command::Query(a) => (query::run(a), Exit::Usage.code()),
@@ -253,6 +266,10 @@ pub fn main() -> ExitCode {
                 Exit::Usage.code()
             },
         ),
+        Command::Fingerprint { ns_fd } => {
+            let code = crate::run::fingerprints::helper_main(ns_fd);
+            return ExitCode::from(u8::try_from(code).unwrap_or(255));
+        }
         Command::Stage { dir, command } => {
             let code = crate::sandbox::stage::stage_main(dir.as_deref(), strip_dashdash(&command));
             return ExitCode::from(u8::try_from(code).unwrap_or(255));

@@ -99,6 +99,11 @@ pub struct Args {
     /// verdict), signed with this Ed25519 key (`aet key new`). `aet verify` checks it.
     #[arg(long, value_name = "KEY")]
     pub sign: Option<PathBuf>,
+    /// The policy's watched files are seen from a container the run will start: their first
+    /// fingerprints wait for `aet watch RUN_DIR --root PID` (the container's init), not the
+    /// command's start.
+    #[arg(long, requires = "policy")]
+    pub defer_watch: bool,
     /// The agent's transcripts, for the audit.
     #[arg(long, value_name = "DIR", requires = "policy")]
     pub transcripts: Option<PathBuf>,
@@ -160,6 +165,9 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             "--grader-root protects grading material from an agent identity: add --identity"
         );
     }
+    let watch = policy
+        .as_ref()
+        .and_then(|p| crate::run::fingerprints::Fingerprints::new(p, a.defer_watch));
     let sandbox = a.sandbox.or(config.sandbox);
     let spec_path = sandbox.clone();
     let workspace = a.workspace.or(config.workspace);
@@ -178,6 +186,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             run_dir: out.clone(),
             mode: crate::sandbox::plan::Mode::Exec,
             barrier,
+            hold: watch.as_ref().is_some_and(|w| !w.deferred),
         })?
     };
     let command = a.command;
@@ -194,6 +203,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         mode: a.monitor.mode(),
         progress: a.progress.mode(a.quiet),
         launch,
+        watch,
     };
     let outcome = super::runtime()?
         .block_on(run::run(opts))

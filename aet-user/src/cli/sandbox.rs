@@ -168,12 +168,18 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
                     paths: paths.iter().map(|p| PPath(p.clone())).collect(),
                 },
                 barrier: None,
+                hold: false,
             })?;
-            let (mut cmd, fd) = launch.command();
-            if let Some(fd) = fd {
-                // SAFETY: only fcntl between fork and exec.
-                unsafe { cmd.pre_exec(move || sandbox::inherit_fd(fd)) };
-            }
+            let (mut cmd, fds) = launch.command();
+            // SAFETY: only fcntl between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for &fd in &fds {
+                        sandbox::inherit_fd(fd)?;
+                    }
+                    Ok(())
+                })
+            };
             let out = cmd
                 .stderr(std::process::Stdio::inherit())
                 .output()
@@ -245,12 +251,20 @@ fn run_sandboxed(
             env: None,
             extra_rw: Vec::new(),
             barrier: None,
+            hold: false,
         },
     )?;
     let mut cmd = prepared.command();
-    let fd = prepared.args_fd();
+    let fds = prepared.inherit_fds();
     // SAFETY: only fcntl between fork and exec.
-    unsafe { cmd.pre_exec(move || sandbox::inherit_fd(fd)) };
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &fds {
+                sandbox::inherit_fd(fd)?;
+            }
+            Ok(())
+        })
+    };
     let status = cmd.status().context("cannot start bwrap")?;
     let report = prepared.report();
     if let (Some(path), Ok(r)) = (&report_out, &report) {

@@ -5,7 +5,7 @@
 
 use std::{
     ffi::OsString,
-    io,
+    io::{self, Write as _},
     os::fd::AsRawFd as _,
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -49,6 +49,9 @@ pub struct RunOptions {
     pub mode: Mode,
     /// The live status on stderr while the command runs.
     pub progress: crate::run::progress::ProgressMode,
+    /// The policy's watched files, fingerprinted before the command and at the end of the
+    /// agent's phase.
+    pub watch: Option<super::fingerprints::Fingerprints>,
 }
 
 /// How a run ended.
@@ -96,11 +99,30 @@ fn tracked_outside(monitor: &mut Session, cg: Option<&Path>) -> Vec<u32> {
 /// `aet run`. Once the monitor is attached, every path out of here finishes the ledger: an error
 /// of aet's own stops the run (its processes are killed), is recorded as the reason the record
 /// is incomplete, and is returned after the ledger is finished.
-pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
+pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
     if opts.command.is_empty() {
         return Err(RunError::NoCommand);
     }
     let ledger = prepare_out(&opts.out)?;
+    let mut watch = opts.watch.take();
+    // In aet's own view, the watched files are fingerprinted before anything starts (a limit
+    // refuses the run here, before a ledger exists); a sandbox's stage hands its view over
+    // before it execs the command.
+    if let Some(w) = watch.as_mut()
+        && !w.deferred
+        && opts.launch.sandbox.is_none()
+    {
+        w.before(super::fingerprints::View::Host, opts.launch.host_context())
+            .map_err(RunError::Watch)?;
+        if let Some(l) = w.describe(false) {
+            note(opts.quiet, l);
+        }
+    }
+    let hold = opts
+        .launch
+        .sandbox
+        .as_mut()
+        .and_then(crate::sandbox::Prepared::take_hold);
     // Whole seconds: ctimes are compared at that resolution.
     let run_started = std::time::SystemTime::now() - Duration::from_secs(1);
     let name = format!("run-{}-{}", std::process::id(), aet_core::util::now_ns());
@@ -152,13 +174,26 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
     };
     let mut reasons = Reasons::new();
     let mut extra = MetaMap::new();
-    let driven = drive(&opts, &cg, &relative, &mut monitor, control.as_mut()).await;
+    let driven = drive(
+        &opts,
+        &cg,
+        &relative,
+        &mut monitor,
+        control.as_mut(),
+        Held {
+            socket: hold,
+            watch: watch.as_mut(),
+        },
+    )
+    .await;
     drop(control);
+    let mut watch_refused = false;
     let (status, killed) = match driven {
         Ok(d) => {
             if let Some(e) = d.kill_error {
                 reasons.push(Incomplete::KillFailed { error: e });
             }
+            watch_refused = d.watch_refused;
             (Ok(d.status), d.killed)
         }
         Err(e) => {
@@ -185,8 +220,22 @@ pub async fn run(opts: RunOptions) -> Result<RunOutcome, RunError> {
         .as_ref()
         .map_or(CommandEnd::Refused, |s| CommandEnd::Exited(*s));
     let stage = opts.launch.stage_report();
-    if !stage_notes(&opts, &stage) {
+    if !stage_notes(&opts, &stage) || watch_refused {
         end = CommandEnd::Refused;
+    }
+    if let Some(w) = watch.as_mut() {
+        // The end of the agent's phase, when no `aet phase` or `aet watch --end` marked it.
+        if matches!(end, CommandEnd::Exited(_)) && !w.ended() {
+            match w.after("end") {
+                Ok(()) => {
+                    if let Some(l) = w.describe(true) {
+                        note(opts.quiet, l);
+                    }
+                }
+                Err(e) => eprintln!("aet: error: watched files: {e}"),
+            }
+        }
+        extra.set_json(meta::WATCH, w.record());
     }
     let report_ok = stage.as_ref().and_then(|r| r.as_ref().ok());
     if let Some(b) = report_ok.and_then(|r| r.barrier.as_ref()) {
@@ -360,6 +409,69 @@ struct Driven {
     killed: Vec<ProcessRef>,
     /// The run's processes could not all be killed.
     kill_error: Option<String>,
+    /// The sandbox's view was handed over and its watched files could not be fingerprinted:
+    /// the command was not run.
+    watch_refused: bool,
+}
+
+/// The sandbox's hold socket (its stage hands the view over on it) and the watched files.
+struct Held<'a> {
+    socket: Option<std::os::unix::net::UnixStream>,
+    watch: Option<&'a mut super::fingerprints::Fingerprints>,
+}
+
+type HeldView = Result<(aet_core::stage::HeldView, std::os::fd::OwnedFd), String>;
+
+/// Waits (in a thread) for the stage to hand its view over: what it says, and its mount
+/// namespace.
+fn receive_view(
+    socket: &std::os::unix::net::UnixStream,
+) -> Option<tokio::sync::mpsc::UnboundedReceiver<HeldView>> {
+    let reader = socket.try_clone().ok()?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("aet-hold".into())
+        .spawn(move || {
+            use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+            let mut buf = vec![0u8; 1 << 16];
+            let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+            let mut iov = [io::IoSliceMut::new(&mut buf)];
+            let got = recvmsg::<()>(
+                reader.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            )
+            .map_err(|e| format!("receiving the sandbox's view: {e}"))
+            .and_then(|m| {
+                let mut fds = Vec::new();
+                for c in m.cmsgs().map_err(|e| e.to_string())? {
+                    if let ControlMessageOwned::ScmRights(f) = c {
+                        fds.extend(f);
+                    }
+                }
+                Ok((m.bytes, fds))
+            });
+            let r = got.and_then(|(n, fds)| {
+                // SAFETY: fds received with this message are this process's now.
+                let mut owned: Vec<std::os::fd::OwnedFd> = fds
+                    .into_iter()
+                    .map(|fd| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+                    .collect();
+                if n == 0 {
+                    return Err("the sandbox ended before it handed its view over".into());
+                }
+                let view: aet_core::stage::HeldView = serde_json::from_slice(&buf[..n])
+                    .map_err(|e| format!("the sandbox's view: {e}"))?;
+                let ns = owned
+                    .pop()
+                    .ok_or_else(|| "the sandbox's view came without its namespace".to_owned())?;
+                Ok((view, ns))
+            });
+            let _ = tx.send(r);
+        })
+        .ok()?;
+    Some(rx)
 }
 
 /// Starts the command in the run's cgroup, waits for it (forwarding signals), gives the rest of
@@ -370,7 +482,9 @@ async fn drive(
     relative: &Path,
     monitor: &mut Session,
     mut control: Option<&mut super::control::Control>,
+    mut held: Held<'_>,
 ) -> Result<Driven, RunError> {
+    let mut watch_refused = false;
     let program = &opts.command[0];
     let signals = |kind| {
         fault("signals")?;
@@ -389,7 +503,7 @@ async fn drive(
     })?;
     let procs = cg.procs_file()?;
     let procs_fd = procs.as_raw_fd();
-    let (mut std_cmd, keep_fd) = opts.launch.command();
+    let (mut std_cmd, keep_fds) = opts.launch.command();
     // The run's cgroup, as `--cgroup-parent` takes it: a container started with it is recorded
     // from its first exec.
     std_cmd.env(CGROUP_ENV, relative);
@@ -404,7 +518,7 @@ async fn drive(
             if r != 1 {
                 return Err(io::Error::last_os_error());
             }
-            if let Some(fd) = keep_fd {
+            for &fd in &keep_fds {
                 crate::sandbox::inherit_fd(fd)?;
             }
             Ok(())
@@ -431,6 +545,7 @@ async fn drive(
                 }
             };
             let mut interrupts = 0;
+            let mut views = held.socket.as_ref().and_then(receive_view);
             let lost = monitor.lost();
             tokio::pin!(lost);
             let mut reporter = crate::run::progress::Reporter::new(opts.progress);
@@ -477,7 +592,20 @@ async fn drive(
                             Some(c) => c.next().await,
                             None => std::future::pending().await,
                         }
-                    } => req.answer(monitor),
+                    } => req.answer(monitor, held.watch.as_deref_mut()),
+                    Some(view) = async {
+                        match views.as_mut() {
+                            Some(v) => v.recv().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        views = None;
+                        let ok = take_view(opts, view, held.watch.as_deref_mut());
+                        watch_refused |= !ok;
+                        if let Some(s) = held.socket.as_mut() {
+                            let _ = s.write_all(if ok { &[aet_core::stage::HOLD_GO] } else { b"n" });
+                        }
+                    }
                     st = child.wait() => {
                         fault("wait").map_err(RunError::Wait)?;
                         break st.map_err(RunError::Wait)?
@@ -519,7 +647,41 @@ async fn drive(
         status,
         killed,
         kill_error,
+        watch_refused,
     })
+}
+
+/// The sandbox's view, handed over: its watched files fingerprinted. `false` refuses the
+/// command (said on stderr).
+fn take_view(
+    opts: &RunOptions,
+    view: HeldView,
+    watch: Option<&mut super::fingerprints::Fingerprints>,
+) -> bool {
+    let Some(w) = watch else {
+        return true;
+    };
+    let r = view.and_then(|(v, ns)| {
+        let ctx = aet_core::watch::Context {
+            cwd: Some(v.cwd),
+            repos: opts.launch.repos(),
+            path_var: v.path,
+            home: v.home,
+        };
+        w.before(super::fingerprints::View::Namespace(ns), ctx)
+    });
+    match r {
+        Ok(()) => {
+            if let Some(l) = w.describe(false) {
+                note(opts.quiet, l);
+            }
+            true
+        }
+        Err(e) => {
+            eprintln!("aet: error: the watched files cannot be fingerprinted in the sandbox: {e}");
+            false
+        }
+    }
 }
 
 /// The rest of the run gets `grace` to finish, then everything left of it (in its cgroup, or

@@ -22,8 +22,8 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::session::Session;
-use aet_core::ledger::record::PhaseRecord;
+use super::{fingerprints::Fingerprints, session::Session};
+use aet_core::{ledger::record::PhaseRecord, stage::PPath};
 
 /// What `aet phase` asks.
 #[derive(Debug, Serialize, Deserialize)]
@@ -31,6 +31,14 @@ use aet_core::ledger::record::PhaseRecord;
 pub enum Request {
     /// Begin phase `name`; `keep`: pids that may stay alive into it.
     Phase { name: String, keep: Vec<u32> },
+    /// The watched files: seen from `root`'s view from now on (a container's init, a process of
+    /// the run) and fingerprinted now, with relative globs at `repo` (default: its working
+    /// directory); or, `end`, fingerprinted at the end of the agent's phase.
+    Watch {
+        root: Option<u32>,
+        repo: Option<PPath>,
+        end: bool,
+    },
 }
 
 /// The run's answer.
@@ -38,25 +46,102 @@ pub enum Request {
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum Response {
     Phase { record: PhaseRecord },
+    Watched { message: String },
     Refused { message: String },
 }
 
 /// A request the run's loop answers: what was asked, by whom, and where the answer goes.
 pub struct Pending {
-    pub name: String,
-    pub keep: Vec<u32>,
+    pub request: Request,
     pub by: Option<u32>,
     reply: std::sync::mpsc::Sender<Response>,
 }
 
 impl Pending {
-    /// Begins the phase in `session` and answers.
-    pub fn answer(self, session: &mut Session) {
-        let r = match session.begin_phase(&self.name, self.keep, self.by) {
-            Ok(record) => Response::Phase { record },
-            Err(message) => Response::Refused { message },
+    /// Answers in `session`: a phase begun (the watched files fingerprinted first, at the end of
+    /// the agent's phase), or the watched files' view named or their end taken.
+    pub fn answer(self, session: &mut Session, watch: Option<&mut Fingerprints>) {
+        let r = match self.request {
+            Request::Phase { name, keep } => {
+                if let Some(w) = watch
+                    && w.started()
+                    && !w.ended()
+                {
+                    match w.after(&format!("phase {name}")) {
+                        Ok(()) => eprint_line(w.describe(true)),
+                        Err(e) => eprintln!("aet: error: watched files: {e}"),
+                    }
+                }
+                match session.begin_phase(&name, keep, self.by) {
+                    Ok(record) => Response::Phase { record },
+                    Err(message) => Response::Refused { message },
+                }
+            }
+            Request::Watch { root, repo, end } => watch_request(watch, root, repo, end),
         };
         let _ = self.reply.send(r);
+    }
+}
+
+fn eprint_line(line: Option<String>) {
+    if let Some(l) = line {
+        eprintln!("aet: {l}");
+    }
+}
+
+/// `aet watch`: the view named and the first fingerprints taken, or the end taken.
+fn watch_request(
+    watch: Option<&mut Fingerprints>,
+    root: Option<u32>,
+    repo: Option<PPath>,
+    end: bool,
+) -> Response {
+    let refused = |message: String| Response::Refused { message };
+    let Some(w) = watch else {
+        // A harness may name the view of every run: one whose policy watches nothing has
+        // nothing to fingerprint.
+        return Response::Watched {
+            message: "the run's policy watches no files (no [watch.NAME]): nothing to \
+                      fingerprint"
+                .into(),
+        };
+    };
+    if end {
+        if !w.started() {
+            return refused("the watched files were never fingerprinted: name their view first \
+                            (aet watch RUN_DIR --root PID)"
+                .into());
+        }
+        if w.ended() {
+            return refused("the agent's phase was already fingerprinted at its end".into());
+        }
+        return match w.after("aet watch --end") {
+            Ok(()) => Response::Watched {
+                message: w.describe(true).unwrap_or_default(),
+            },
+            Err(e) => refused(e),
+        };
+    }
+    let Some(pid) = root else {
+        return refused("name the view (--root PID) or the end (--end)".into());
+    };
+    if !w.deferred || w.started() {
+        return refused(
+            "the watched files were fingerprinted already (a run names its view once, and only \
+             with `aet run --defer-watch`)"
+                .into(),
+        );
+    }
+    let view = match super::fingerprints::View::of_process(pid) {
+        Ok(v) => v,
+        Err(e) => return refused(e),
+    };
+    let ctx = super::fingerprints::process_context(pid, repo);
+    match w.before(view, ctx) {
+        Ok(()) => Response::Watched {
+            message: w.describe(false).unwrap_or_default(),
+        },
+        Err(e) => refused(format!("the watched files cannot be fingerprinted: {e}")),
     }
 }
 
@@ -71,7 +156,8 @@ pub struct Control {
 
 /// How long a client may take to send its request, and the run to answer it.
 const REQUEST_LIMIT: Duration = Duration::from_secs(2);
-const ANSWER_LIMIT: Duration = Duration::from_secs(30);
+/// The answer may include fingerprinting the watched files (bounded by the policy's limits).
+const ANSWER_LIMIT: Duration = Duration::from_secs(300);
 
 impl Control {
     /// Listens for the run whose directory is `out` and whose cgroup is `run_cgroup`.
@@ -136,24 +222,34 @@ fn serve(
         Err(e) => Response::Refused {
             message: format!("not a request: {e}"),
         },
-        Ok(Request::Phase { .. })
+        Ok(_)
             if peer.is_some_and(|pid| {
                 crate::kernel::cgroup::cgroup_of(pid).is_ok_and(|cg| cg.starts_with(run_cgroup))
             }) =>
         {
             Response::Refused {
                 message: format!(
-                    "process {} is part of the run: a run's phases are marked from outside it",
+                    "process {} is part of the run: a run's phases and watched files are \
+                     marked from outside it",
                     peer.unwrap_or_default()
                 ),
             }
         }
-        Ok(Request::Phase { name, keep }) => {
+        Ok(Request::Watch {
+            root: Some(pid), ..
+        }) if !crate::kernel::cgroup::cgroup_of(pid).is_ok_and(|cg| cg.starts_with(run_cgroup)) => {
+            Response::Refused {
+                message: format!(
+                    "process {pid} is not part of the run: the watched files are seen from a \
+                     process of the run (a container started with --cgroup-parent=\"$AET_CGROUP\")"
+                ),
+            }
+        }
+        Ok(request) => {
             let (reply, answer) = std::sync::mpsc::channel();
             if tx
                 .send(Pending {
-                    name,
-                    keep,
+                    request,
                     by: peer,
                     reply,
                 })
@@ -185,6 +281,40 @@ impl Drop for Control {
 /// `aet phase`: asks the run in progress in `dir` to begin phase `name`.
 pub fn request_phase(dir: &Path, name: &str, keep: &[u32]) -> Result<PhaseRecord, PhaseError> {
     aet_core::ledger::record::valid_phase_name(name).map_err(PhaseError::Refused)?;
+    match call(
+        dir,
+        &Request::Phase {
+            name: name.to_owned(),
+            keep: keep.to_vec(),
+        },
+    )? {
+        Response::Phase { record } => Ok(record),
+        Response::Refused { message } => Err(PhaseError::Refused(message)),
+        Response::Watched { message } => Err(PhaseError::Refused(format!(
+            "an answer to another request: {message}"
+        ))),
+    }
+}
+
+/// `aet watch`: names the watched files' view, or their end, to the run in progress in `dir`;
+/// what the run said of the snapshot.
+pub fn request_watch(
+    dir: &Path,
+    root: Option<u32>,
+    repo: Option<PPath>,
+    end: bool,
+) -> Result<String, PhaseError> {
+    match call(dir, &Request::Watch { root, repo, end })? {
+        Response::Watched { message } => Ok(message),
+        Response::Refused { message } => Err(PhaseError::Refused(message)),
+        Response::Phase { .. } => Err(PhaseError::Refused(
+            "an answer to another request".into(),
+        )),
+    }
+}
+
+/// One request to the run in progress in `dir`, and its answer.
+fn call(dir: &Path, request: &Request) -> Result<Response, PhaseError> {
     let file = dir.join(aet_core::run_dir::CONTROL);
     let socket = match std::fs::read(&file) {
         Ok(s) => PathBuf::from(std::ffi::OsString::from(
@@ -209,13 +339,9 @@ pub fn request_phase(dir: &Path, name: &str, keep: &[u32]) -> Result<PhaseRecord
         Err(e) => return Err(io(e)),
     };
     stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
+        .set_read_timeout(Some(ANSWER_LIMIT + Duration::from_secs(5)))
         .map_err(io)?;
-    let mut line = serde_json::to_string(&Request::Phase {
-        name: name.to_owned(),
-        keep: keep.to_vec(),
-    })
-    .expect("requests serialise");
+    let mut line = serde_json::to_string(request).expect("requests serialise");
     line.push('\n');
     stream.write_all(line.as_bytes()).map_err(io)?;
     let mut answer = String::new();
@@ -223,8 +349,7 @@ pub fn request_phase(dir: &Path, name: &str, keep: &[u32]) -> Result<PhaseRecord
         .read_line(&mut answer)
         .map_err(io)?;
     match serde_json::from_str::<Response>(&answer) {
-        Ok(Response::Phase { record }) => Ok(record),
-        Ok(Response::Refused { message }) => Err(PhaseError::Refused(message)),
+        Ok(r) => Ok(r),
         Err(_) if answer.is_empty() => Err(PhaseError::NotRunning(dir.to_owned())),
         Err(e) => Err(PhaseError::Io(
             socket.clone(),

@@ -50,6 +50,8 @@ pub struct LaunchOptions {
     /// The barrier (`--mode shadow|enforce`): built by the stage; a run with neither sandbox
     /// nor identity gets a stage for it.
     pub barrier: Option<aet_core::policy::barrier::BarrierPlan>,
+    /// A sandbox's stage hands its view over before the command starts (the run watches files).
+    pub hold: bool,
 }
 
 /// An agent identity, set up.
@@ -127,6 +129,7 @@ impl Launch {
                         .map(|i| vec![i.home.clone()])
                         .unwrap_or_default(),
                     barrier: opts.barrier.clone(),
+                    hold: opts.hold,
                 },
             )?),
             None => None,
@@ -165,6 +168,7 @@ impl Launch {
                 keep_capabilities: id.is_none(),
                 barrier: opts.barrier.clone(),
                 repos: Vec::new(),
+                hold: None,
             };
             std::fs::write(
                 dir.path().join(build::PLAN_FILE),
@@ -175,12 +179,12 @@ impl Launch {
         Ok(launch)
     }
 
-    /// The command to spawn, and an fd the child must inherit (clear its close-on-exec flag
-    /// between fork and exec).
-    pub fn command(&self) -> (std::process::Command, Option<RawFd>) {
+    /// The command to spawn, and the fds the child must inherit (clear their close-on-exec
+    /// flags between fork and exec).
+    pub fn command(&self) -> (std::process::Command, Vec<RawFd>) {
         let command = &self.command;
         if let Some(sb) = &self.sandbox {
-            return (sb.command(), Some(sb.args_fd()));
+            return (sb.command(), sb.inherit_fds());
         }
         if let Some(dir) = &self.stage_dir {
             let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
@@ -195,11 +199,45 @@ impl Launch {
                     .env_clear()
                     .envs(id.env.vars.iter().map(|(k, v)| (k, v)));
             }
-            return (c, None);
+            return (c, Vec::new());
         }
         let mut c = std::process::Command::new(&command[0]);
         c.args(&command[1..]);
-        (c, None)
+        (c, Vec::new())
+    }
+
+    /// The context the command starts in when it starts in aet's own view (no sandbox): its
+    /// working directory and environment, for the watched files.
+    pub fn host_context(&self) -> aet_core::watch::Context {
+        let (cwd, env): (PathBuf, Vec<(OsString, OsString)>) = match &self.identity {
+            Some(id) => (
+                id.workspace.clone(),
+                id.env
+                    .vars
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+            None => (
+                std::env::current_dir().unwrap_or_else(|_| "/".into()),
+                std::env::vars_os().collect(),
+            ),
+        };
+        crate::run::fingerprints::host_context(&cwd, &env)
+    }
+
+    /// The task repositories, as the sandbox's view has them (`[[repo]]`).
+    pub fn repos(&self) -> Vec<aet_core::stage::PPath> {
+        self.sandbox
+            .as_ref()
+            .map(|sb| {
+                sb.spec
+                    .repo
+                    .iter()
+                    .map(|r| r.path.clone().into())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The stage's report (sandbox or identity), when there is a stage.

@@ -6,7 +6,9 @@
 //! - [`fds`]: the fds the command inherits, and the hygiene that closes the others;
 //! - [`session`]: where the monitor comes from (the daemon, or programs loaded for this run);
 //! - [`progress`]: the live status line while the command runs;
-//! - [`control`]: the run's control socket, through which `aet phase` marks its phases;
+//! - [`control`]: the run's control socket, through which `aet phase` marks its phases and
+//!   `aet watch` names the watched files' view;
+//! - [`fingerprints`]: the policy's watched files, before and after the agent's phase;
 //! - [`sign`]: the run directory's signed manifest.
 //!
 //! Here: what both commands share (their errors, the run directory, the end-of-run lines).
@@ -14,6 +16,7 @@
 pub mod command;
 pub mod control;
 mod fds;
+pub mod fingerprints;
 pub mod launch;
 pub mod progress;
 pub mod session;
@@ -85,6 +88,10 @@ pub enum RunError {
     /// The target's processes could not be tracked.
     #[error("cannot track the target's processes: {0}")]
     Track(#[source] io::Error),
+    /// The policy's watched files cannot be fingerprinted (a limit, an unreadable view): the
+    /// command was not run.
+    #[error("the watched files cannot be fingerprinted: {0}; the command was not run")]
+    Watch(String),
 }
 
 /// The variable that gives the command its run's cgroup, relative to the cgroup v2 root (the

@@ -313,6 +313,7 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
         keep_capabilities: false,
         barrier: None,
         repos,
+        hold: None,
     });
     let command = match &plan {
         Some(_) => {

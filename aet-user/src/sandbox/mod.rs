@@ -92,6 +92,9 @@ pub struct PrepareOptions {
     pub extra_rw: Vec<PathBuf>,
     /// The barrier the stage builds (`--mode shadow|enforce`).
     pub barrier: Option<aet_core::policy::barrier::BarrierPlan>,
+    /// The stage hands its view over before the command starts (the run's watched files are
+    /// fingerprinted in it) and waits for aet's go.
+    pub hold: bool,
 }
 
 /// A sandbox ready to start: the bwrap arguments (handed over with `bwrap --args FD`, so the
@@ -107,6 +110,9 @@ pub struct Prepared {
     stage_dir: tempfile::TempDir,
     /// Sanitized copies of task repositories' git directories, for the run's life.
     _repo_copies: Vec<tempfile::TempDir>,
+    /// The socket the stage hands its view over on (aet's end, taken by the run), and the
+    /// stage's end, which bwrap inherits.
+    hold: Option<(Option<std::os::unix::net::UnixStream>, OwnedFd)>,
 }
 
 /// Finds a program on PATH.
@@ -200,8 +206,16 @@ impl Prepared {
             .apply(std::env::vars_os()),
         };
         let args_fd = args_memfd(&built.args)?;
+        let hold = match (opts.hold, built.plan.is_some()) {
+            (true, true) => {
+                let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+                Some((Some(ours), OwnedFd::from(theirs)))
+            }
+            _ => None,
+        };
         if let Some(plan) = built.plan.as_mut() {
             plan.barrier = opts.barrier;
+            plan.hold = hold.as_ref().map(|(_, t)| t.as_raw_fd());
             std::fs::write(
                 stage_dir.path().join(build::PLAN_FILE),
                 serde_json::to_vec(plan).expect("a plan serialises"),
@@ -216,7 +230,13 @@ impl Prepared {
             args_fd,
             stage_dir,
             _repo_copies: copies,
+            hold,
         })
+    }
+
+    /// aet's end of the socket the stage hands its view over on (once).
+    pub fn take_hold(&mut self) -> Option<std::os::unix::net::UnixStream> {
+        self.hold.as_mut().and_then(|(ours, _)| ours.take())
     }
 
     /// The bwrap command (`bwrap --args FD -- COMMAND`) with the agent's environment. The fd is
@@ -232,9 +252,11 @@ impl Prepared {
         c
     }
 
-    /// The fd bwrap reads its arguments from.
-    pub fn args_fd(&self) -> RawFd {
-        self.args_fd.as_raw_fd()
+    /// The fds bwrap must inherit: its arguments', and the stage's end of the hold socket.
+    pub fn inherit_fds(&self) -> Vec<RawFd> {
+        let mut v = vec![self.args_fd.as_raw_fd()];
+        v.extend(self.hold.as_ref().map(|(_, t)| t.as_raw_fd()));
+        v
     }
 
     /// Reads the stage's report (after bwrap started, or ended).

@@ -489,13 +489,24 @@ pub fn stage_main(dir: Option<&Path>, command: &[OsString]) -> i32 {
         }
         code = EXIT_VERIFY_FAILED;
     } else {
+        // The watched files are fingerprinted in this view now, before anything of the
+        // agent's runs (and before the barrier, which would keep /proc from the stage).
+        if let Some(fd) = plan.hold
+            && let Err(e) = hand_over_view(fd)
+        {
+            eprintln!("aet: {e}; the command was not run");
+            report.failures.push(format!("watched files: {e}"));
+            code = EXIT_VERIFY_FAILED;
+        }
         if plan.new_session {
             let _ = nix::unistd::setsid();
         }
         // The barrier is built as root (its walk must see every file it leaves out), applied
         // once the privileges are gone.
         let mut barrier = None;
-        if let Some(b) = &plan.barrier {
+        if code == 0
+            && let Some(b) = &plan.barrier
+        {
             match super::barrier::build(b) {
                 Ok(built) => barrier = Some(built),
                 Err(e) => {
@@ -631,4 +642,32 @@ fn exec(command: &[OsString]) -> i32 {
     let err = nix::unistd::execvp(&prog, &args).unwrap_err();
     eprintln!("aet: cannot run {}: {err}", program.to_string_lossy());
     if err == Errno::ENOENT { 127 } else { 126 }
+}
+
+/// Hands the view over to aet on the hold socket `fd` (this process's mount namespace and the
+/// command's working directory, `PATH` and `HOME`) and waits for its go.
+fn hand_over_view(fd: i32) -> Result<(), String> {
+    use std::os::fd::AsRawFd as _;
+    let ns = fs::File::open("/proc/self/ns/mnt")
+        .map_err(|e| format!("cannot open the view's mount namespace: {e}"))?;
+    let held = aet_core::stage::HeldView {
+        cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()).into(),
+        path: std::env::var("PATH").ok(),
+        home: std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).into()),
+    };
+    let msg = serde_json::to_vec(&held).expect("a held view serialises");
+    let fds = [ns.as_raw_fd()];
+    let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+    let iov = [std::io::IoSlice::new(&msg)];
+    nix::sys::socket::sendmsg::<()>(fd, &iov, &cmsg, nix::sys::socket::MsgFlags::empty(), None)
+        .map_err(|e| format!("cannot hand the view over to aet: {e}"))?;
+    drop(ns);
+    let mut go = [0u8; 1];
+    // SAFETY: reads one byte into a local buffer.
+    let n = unsafe { libc::read(fd, go.as_mut_ptr().cast(), 1) };
+    if n == 1 && go[0] == aet_core::stage::HOLD_GO {
+        Ok(())
+    } else {
+        Err("aet could not fingerprint the watched files in the view".into())
+    }
 }

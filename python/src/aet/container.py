@@ -142,8 +142,10 @@ class Container:
         self.workdir = workdir
         self.env = dict(env or {})
         self.create_args = list(create_args)
+        # The policy's watched files are those of the container's view: fingerprinted once it
+        # runs, before the first exec.
         self.run = RecordedRun(out, policy=policy, mode=mode, sign=sign, daemon=daemon,
-                               grace=grace, aet_args=aet_args)
+                               grace=grace, defer_watch=policy is not None, aet_args=aet_args)
         self.init_pid: Optional[int] = None
         self.result: Optional[RunResult] = None
         self._started = False
@@ -190,6 +192,16 @@ class Container:
         if pid.returncode == 0 and pid.stdout.strip().isdigit():
             self.init_pid = int(pid.stdout)
             self.run.keep(self.init_pid)
+        if self.run.defers_watch:
+            if self.init_pid is None:
+                self.close(check=False)
+                raise ContainerError(f"{self.engine} did not say the container's pid: its "
+                                     "watched files cannot be fingerprinted")
+            try:
+                self.run.watch(self.init_pid, repo=self.workdir)
+            except Exception:
+                self.close(check=False)
+                raise
         return self
 
     def exec(
@@ -254,6 +266,9 @@ class Container:
         if self.result is not None:
             return self.result
         if self._started:
+            # Fingerprinted at the end of the agent's phase while the container still exists
+            # (unless a phase marked it).
+            self.run.end_watch()
             self._remove()
             self._started = False
         self.result = self.run.finish(check=check)

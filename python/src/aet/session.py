@@ -41,11 +41,19 @@ class RecordedRun:
         sign: Optional[PathLike] = None,
         daemon: Optional[bool] = None,
         grace: Optional[float] = None,
+        defer_watch: bool = False,
         aet_args: Sequence[str] = (),
     ) -> None:
         self.out = Path(out)
+        extra = list(aet_args)
+        #: Whether the watched files wait for :meth:`watch` (``defer_watch`` with a policy).
+        self.defers_watch = defer_watch and policy is not None
+        if self.defers_watch:
+            extra.append("--defer-watch")
         self._args = run_args(self.out, policy=policy, mode=mode, sign=sign, daemon=daemon,
-                              grace=grace, extra=aet_args)
+                              grace=grace, extra=extra)
+        self._phased = False
+        self._watching = False
         self._proc: Optional[subprocess.Popen[bytes]] = None
         self._stderr: Optional[tempfile._TemporaryFileWrapper[bytes]] = None
         self.cgroup_parent: Optional[str] = None
@@ -113,6 +121,28 @@ class RecordedRun:
         for pid in [*self._keep, *keep]:
             args += ["--keep", str(pid)]
         call(args)
+        self._phased = True
+
+    def watch(self, pid: int, repo: Optional[str] = None) -> None:
+        """The policy's watched files are seen from process ``pid``'s view (a container's
+        init): they are fingerprinted now, before the agent's first instruction there, with
+        relative globs at ``repo`` (default: that process's working directory). Needs
+        ``defer_watch=True``. Raises :class:`AetError` with aet's message when they cannot be
+        (a limit of the policy's, a process that is not the run's)."""
+        if not self.running:
+            raise AetError(f"{self.out}: the run is not in progress")
+        args = ["watch", os.fspath(self.out), "--root", str(pid)]
+        if repo is not None:
+            args += ["--repo", repo]
+        call(args)
+        self._watching = True
+
+    def end_watch(self) -> None:
+        """The agent's phase is over: its watched files are fingerprinted again now (what
+        :meth:`phase` does). Call it before removing the container when no phase is marked."""
+        if self._watching and not self._phased and self.running:
+            call(["watch", os.fspath(self.out), "--end"])
+            self._phased = True
 
     def finish(self, check: bool = True) -> RunResult:
         """Ends the run (its keeper exits; what is left of the run is killed after aet's grace),
