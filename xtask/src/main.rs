@@ -447,6 +447,7 @@ fn end_to_end(aet: &Path, filter: Option<&str>) -> anyhow::Result<()> {
             "notebooks",
             "query",
             "phases",
+            "watch",
         ],
     )?;
     daemon.stop()?;

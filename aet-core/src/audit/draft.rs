@@ -32,9 +32,10 @@ pub struct Draft {
     pub write: BTreeSet<String>,
     pub exec: BTreeSet<String>,
     pub connect: BTreeSet<String>,
-    /// Test directories the run read (a `tests` or `test` directory, or the directory of a
-    /// `test_*.py`, `*_test.py` or `conftest.py`): proposed as watched files.
+    /// Test directories the run read in (`tests`, `test`, `testing`), and test files it read
+    /// outside them (`test_*.py`, `*_test.py`): proposed as watched files.
     pub watch_tests: BTreeSet<String>,
+    pub watch_test_files: BTreeSet<String>,
     /// Test-runner configuration the run read (`pytest.ini`, `tox.ini`, `setup.cfg`,
     /// `pyproject.toml`, `conftest.py` at a repository's top): proposed as watched files.
     pub watch_config: BTreeSet<String>,
@@ -54,8 +55,9 @@ fn installed(p: &str) -> bool {
         || whole(p).is_some()
 }
 
-/// The test directory a path read is in, if it is a test's.
-fn test_dir(p: &str) -> Option<String> {
+/// What of a path read the draft watches as a test: the `tests`/`test`/`testing` directory it
+/// is in, else itself when it is named like a test (`test_*.py`, `*_test.py`).
+fn test_of(p: &str) -> Option<TestPath> {
     if installed(p) {
         return None;
     }
@@ -65,13 +67,18 @@ fn test_dir(p: &str) -> Option<String> {
         .position(|c| matches!(*c, "tests" | "test" | "testing"))
         .filter(|&i| i > 0 && i + 1 < comps.len())
     {
-        return Some(comps[..=i].join("/"));
+        return Some(TestPath::Dir(comps[..=i].join("/")));
     }
     let name = comps.last()?;
-    let is_test = (name.starts_with("test_") && name.ends_with(".py"))
-        || name.ends_with("_test.py")
-        || *name == "conftest.py";
-    is_test.then(|| parent(p).map(str::to_owned)).flatten()
+    ((name.starts_with("test_") && name.ends_with(".py")) || name.ends_with("_test.py"))
+        .then(|| TestPath::File(p.to_owned()))
+}
+
+/// A test directory, or a test file outside one.
+#[derive(Debug, PartialEq, Eq)]
+enum TestPath {
+    Dir(String),
+    File(String),
 }
 
 /// The parent directory of an absolute path (`None` for `/`).
@@ -156,8 +163,14 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
         let p = f.path.clone();
         match &*f.access {
             "read" => {
-                if let Some(t) = test_dir(&p) {
-                    d.watch_tests.insert(t);
+                match test_of(&p) {
+                    Some(TestPath::Dir(t)) => {
+                        d.watch_tests.insert(t);
+                    }
+                    Some(TestPath::File(f)) => {
+                        d.watch_test_files.insert(f);
+                    }
+                    None => {}
                 }
                 if !installed(&p)
                     && p.rsplit('/')
@@ -193,6 +206,9 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
         }
     }
     d.watch_tests = minimal(std::mem::take(&mut d.watch_tests));
+    let dirs = d.watch_tests.clone();
+    d.watch_test_files
+        .retain(|f| !dirs.iter().any(|t| under(f, t)));
     d.write = minimal(write);
     // What the run may write it may read and run back.
     read.extend(d.write.iter().cloned());
@@ -253,7 +269,7 @@ pub fn to_toml(d: &Draft, source: &Path) -> String {
     if !d.connect.is_empty() {
         let _ = writeln!(o, "connect = {}", list(&d.connect, false));
     }
-    if !d.watch_tests.is_empty() || !d.watch_config.is_empty() {
+    if !d.watch_tests.is_empty() || !d.watch_test_files.is_empty() || !d.watch_config.is_empty() {
         let _ = writeln!(
             o,
             "\n# What grades the run, fingerprinted before and after the agent's phase (`aet run\n\
@@ -265,6 +281,7 @@ pub fn to_toml(d: &Draft, source: &Path) -> String {
         for t in &d.watch_tests {
             tests.push(format!("{}/**", escape(t)));
         }
+        tests.extend(d.watch_test_files.iter().map(|f| escape(f)));
         if !tests.is_empty() {
             let _ = writeln!(o, "[watch.tests]\npaths = {}", glob_list(&tests));
         }
@@ -351,6 +368,7 @@ mod tests {
             exec: set(&["/usr/bin"]),
             connect: set(&["127.0.0.1:8080"]),
             watch_tests: set(&["/task/repo/tests"]),
+            watch_test_files: set(&["/task/repo/test_top.py"]),
             watch_config: set(&["/task/repo/setup.cfg"]),
             skipped: 1,
             rows: 10,
@@ -360,22 +378,27 @@ mod tests {
         assert!(text.contains("127.0.0.1:8080"));
         let names: Vec<&str> = p.watches.iter().map(|w| w.name.as_str()).collect();
         assert_eq!(names, ["startup", "test_config", "tests"]);
-        assert_eq!(p.watches[2].paths, ["/task/repo/tests/**"]);
+        assert_eq!(
+            p.watches[2].paths,
+            ["/task/repo/tests/**", "/task/repo/test_top.py"]
+        );
     }
 
     #[test]
     fn test_directories_are_found_and_installed_packages_left_out() {
+        let dir = |d: &str| Some(TestPath::Dir(d.into()));
+        assert_eq!(test_of("/r/tests/unit/test_a.py"), dir("/r/tests"));
         assert_eq!(
-            test_dir("/r/tests/unit/test_a.py").as_deref(),
-            Some("/r/tests")
+            test_of("/r/pkg/test_b.py"),
+            Some(TestPath::File("/r/pkg/test_b.py".into()))
         );
-        assert_eq!(test_dir("/r/pkg/test_b.py").as_deref(), Some("/r/pkg"));
-        assert_eq!(test_dir("/r/conftest.py").as_deref(), Some("/r"));
-        assert_eq!(test_dir("/r/src/main.py"), None);
+        // A conftest.py is watched wherever it is (`**/conftest.py`), not its directory.
+        assert_eq!(test_of("/r/conftest.py"), None);
+        assert_eq!(test_of("/r/src/main.py"), None);
         assert_eq!(
-            test_dir("/usr/lib/python3/dist-packages/x/tests/test_x.py"),
+            test_of("/usr/lib/python3/dist-packages/x/tests/test_x.py"),
             None
         );
-        assert_eq!(test_dir("/r/tests"), None);
+        assert_eq!(test_of("/r/tests"), None);
     }
 }

@@ -327,7 +327,11 @@ impl Attribution {
             {
                 detail.push_str(&format!("; it comes before {sh} on the PATH"));
             }
-            let by = if first.is_some() { By::Run } else { By::Outside };
+            let by = if first.is_some() {
+                By::Run
+            } else {
+                By::Outside
+            };
             report.changes.push(WatchedChange {
                 path: c.path.clone(),
                 watches: names.clone(),
@@ -422,11 +426,7 @@ fn info(s: &crate::watch::Snapshot) -> SnapshotInfo {
 
 /// For an entry created in a PATH directory: the entry of the same name in a later PATH
 /// directory that it now comes before.
-fn shadows(
-    path: &PPath,
-    path_dirs: &[PPath],
-    after: &crate::watch::Snapshot,
-) -> Option<String> {
+fn shadows(path: &PPath, path_dirs: &[PPath], after: &crate::watch::Snapshot) -> Option<String> {
     let p = path.as_path();
     let (dir, name) = (p.parent()?, p.file_name()?);
     let at = path_dirs.iter().position(|d| d.as_path() == dir)?;

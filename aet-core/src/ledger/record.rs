@@ -274,9 +274,9 @@ impl Incomplete {
                  the change (changed from outside the run, or through another name such as a \
                  hard link), e.g. {example}: the record does not explain them"
             ),
-            Self::NotFingerprinted { why } => format!(
-                "the policy watches files whose change the run cannot be judged on: {why}"
-            ),
+            Self::NotFingerprinted { why } => {
+                format!("the policy watches files whose change the run cannot be judged on: {why}")
+            }
             Self::Unknown => "a reason this version of aet does not know".into(),
         }
     }
@@ -803,6 +803,8 @@ mod tests {
             "handed_outside",
             "scope_left",
             "bpf_calls",
+            "changed_outside",
+            "not_fingerprinted",
         ];
         assert_eq!(codes, all.into_iter().collect());
     }

@@ -94,7 +94,10 @@ fn differences(b: &Fingerprint, a: &Fingerprint) -> Vec<(What, String)> {
         d.push((What::Target, format!("target: {} -> {}", t(b), t(a))));
     }
     if b.mode != a.mode {
-        d.push((What::Mode, format!("mode: {:04o} -> {:04o}", b.mode, a.mode)));
+        d.push((
+            What::Mode,
+            format!("mode: {:04o} -> {:04o}", b.mode, a.mode),
+        ));
     }
     if (b.uid, b.gid) != (a.uid, a.gid) {
         d.push((

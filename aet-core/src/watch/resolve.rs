@@ -280,8 +280,8 @@ pub fn root_of(glob: &str) -> (PathBuf, Option<usize>) {
         (comps.join("/"), Some(0))
     } else {
         let rest = &comps[lit..];
-        let depth = (!rest.contains(&"**") && !rest.iter().any(|c| c.contains("**")))
-            .then_some(rest.len());
+        let depth =
+            (!rest.contains(&"**") && !rest.iter().any(|c| c.contains("**"))).then_some(rest.len());
         (comps[..lit].join("/"), depth)
     };
     let root = if root.is_empty() { "/".into() } else { root };

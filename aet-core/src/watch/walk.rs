@@ -364,7 +364,12 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["tests/link", "tests/sub", "tests/sub/conftest.py", "tests/test_a.py"]
+            [
+                "tests/link",
+                "tests/sub",
+                "tests/sub/conftest.py",
+                "tests/test_a.py"
+            ]
         );
         let link = &s.entries[0];
         assert_eq!(link.kind, Kind::Symlink);
@@ -396,7 +401,10 @@ mod tests {
             "start",
         )
         .unwrap_err();
-        assert!(e.contains("watch_files = 3") && e.contains("watch.t"), "{e}");
+        assert!(
+            e.contains("watch_files = 3") && e.contains("watch.t"),
+            "{e}"
+        );
         let e = snapshot(
             &res,
             Limits {

@@ -108,9 +108,11 @@ fn watch_request(
     };
     if end {
         if !w.started() {
-            return refused("the watched files were never fingerprinted: name their view first \
+            return refused(
+                "the watched files were never fingerprinted: name their view first \
                             (aet watch RUN_DIR --root PID)"
-                .into());
+                    .into(),
+            );
         }
         if w.ended() {
             return refused("the agent's phase was already fingerprinted at its end".into());
@@ -222,16 +224,19 @@ fn serve(
         Err(e) => Response::Refused {
             message: format!("not a request: {e}"),
         },
-        Ok(_)
+        Ok(r)
             if peer.is_some_and(|pid| {
                 crate::kernel::cgroup::cgroup_of(pid).is_ok_and(|cg| cg.starts_with(run_cgroup))
             }) =>
         {
             Response::Refused {
                 message: format!(
-                    "process {} is part of the run: a run's phases and watched files are \
-                     marked from outside it",
-                    peer.unwrap_or_default()
+                    "process {} is part of the run: a run's {} from outside it",
+                    peer.unwrap_or_default(),
+                    match r {
+                        Request::Phase { .. } => "phases are marked",
+                        Request::Watch { .. } => "watched files are named and ended",
+                    }
                 ),
             }
         }
@@ -307,9 +312,7 @@ pub fn request_watch(
     match call(dir, &Request::Watch { root, repo, end })? {
         Response::Watched { message } => Ok(message),
         Response::Refused { message } => Err(PhaseError::Refused(message)),
-        Response::Phase { .. } => Err(PhaseError::Refused(
-            "an answer to another request".into(),
-        )),
+        Response::Phase { .. } => Err(PhaseError::Refused("an answer to another request".into())),
     }
 }
 

@@ -262,11 +262,7 @@ fn helper(ns: &OwnedFd, req: &Request) -> Result<Answer, String> {
     let mut stdin = child.stdin.take().expect("piped");
     let writer = std::thread::spawn(move || stdin.write_all(&input));
     let mut out = Vec::new();
-    let _ = child
-        .stdout
-        .take()
-        .expect("piped")
-        .read_to_end(&mut out);
+    let _ = child.stdout.take().expect("piped").read_to_end(&mut out);
     let status = child
         .wait()
         .map_err(|e| format!("the fingerprint helper: {e}"))?;
@@ -322,11 +318,7 @@ pub fn helper_main(ns_fd: Option<i32>) -> i32 {
 /// The context of a command that starts in aet's own view: its working directory and
 /// environment.
 pub fn host_context(cwd: &Path, env: &[(std::ffi::OsString, std::ffi::OsString)]) -> Context {
-    let get = |k: &str| {
-        env.iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.clone())
-    };
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     Context {
         cwd: Some(PPath(cwd.to_owned())),
         repos: Vec::new(),

@@ -230,13 +230,7 @@ impl Launch {
     pub fn repos(&self) -> Vec<aet_core::stage::PPath> {
         self.sandbox
             .as_ref()
-            .map(|sb| {
-                sb.spec
-                    .repo
-                    .iter()
-                    .map(|r| r.path.clone().into())
-                    .collect()
-            })
+            .map(|sb| sb.spec.repo.iter().map(|r| r.path.clone().into()).collect())
             .unwrap_or_default()
     }
 

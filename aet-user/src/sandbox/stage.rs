@@ -651,7 +651,9 @@ fn hand_over_view(fd: i32) -> Result<(), String> {
     let ns = fs::File::open("/proc/self/ns/mnt")
         .map_err(|e| format!("cannot open the view's mount namespace: {e}"))?;
     let held = aet_core::stage::HeldView {
-        cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()).into(),
+        cwd: std::env::current_dir()
+            .unwrap_or_else(|_| "/".into())
+            .into(),
         path: std::env::var("PATH").ok(),
         home: std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).into()),
     };
