@@ -221,7 +221,8 @@ fn every_change_to_what_grades_the_agent_is_a_finding() {
          rm tests/test_gone.py; \
          rm tests/test_other.py && ln -s /dev/null tests/test_other.py; \
          echo 'import os' > {site}/zz-hook.pth; \
-         printf '#!/bin/sh\\nexit 0\\n' > {ahead}/python3 && chmod +x {ahead}/python3",
+         printf '#!/bin/sh\\nexit 0\\n' > {ahead}/python3 && chmod +x {ahead}/python3; \
+         printf x > \"$(printf 'tests/odd\\nname\\377.py')\"",
         ahead = t.s("ahead"),
     );
     let o = run_watched(&t.p("repo"), &policy, &out, Some(&path_var), &[], &script);
@@ -246,6 +247,18 @@ fn every_change_to_what_grades_the_agent_is_a_finding() {
         assert_eq!(f["access"], *what, "{f:#}");
         assert_eq!(change(&a, p)["by"], "run");
     }
+    // A name with a newline and a byte that is not UTF-8: named exactly (hex).
+    let odd = a["cheat_hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().contains("odd\nname"))
+        .unwrap_or_else(|| panic!("no finding for the odd name: {:#}", a["cheat_hits"]));
+    let mut want_hex = tests.to_str().unwrap().as_bytes().to_vec();
+    want_hex.extend_from_slice(b"/odd\nname\xff.py");
+    let hex: String = want_hex.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(odd["path_hex"], hex.as_str(), "{odd:#}");
+    assert_eq!(odd["access"], "created");
     let swapped = change(&a, tests.join("test_other.py").to_str().unwrap());
     assert!(
         swapped["detail"]

@@ -352,6 +352,10 @@ impl Attribution {
             }));
             // The strongest of the watches that name it.
             let path_text = c.path.as_path().to_string_lossy().into_owned();
+            let bytes = c.path.as_path().as_os_str().as_encoded_bytes();
+            let path_hex = std::str::from_utf8(bytes)
+                .is_err()
+                .then(|| crate::util::hex(bytes));
             match first {
                 Some(f) => {
                     let w = ws.iter().min_by_key(|w| w.change).expect("a watch");
@@ -360,6 +364,9 @@ impl Attribution {
                         rule: w.rule(),
                         access: std::borrow::Cow::Borrowed(c.what.name()),
                         path: path_text,
+                        path_hex,
+                        raw_path: None,
+                        host_path: None,
                         count: rows,
                         watch: watch_detail,
                         ..f
@@ -375,14 +382,17 @@ impl Attribution {
                         continue;
                     }
                     let w = ws[0];
-                    findings.push(outside_finding(
-                        sev.map_or(Class::Warning, Class::from),
-                        w.rule(),
-                        c.what.name(),
-                        path_text,
-                        after.taken_ns,
-                        watch_detail,
-                    ));
+                    findings.push(Finding {
+                        path_hex,
+                        ..outside_finding(
+                            sev.map_or(Class::Warning, Class::from),
+                            w.rule(),
+                            c.what.name(),
+                            path_text,
+                            after.taken_ns,
+                            watch_detail,
+                        )
+                    });
                 }
             }
         }
