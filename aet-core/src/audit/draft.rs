@@ -39,9 +39,54 @@ pub struct Draft {
     /// Test-runner configuration the run read (`pytest.ini`, `tox.ini`, `setup.cfg`,
     /// `pyproject.toml`, `conftest.py` at a repository's top): proposed as watched files.
     pub watch_config: BTreeSet<String>,
+    /// Why each directory was granted whole (collapsed from what the run touched under it),
+    /// by list: `read` or `exec`.
+    pub collapsed: Vec<Collapsed>,
     /// Paths left out because a policy cannot name them (not UTF-8).
     pub skipped: usize,
     pub rows: u64,
+}
+
+/// A directory the draft grants whole, and what the run touched under it (the audit's grouping:
+/// paths, rows, processes, the first process).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Collapsed {
+    pub list: &'static str,
+    pub dir: String,
+    pub paths: usize,
+    pub rows: u64,
+    pub processes: usize,
+    pub first: String,
+}
+
+/// The directories of `granted` that stand for several entries the run touched (`touched`: a
+/// path, its process, its rows, the process's name, in row order).
+fn explain(
+    list: &'static str,
+    granted: &BTreeSet<String>,
+    touched: &[(String, u32, u64, String)],
+) -> Vec<Collapsed> {
+    let mut out = Vec::new();
+    for dir in granted {
+        let under_it: Vec<&(String, u32, u64, String)> = touched
+            .iter()
+            .filter(|(p, ..)| under(p, dir) && p != dir)
+            .collect();
+        let paths: BTreeSet<&str> = under_it.iter().map(|t| t.0.as_str()).collect();
+        if paths.len() < 2 {
+            continue;
+        }
+        let pids: BTreeSet<u32> = under_it.iter().map(|t| t.1).collect();
+        out.push(Collapsed {
+            list,
+            dir: dir.clone(),
+            paths: paths.len(),
+            rows: under_it.iter().map(|t| t.2).sum(),
+            processes: pids.len(),
+            first: format!("{}[{}]", under_it[0].3, under_it[0].1),
+        });
+    }
+    out
 }
 
 /// Test-runner configuration files, by name.
@@ -152,6 +197,7 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
         ..Draft::default()
     };
     let (mut read, mut write, mut exec) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+    let (mut touched_read, mut touched_exec) = (Vec::new(), Vec::new());
     for f in &scan.findings {
         if f.class != Class::OutOfScope || f.outcome != Outcome::Hit {
             continue;
@@ -179,6 +225,7 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
                 {
                     d.watch_config.insert(p.clone());
                 }
+                touched_read.push((p.clone(), f.pid, f.count, f.comm.clone()));
                 read.insert(p);
             }
             "write" => {
@@ -197,6 +244,7 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
                 if let Some(raw) = f.raw_path.as_ref().filter(|r| r.starts_with('/')) {
                     exec.insert(raw.clone());
                 }
+                touched_exec.push((p.clone(), f.pid, f.count, f.comm.clone()));
                 exec.insert(p);
             }
             "connect" => {
@@ -215,6 +263,8 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
     exec.extend(d.write.iter().cloned());
     d.read = collapse(read);
     d.exec = collapse(exec);
+    d.collapsed = explain("read", &d.read, &touched_read);
+    d.collapsed.extend(explain("exec", &d.exec, &touched_exec));
     Ok(d)
 }
 
@@ -261,6 +311,30 @@ pub fn to_toml(d: &Draft, source: &Path) -> String {
             "# {} path(s) left out: not UTF-8, a policy cannot name them.",
             d.skipped
         );
+    }
+    if !d.collapsed.is_empty() {
+        let _ = writeln!(
+            o,
+            "#\n# Granted whole, for what the run touched under them (paths, rows, processes, the \
+             first):"
+        );
+        let mut shown: Vec<&Collapsed> = d.collapsed.iter().collect();
+        shown.sort_by_key(|c| std::cmp::Reverse(c.rows));
+        for c in shown.iter().take(40) {
+            let _ = writeln!(
+                o,
+                "#   {} {}: {} paths, {} rows, {} processes, first {}",
+                c.list,
+                crate::util::escape_path(&c.dir),
+                c.paths,
+                c.rows,
+                c.processes,
+                c.first
+            );
+        }
+        if shown.len() > 40 {
+            let _ = writeln!(o, "#   ... and {} more directories", shown.len() - 40);
+        }
     }
     let _ = writeln!(o, "\n[allow]");
     let _ = writeln!(o, "read = {}", list(&d.read, true));
@@ -369,12 +443,26 @@ mod tests {
             connect: set(&["127.0.0.1:8080"]),
             watch_tests: set(&["/task/repo/tests"]),
             watch_test_files: set(&["/task/repo/test_top.py"]),
+            collapsed: vec![Collapsed {
+                list: "read",
+                dir: "/usr/lib\n".into(),
+                paths: 57,
+                rows: 812,
+                processes: 12,
+                first: "python3[123]".into(),
+            }],
             watch_config: set(&["/task/repo/setup.cfg"]),
             skipped: 1,
             rows: 10,
         };
         let text = to_toml(&d, Path::new("run/ledger.arrow"));
         let p = Policy::parse(&text, Path::new("draft.toml")).unwrap();
+        assert!(
+            text.contains(
+                "#   read /usr/lib\\n: 57 paths, 812 rows, 12 processes, first python3[123]"
+            ),
+            "{text}"
+        );
         assert!(text.contains("127.0.0.1:8080"));
         let names: Vec<&str> = p.watches.iter().map(|w| w.name.as_str()).collect();
         assert_eq!(names, ["startup", "test_config", "tests"]);

@@ -108,6 +108,9 @@ pub struct Finding {
     pub count: u64,
     pub first_seq: u64,
     pub first_ts_ns: i64,
+    /// The time of its last row (its first's in reports of an older aet).
+    #[serde(default)]
+    pub last_ts_ns: i64,
     pub pid: u32,
     pub uid: u32,
     pub comm: String,

@@ -1,7 +1,8 @@
 //! The HTML report: one self-contained file (no network at view time). The verdict, the process
-//! tree with flagged processes marked, a timeline of the flagged accesses, and a filterable table
-//! of every finding are rendered into the page itself; a few lines of inline script only filter
-//! the table. The whole JSON report is embedded too.
+//! tree (the processes that matter, the rest counted), a timeline of the flagged accesses, and a
+//! filterable table of the findings' groups, each expandable to its findings (the first
+//! [`GROUP_FINDINGS`] of each), are rendered into the page itself; a few lines of inline script
+//! only filter the table. It stays small and fast at any size: `audit.json` has every finding.
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
@@ -54,7 +55,7 @@ svg text{font-size:11px;fill:#57606a}
 const SCRIPT: &str = r#"
 (function(){
   var q=document.getElementById('filter'),k=document.getElementById('kind'),n=document.getElementById('shown');
-  var rows=Array.prototype.slice.call(document.querySelectorAll('#findings tbody tr'));
+  var rows=Array.prototype.slice.call(document.querySelectorAll('#findings > tbody > tr'));
   function apply(){
     var t=q.value.toLowerCase(),c=k.value,shown=0;
     rows.forEach(function(r){
@@ -129,11 +130,61 @@ fn finding_row(out: &mut String, kind: &str, f: &Finding, t0: i64) {
     );
 }
 
-fn tree(out: &mut String, procs: &[Proc]) {
+/// Most processes the tree shows: those with a cheat or contaminant and their ancestors first,
+/// then other flagged ones; the rest are counted.
+const TREE_MAX: usize = 300;
+
+/// The processes that matter: every one with a cheat or contaminant finding and its ancestors,
+/// then other flagged processes (with theirs) while fewer than [`TREE_MAX`].
+fn kept(r: &Report) -> std::collections::HashSet<u32> {
+    let by_pid: std::collections::HashMap<u32, &Proc> =
+        r.processes.iter().map(|p| (p.pid, p)).collect();
+    let mut keep = std::collections::HashSet::new();
+    let add = |pid: u32, keep: &mut std::collections::HashSet<u32>| {
+        let mut cur = Some(pid);
+        let mut guard = 0;
+        while let Some(p) = cur.and_then(|c| by_pid.get(&c)) {
+            if !keep.insert(p.pid) || guard > 256 {
+                break;
+            }
+            guard += 1;
+            cur = (p.ppid != p.pid).then_some(p.ppid);
+        }
+    };
+    for f in r.cheat_hits.iter().chain(&r.contaminant_hits) {
+        add(f.pid, &mut keep);
+    }
+    // The run's first processes: where the tree starts.
+    for p in r
+        .processes
+        .iter()
+        .filter(|p| !by_pid.contains_key(&p.ppid))
+        .take(20)
+    {
+        add(p.pid, &mut keep);
+    }
+    for p in r.processes.iter().filter(|p| p.flagged) {
+        if keep.len() >= TREE_MAX {
+            break;
+        }
+        add(p.pid, &mut keep);
+    }
+    for p in &r.processes {
+        if keep.len() >= TREE_MAX {
+            break;
+        }
+        add(p.pid, &mut keep);
+    }
+    keep
+}
+
+fn tree(out: &mut String, all: &[Proc], keep: &std::collections::HashSet<u32>) {
+    let procs: Vec<&Proc> = all.iter().filter(|p| keep.contains(&p.pid)).collect();
+    let procs = procs.as_slice();
     let mut children: BTreeMap<u32, Vec<&Proc>> = BTreeMap::new();
     let pids: std::collections::HashSet<u32> = procs.iter().map(|p| p.pid).collect();
     let mut roots = Vec::new();
-    for p in procs {
+    for &p in procs {
         if pids.contains(&p.ppid) && p.ppid != p.pid {
             children.entry(p.ppid).or_default().push(p);
         } else {
@@ -179,6 +230,14 @@ fn tree(out: &mut String, procs: &[Proc]) {
         walk(out, r, &children, 0);
     }
     out.push_str("</ul>");
+    if all.len() > procs.len() {
+        let _ = write!(
+            out,
+            "<p class=\"muted\">{} more process(es) of the run not shown: none has a cheat or \
+             contaminant (audit.json lists every process).</p>",
+            all.len() - procs.len()
+        );
+    }
 }
 
 fn timeline(out: &mut String, lists: &[(&str, &[Finding])], t0: i64, t1: i64) {
@@ -228,7 +287,151 @@ fn timeline(out: &mut String, lists: &[(&str, &[Finding])], t0: i64, t1: i64) {
     );
 }
 
-/// The report as one HTML page.
+/// Findings shown under each group (every one is in `audit.json`).
+pub const GROUP_FINDINGS: usize = 25;
+/// Top-level groups shown (the largest of each list first; cheats and contaminants always).
+const GROUPS_SHOWN: usize = 1000;
+/// Path groups shown under a directory group.
+const DIR_MEMBERS: usize = 100;
+
+const FINDING_HEAD: &str = "<thead><tr><th>class</th><th>rule</th><th>access</th><th>path</th>\
+    <th>errno</th><th>process</th><th>ancestry</th><th>at</th><th>rows</th><th>tool call</th>\
+    </tr></thead>";
+
+fn group_kind(g: &super::groups::Group) -> &'static str {
+    match g.list.as_str() {
+        "cheat_hits" => "cheat",
+        "contaminant_hits" => "contaminant",
+        "out_of_scope" => "out_of_scope",
+        "blocked" => "blocked",
+        _ => "warning",
+    }
+}
+
+/// The groups' table: a row a group (its class, rule, access, path or directory, rows,
+/// processes, first process, first and last time), each expandable to its findings (or a
+/// directory's paths).
+fn groups(o: &mut String, r: &Report, t0: i64) {
+    let lists = r.finding_lists();
+    let list_of = |name: &str| {
+        lists
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, l)| *l)
+            .unwrap_or_default()
+    };
+    let top: Vec<&super::groups::Group> = r.groups.iter().filter(|g| g.parent.is_none()).collect();
+    let nfind: usize = lists.iter().take(4).map(|(_, l)| l.len()).sum();
+    let _ = write!(
+        o,
+        "<section id=\"groups\"><h2>Flagged accesses: {} groups of {} findings</h2>\
+         <input id=\"filter\" type=\"search\" placeholder=\"filter: path, process, rule...\" aria-label=\"filter\">\
+         <select id=\"kind\" aria-label=\"class\"><option value=\"\">all classes</option><option value=\"cheat\">cheats</option>\
+         <option value=\"contaminant\">contaminants</option><option value=\"out_of_scope\">out of scope</option><option value=\"warning\">warnings</option></select>\
+         <span id=\"shown\" class=\"muted\"></span>\
+         <table id=\"findings\"><thead><tr><th>class</th><th>rule</th><th>access</th><th>path</th>\
+         <th>rows</th><th>processes</th><th>first by</th><th>at</th></tr></thead><tbody>\n",
+        top.len(),
+        nfind
+    );
+    let mut shown = 0;
+    for g in &top {
+        let always = matches!(g.list.as_str(), "cheat_hits" | "contaminant_hits");
+        if g.list == "blocked" || (!always && shown >= GROUPS_SHOWN) {
+            continue;
+        }
+        shown += 1;
+        let kind = group_kind(g);
+        let mut inner = String::new();
+        if g.dir {
+            inner.push_str("<table><thead><tr><th>path</th><th>rows</th><th>processes</th><th>first by</th></tr></thead><tbody>");
+            for &m in g.members.iter().take(DIR_MEMBERS) {
+                let p = &r.groups[m];
+                let _ = write!(
+                    inner,
+                    "<tr><td class=\"path\">{}</td><td>{}</td><td>{}</td><td>{}[{}]</td></tr>",
+                    esc(&p.path),
+                    p.rows,
+                    p.processes,
+                    esc(&p.first.comm),
+                    p.first.pid
+                );
+            }
+            if g.members.len() > DIR_MEMBERS {
+                let _ = write!(
+                    inner,
+                    "<tr><td colspan=\"4\" class=\"muted\">{} more paths in audit.json</td></tr>",
+                    g.members.len() - DIR_MEMBERS
+                );
+            }
+            inner.push_str("</tbody></table>");
+        } else {
+            let findings = list_of(&g.list);
+            let _ = write!(inner, "<table>{FINDING_HEAD}<tbody>");
+            for &fi in g.members.iter().take(GROUP_FINDINGS) {
+                finding_row(&mut inner, kind, &findings[fi], t0);
+            }
+            if g.members.len() > GROUP_FINDINGS {
+                let _ = write!(
+                    inner,
+                    "<tr><td colspan=\"10\" class=\"muted\">{} more findings in audit.json</td></tr>",
+                    g.members.len() - GROUP_FINDINGS
+                );
+            }
+            inner.push_str("</tbody></table>");
+        }
+        let path = if g.dir {
+            format!("{}/ ({} files)", g.path, g.paths)
+        } else {
+            g.path.clone()
+        };
+        let _ = writeln!(
+            o,
+            "<tr class=\"{kind}\"><td>{}</td><td>{}</td><td>{} {}</td><td class=\"path\">\
+             <details><summary>{}</summary>{inner}</details></td><td>{}</td><td>{}</td>\
+             <td>{}[{}] <span class=\"muted\">{}</span></td><td>{:.3}&ndash;{:.3} s{}</td></tr>",
+            esc(kind),
+            esc(&g.rule),
+            esc(&g.access),
+            esc(g.outcome.name()),
+            esc(&path),
+            g.rows,
+            g.processes,
+            esc(&g.first.comm),
+            g.first.pid,
+            esc(&g
+                .first
+                .argv
+                .as_ref()
+                .map(|a| a.join(" "))
+                .unwrap_or_default()
+                .chars()
+                .take(120)
+                .collect::<String>()),
+            (g.first_ts_ns - t0) as f64 / 1e9,
+            (g.last_ts_ns - t0) as f64 / 1e9,
+            if g.phase == crate::ledger::record::FIRST_PHASE {
+                String::new()
+            } else {
+                format!("<br><span class=\"muted\">{}</span>", esc(&g.phase))
+            },
+        );
+    }
+    o.push_str("</tbody></table>");
+    let hidden = top
+        .iter()
+        .filter(|g| g.list != "blocked")
+        .count()
+        .saturating_sub(shown);
+    if hidden > 0 {
+        let _ = write!(
+            o,
+            "<p class=\"muted\">{hidden} smaller groups not shown: audit.json has every group and finding.</p>"
+        );
+    }
+    o.push_str("</section>\n");
+}
+
 /// The watched files: what was fingerprinted, every change with who made it, what was touched.
 fn watched(o: &mut String, w: &super::watched::WatchReport) {
     let _ = write!(
@@ -368,25 +571,7 @@ pub fn render(r: &Report) -> String {
     timeline(&mut o, &lists, t0, t1);
     o.push_str("</section>\n");
 
-    o.push_str(
-        "<section><h2>Flagged accesses</h2>\
-         <input id=\"filter\" type=\"search\" placeholder=\"filter: path, process, rule...\" aria-label=\"filter\">\
-         <select id=\"kind\" aria-label=\"class\"><option value=\"\">all classes</option><option value=\"cheat\">cheats</option>\
-         <option value=\"contaminant\">contaminants</option><option value=\"out_of_scope\">out of scope</option><option value=\"warning\">warnings</option></select>\
-         <span id=\"shown\" class=\"muted\"></span>\
-         <table id=\"findings\"><thead><tr><th>class</th><th>rule</th><th>access</th><th>path</th><th>errno</th><th>process</th><th>ancestry</th><th>at</th><th>rows</th><th>tool call</th></tr></thead><tbody>\n",
-    );
-    for (kind, list) in [
-        ("cheat", &r.cheat_hits),
-        ("contaminant", &r.contaminant_hits),
-        ("out_of_scope", &r.out_of_scope),
-        ("warning", &r.warnings),
-    ] {
-        for f in list {
-            finding_row(&mut o, kind, f, t0);
-        }
-    }
-    o.push_str("</tbody></table></section>\n");
+    groups(&mut o, r, t0);
 
     if let Some(w) = &r.watched {
         watched(&mut o, w);
@@ -416,22 +601,23 @@ pub fn render(r: &Report) -> String {
             "<h3>{what}: {}</h3><table><thead><tr><th>class</th><th>rule</th><th>access</th><th>path</th><th>errno</th><th>process</th><th>ancestry</th><th>at</th><th>rows</th><th>tool call</th></tr></thead><tbody>",
             r.blocked.len()
         );
-        for f in &r.blocked {
+        for f in r.blocked.iter().take(GROUP_FINDINGS * 20) {
             finding_row(&mut o, "blocked", f, t0);
+        }
+        if r.blocked.len() > GROUP_FINDINGS * 20 {
+            let _ = write!(
+                o,
+                "<tr><td colspan=\"10\" class=\"muted\">{} more in audit.json</td></tr>",
+                r.blocked.len() - GROUP_FINDINGS * 20
+            );
         }
         o.push_str("</tbody></table></section>\n");
     }
 
     o.push_str("<section><h2>Process tree</h2><p class=\"muted\">&#9873; marks a process with a cheat, contaminant or out-of-scope access; grey: aet's own set-up.</p>");
-    tree(&mut o, &r.processes);
+    tree(&mut o, &r.processes, &kept(r));
     o.push_str("</section>\n");
 
-    let json = serde_json::to_string(r)
-        .unwrap_or_default()
-        .replace("</", "<\\/");
-    let _ = writeln!(
-        o,
-        "</main><script type=\"application/json\" id=\"report\">{json}</script><script>{SCRIPT}</script></body></html>"
-    );
+    let _ = writeln!(o, "</main><script>{SCRIPT}</script></body></html>");
     o
 }

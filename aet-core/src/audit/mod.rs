@@ -13,6 +13,7 @@ pub(crate) mod batch;
 pub mod draft;
 pub mod engine;
 pub mod finding;
+pub mod groups;
 pub mod html;
 pub mod phases;
 pub mod reached;
@@ -202,6 +203,11 @@ pub struct Report {
     /// changed it, what was written and left as it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watched: Option<watched::WatchReport>,
+    /// The findings grouped by list, rule, outcome, access, phase and path (out-of-scope paths of
+    /// one directory gathered under a directory group): what the terminal and HTML reports show
+    /// first. The lists above keep every finding.
+    #[serde(default)]
+    pub groups: Vec<groups::Group>,
 }
 
 impl Report {
@@ -365,7 +371,7 @@ fn build_report(
         complete,
         isolation_clean && warnings.is_empty(),
     );
-    Report {
+    let mut report = Report {
         format: REPORT_FORMAT.into(),
         version: REPORT_VERSION,
         aet_version: env!("CARGO_PKG_VERSION").into(),
@@ -396,7 +402,10 @@ fn build_report(
         transcripts,
         phases: phase_infos,
         watched: scan.watch.take(),
-    }
+        groups: Vec::new(),
+    };
+    report.groups = groups::group(&report);
+    report
 }
 
 /// The transcripts beside the kernel's record: the tool calls whose command or paths match a
@@ -550,7 +559,7 @@ impl BarrierInfo {
     }
 }
 
-fn who(f: &Finding) -> String {
+pub(crate) fn who(f: &Finding) -> String {
     let mut s = format!("{}[{}]", f.comm, f.pid);
     for a in f.ancestry.iter().take(3) {
         s.push_str(&format!(" < {}[{}]", a.comm, a.pid));
@@ -634,67 +643,7 @@ pub fn render_text(r: &Report) -> String {
             }
         );
     }
-    let mut lines = 0;
-    for (label, list) in [
-        ("CHEAT", &r.cheat_hits),
-        ("CONTAM", &r.contaminant_hits),
-        ("SCOPE", &r.out_of_scope),
-        ("WARN", &r.warnings),
-        (
-            if r.barrier.as_ref().is_some_and(|b| b.enforced.is_some()) {
-                "DENIED"
-            } else {
-                "SHADOW"
-            },
-            &r.blocked,
-        ),
-    ] {
-        for (i, f) in list.iter().enumerate() {
-            if lines >= 14 || i >= 6 {
-                let _ = writeln!(
-                    s,
-                    "{label:<7}... {} more (see the JSON report)",
-                    list.len() - i
-                );
-                lines += 1;
-                break;
-            }
-            let outcome = match f.outcome {
-                Outcome::Hit => "",
-                Outcome::Attempted => " (attempted)",
-                Outcome::Probed => " (probed)",
-                Outcome::Blocked => " (blocked)",
-                Outcome::WouldBlock => " (would be blocked)",
-            };
-            let count = if f.count > 1 {
-                format!(" x{}", f.count)
-            } else {
-                String::new()
-            };
-            let via = match f.reached {
-                Some(r) if r != Reached::Path => format!(" (through an fd {})", r.text()),
-                _ => String::new(),
-            };
-            let phase = if f.phase == crate::ledger::record::FIRST_PHASE {
-                String::new()
-            } else {
-                format!(" [{}]", f.phase)
-            };
-            let _ = writeln!(
-                s,
-                "{label:<7}{} {}{outcome} {}{via}{count}{phase}  by {}",
-                f.rule,
-                f.access,
-                crate::util::escape_path(&f.path),
-                who(f)
-            );
-            lines += 1;
-            if let Some(w) = &f.watch {
-                let _ = writeln!(s, "{:<7}{}", "", w.detail);
-                lines += 1;
-            }
-        }
-    }
+    groups::render_text(r, &mut s);
     if let Some(w) = r.watched.as_ref().filter(|w| !w.touched.is_empty()) {
         let shown: Vec<String> = w
             .touched

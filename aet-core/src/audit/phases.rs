@@ -124,6 +124,7 @@ impl Phases {
         };
         if let Some(&f) = seen.get(&pid) {
             e.findings[f].count += 1;
+            e.findings[f].last_ts_ns = c.ts.value(i);
             return;
         }
         let class = if acts {

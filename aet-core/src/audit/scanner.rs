@@ -132,6 +132,7 @@ impl<'p> Scanner<'p> {
             count: 1,
             first_seq: row.cols.seq.value(row.i),
             first_ts_ns: row.cols.ts.value(row.i),
+            last_ts_ns: row.cols.ts.value(row.i),
             pid: row.pid,
             uid: row.cols.uid.value(row.i),
             comm: lossy(row.cols.comm.value(row.i)),
@@ -154,7 +155,9 @@ impl<'p> Scanner<'p> {
         let outcome = Outcome::Hit;
         let key = (rule, row.pid, outcome);
         if let Some(&i) = self.argv_index.get(&key) {
-            self.findings[i].count += 1;
+            let f = &mut self.findings[i];
+            f.count += 1;
+            f.last_ts_ns = row.cols.ts.value(row.i);
             return;
         }
         let f = Finding {
@@ -192,7 +195,9 @@ impl<'p> Scanner<'p> {
         };
         let key = (row.pid, target, access, outcome);
         if let Some(&i) = self.proc_index.get(&key) {
-            self.findings[i].count += 1;
+            let f = &mut self.findings[i];
+            f.count += 1;
+            f.last_ts_ns = row.cols.ts.value(row.i);
             return;
         }
         let f = Finding {
@@ -311,7 +316,9 @@ impl<'p> Scanner<'p> {
     ) {
         let key = (rule, outcome, access.bit(), row.pid, path_id);
         if let Some(&i) = self.index.get(&key) {
-            self.findings[i].count += 1;
+            let f = &mut self.findings[i];
+            f.count += 1;
+            f.last_ts_ns = row.cols.ts.value(row.i);
             return;
         }
         let rule_name = if rule == self.oos_rule {

@@ -471,6 +471,7 @@ fn outside_finding(
         count: 0,
         first_seq: u64::MAX,
         first_ts_ns: ts,
+        last_ts_ns: ts,
         pid: 0,
         uid: 0,
         comm: "(outside the run)".into(),

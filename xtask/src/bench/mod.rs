@@ -17,6 +17,7 @@ use crate::root;
 mod barrier;
 mod overload;
 mod query;
+mod report;
 mod resident;
 
 #[derive(clap::Args)]
@@ -388,6 +389,9 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
     }
     if args.only.as_deref().is_none_or(|o| "query".contains(o)) {
         query::run(aet, &args)?;
+    }
+    if args.only.as_deref().is_none_or(|o| "report".contains(o)) {
+        report::run(aet, &args)?;
     }
     Ok(())
 }
