@@ -322,7 +322,7 @@ fn groups(o: &mut String, r: &Report, t0: i64) {
     };
     let top: Vec<&super::groups::Group> = r.groups.iter().filter(|g| g.parent.is_none()).collect();
     let nfind: usize = lists.iter().take(4).map(|(_, l)| l.len()).sum();
-    let _ = write!(
+    let _ = writeln!(
         o,
         "<section id=\"groups\"><h2>Flagged accesses: {} groups of {} findings</h2>\
          <input id=\"filter\" type=\"search\" placeholder=\"filter: path, process, rule...\" aria-label=\"filter\">\
@@ -330,7 +330,7 @@ fn groups(o: &mut String, r: &Report, t0: i64) {
          <option value=\"contaminant\">contaminants</option><option value=\"out_of_scope\">out of scope</option><option value=\"warning\">warnings</option></select>\
          <span id=\"shown\" class=\"muted\"></span>\
          <table id=\"findings\"><thead><tr><th>class</th><th>rule</th><th>access</th><th>path</th>\
-         <th>rows</th><th>processes</th><th>first by</th><th>at</th></tr></thead><tbody>\n",
+         <th>rows</th><th>processes</th><th>first by</th><th>at</th></tr></thead><tbody>",
         top.len(),
         nfind
     );
