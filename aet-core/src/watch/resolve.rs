@@ -6,8 +6,9 @@
 //!   working directory;
 //! - `@path/GLOB`: at each directory of the command's `PATH`, in order;
 //! - `@site/GLOB`: at each site-packages directory of the interpreters on that `PATH` (their
-//!   prefix's `lib/python3*/site-packages` and `dist-packages`, a virtual environment's own,
-//!   Debian's `lib/python3/dist-packages`) and the user's (`~/.local/lib/python3*/site-packages`).
+//!   prefix's `lib/python3*/site-packages` and `dist-packages`, a virtual environment's own, every
+//!   pyenv version's behind its `shims`, Debian's `lib/python3/dist-packages`) and the user's
+//!   (`~/.local/lib/python3*/site-packages`).
 //!
 //! No program of the view is run to find these: a trojaned interpreter cannot answer for itself.
 
@@ -166,6 +167,17 @@ pub fn site_dirs(path_dirs: &[PPath], home: Option<&Path>) -> Vec<PPath> {
         {
             lib_sites(prefix, &mut out);
         }
+        // pyenv's shims are scripts that pick one of its versions: every version's.
+        if dir.file_name().is_some_and(|n| n == "shims")
+            && let Some(root) = dir.parent()
+            && let Ok(versions) = std::fs::read_dir(root.join("versions"))
+        {
+            let mut vs: Vec<_> = versions.flatten().map(|e| e.path()).collect();
+            vs.sort();
+            for v in vs {
+                lib_sites(&v, &mut out);
+            }
+        }
         for py in pythons {
             let Ok(real) = std::fs::canonicalize(&py) else {
                 continue;
@@ -323,6 +335,22 @@ mod tests {
         );
         assert_eq!(root_of("/r/**/conftest.py"), (PathBuf::from("/r"), None));
         assert_eq!(root_of("/r/*/x.py"), (PathBuf::from("/r"), Some(2)));
+    }
+
+    #[test]
+    fn pyenv_shims_stand_for_every_version() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::create_dir_all(root.join("shims")).unwrap();
+        std::fs::write(
+            root.join("shims/python3"),
+            "#!/bin/sh\nexec pyenv exec python3\n",
+        )
+        .unwrap();
+        let site = root.join("versions/3.11.9/lib/python3.11/site-packages");
+        std::fs::create_dir_all(&site).unwrap();
+        let dirs = site_dirs(&[PPath(root.join("shims"))], None);
+        assert_eq!(dirs, vec![PPath(site)]);
     }
 
     #[test]

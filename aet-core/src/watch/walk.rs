@@ -2,11 +2,10 @@
 //!
 //! Each glob is walked from its literal directory, no deeper than it can match, never through a
 //! symlink (a symlink is an entry: its target is recorded, not followed), never into `/proc`,
-//! `/sys` or `/dev` from above, and never into a `.git`
-//! directory the glob does not name. Regular files are hashed with SHA-256, opened with
-//! `O_NOFOLLOW | O_NONBLOCK` (a FIFO swapped in cannot block the walk); a file whose identity and
-//! change time are those of the snapshot before keeps that snapshot's hash (no process can set a
-//! change time). The limits bound entries and bytes hashed: past one, the snapshot is refused
+//! `/sys` or `/dev` from above, and never into a `.git` directory the glob does not name.
+//! Regular files are hashed with SHA-256, opened with `O_NOFOLLOW | O_NONBLOCK` (a FIFO swapped in
+//! cannot block the walk); a file whose identity, size and times are those of the snapshot before
+//! keeps that snapshot's hash (no process can set a change time). The limits bound entries and bytes hashed: past one, the snapshot is refused
 //! with the limit, the watch and the directory named.
 
 use std::{
