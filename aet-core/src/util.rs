@@ -130,6 +130,16 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The parent directory of an absolute path, as text (`None` for `/`).
+pub fn parent_dir(p: &str) -> Option<&str> {
+    let t = p.trim_end_matches('/');
+    let i = t.rfind('/')?;
+    Some(if i == 0 { "/" } else { &t[..i] })
+}
+
+/// The pseudo file systems: a walk from above never enters them; a draft allows them whole.
+pub const PSEUDO_FS: &[&str] = &["/proc", "/sys", "/dev"];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,7 @@ use crate::{ledger::reader::ReadError, policy::Policy};
 const COLLAPSE_AT: usize = 3;
 
 /// Pseudo file systems allowed whole.
-const WHOLE: &[&str] = &["/proc", "/sys", "/dev"];
+const WHOLE: &[&str] = crate::util::PSEUDO_FS;
 
 /// What a drafted policy allows, before it is written out.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -126,12 +126,7 @@ enum TestPath {
     File(String),
 }
 
-/// The parent directory of an absolute path (`None` for `/`).
-fn parent(p: &str) -> Option<&str> {
-    let t = p.trim_end_matches('/');
-    let i = t.rfind('/')?;
-    Some(if i == 0 { "/" } else { &t[..i] })
-}
+use crate::util::parent_dir as parent;
 
 /// Is `p` `dir` or below it?
 fn under(p: &str, dir: &str) -> bool {

@@ -63,12 +63,6 @@ pub struct Group {
     pub parent: Option<usize>,
 }
 
-fn parent_dir(p: &str) -> Option<&str> {
-    let t = p.trim_end_matches('/');
-    let i = t.rfind('/')?;
-    Some(if i == 0 { "/" } else { &t[..i] })
-}
-
 fn first_of(f: &Finding) -> First {
     First {
         pid: f.pid,
@@ -148,7 +142,7 @@ pub fn group(r: &Report) -> Vec<Group> {
         if g.class != Class::OutOfScope || g.path_hex.is_some() {
             continue;
         }
-        if let Some(d) = parent_dir(&g.path) {
+        if let Some(d) = crate::util::parent_dir(&g.path) {
             dirs.entry((
                 g.rule.clone(),
                 g.outcome,
@@ -251,18 +245,6 @@ pub fn group(r: &Report) -> Vec<Group> {
     out
 }
 
-/// Every group's finding count and rows add up to its list's (for the tests and `aet audit`'s
-/// own check).
-pub fn totals(groups: &[Group]) -> BTreeMap<&str, (usize, u64)> {
-    let mut t: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
-    for g in groups.iter().filter(|g| !g.dir) {
-        let e = t.entry(g.list.as_str()).or_default();
-        e.0 += g.findings;
-        e.1 += g.rows;
-    }
-    t
-}
-
 /// Most lines of groups the terminal shows of the lists that fold (out of scope, warnings,
 /// blocked); cheats and contaminants are always shown whole.
 const FOLDED_LINES: usize = 12;
@@ -289,14 +271,7 @@ fn outcome_text(o: Outcome) -> &'static str {
 }
 
 fn first_text(f: &First) -> String {
-    let mut s = format!("{}[{}]", f.comm, f.pid);
-    for a in f.ancestry.iter().take(3) {
-        s.push_str(&format!(" < {}[{}]", a.comm, a.pid));
-    }
-    if f.ancestry.len() > 3 {
-        s.push_str(" < ...");
-    }
-    s
+    super::chain(&f.comm, f.pid, &f.ancestry)
 }
 
 /// One group in a line.

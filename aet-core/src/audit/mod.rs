@@ -560,11 +560,16 @@ impl BarrierInfo {
 }
 
 pub(crate) fn who(f: &Finding) -> String {
-    let mut s = format!("{}[{}]", f.comm, f.pid);
-    for a in f.ancestry.iter().take(3) {
+    chain(&f.comm, f.pid, &f.ancestry)
+}
+
+/// A process and its nearest three ancestors: `cat[12] < sh[11] < bash[10] < ...`.
+pub(crate) fn chain(comm: &str, pid: u32, ancestry: &[Ancestor]) -> String {
+    let mut s = format!("{comm}[{pid}]");
+    for a in ancestry.iter().take(3) {
         s.push_str(&format!(" < {}[{}]", a.comm, a.pid));
     }
-    if f.ancestry.len() > 3 {
+    if ancestry.len() > 3 {
         s.push_str(" < ...");
     }
     s

@@ -26,7 +26,7 @@ use super::{Cost, Fingerprint, Kind, Limits, MAX_WALKED, Resolved, Snapshot, res
 use crate::stage::PPath;
 
 /// Pseudo file systems a walk from above never enters (a glob that starts in one may).
-const PSEUDO: &[&str] = &["/proc", "/sys", "/dev"];
+const PSEUDO: &[&str] = crate::util::PSEUDO_FS;
 
 /// The compiled globs of every watch, each glob's index naming its watch.
 pub struct Matcher {

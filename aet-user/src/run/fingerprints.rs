@@ -4,9 +4,9 @@
 //!
 //! The view is the host's for a run without a sandbox, the sandbox's mount namespace (its stage
 //! hands it over before it execs the command, and aet keeps it open to the end), or a container's
-//! (`aet watch RUN_DIR --root PID`). Outside the host's view the walk runs in a helper, `aet
-//! __fingerprint`, that joined the namespace: its reads are not the run's (it is not in the
-//! run's cgroup), and it never follows a symlink out of the view.
+//! (`aet watch RUN_DIR --root PID`). The walk runs in a helper, `aet __fingerprint`, that joined
+//! the namespace (when the view has one): its reads are not the run's (it is not in the run's
+//! cgroup), it never follows a symlink out of the view, and one that hangs is killed.
 
 use std::{
     io::{Read as _, Write as _},
@@ -216,14 +216,11 @@ impl Fingerprints {
     }
 }
 
-/// Takes a snapshot in `view`: in this process for the host's, else in a helper that joins the
-/// namespace.
+/// Takes a snapshot in `view`, always in a helper process (joined to the view's namespace when it
+/// has one): one that does not answer within [`HELPER_LIMIT`] (a file that blocks its reader) is
+/// killed, and the snapshot is an error, never a hang of the run.
 fn take(view: &View, req: &Request) -> Result<(Resolved, watch::Snapshot), String> {
-    let answer = match view.namespace() {
-        None => watch::answer(req),
-        Some(ns) => helper(ns, req)?,
-    };
-    match answer {
+    match helper(view.namespace(), req)? {
         Answer::Taken { resolved, snapshot } => Ok((resolved, snapshot)),
         Answer::Refused { message } => Err(message),
     }
@@ -232,28 +229,32 @@ fn take(view: &View, req: &Request) -> Result<(Resolved, watch::Snapshot), Strin
 /// The fd number the helper finds the namespace at.
 const NS_FD: i32 = 3;
 
-fn helper(ns: &OwnedFd, req: &Request) -> Result<Answer, String> {
+/// How long one snapshot may take.
+const HELPER_LIMIT: std::time::Duration = std::time::Duration::from_secs(240);
+
+fn helper(ns: Option<&OwnedFd>, req: &Request) -> Result<Answer, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find aet itself: {e}"))?;
-    let raw = ns.as_raw_fd();
     let mut cmd = Command::new(exe);
     cmd.arg("__fingerprint")
-        .arg("--ns-fd")
-        .arg(NS_FD.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: dup2 and fcntl are async-signal-safe.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-            if raw == NS_FD {
-                if libc::fcntl(raw, libc::F_SETFD, 0) != 0 {
+    if let Some(ns) = ns {
+        let raw = ns.as_raw_fd();
+        cmd.arg("--ns-fd").arg(NS_FD.to_string());
+        // SAFETY: dup2 and fcntl are async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                if raw == NS_FD {
+                    if libc::fcntl(raw, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(raw, NS_FD) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-            } else if libc::dup2(raw, NS_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+                Ok(())
+            });
+        }
     }
     let mut child = cmd
         .spawn()
@@ -261,12 +262,33 @@ fn helper(ns: &OwnedFd, req: &Request) -> Result<Answer, String> {
     let input = serde_json::to_vec(req).expect("requests serialise");
     let mut stdin = child.stdin.take().expect("piped");
     let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let mut out = Vec::new();
-    let _ = child.stdout.take().expect("piped").read_to_end(&mut out);
-    let status = child
-        .wait()
-        .map_err(|e| format!("the fingerprint helper: {e}"))?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = stdout.read_to_end(&mut out);
+        out
+    });
+    let deadline = std::time::Instant::now() + HELPER_LIMIT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Ok(None) => {
+                // Not waited for: a reader stuck in the kernel may not die at once.
+                let _ = child.kill();
+                return Err(format!(
+                    "the fingerprint helper did not finish within {} s (a watched file that \
+                     does not answer its reader?): killed",
+                    HELPER_LIMIT.as_secs()
+                ));
+            }
+            Err(e) => return Err(format!("the fingerprint helper: {e}")),
+        }
+    };
     let _ = writer.join();
+    let out = reader.join().unwrap_or_default();
     if !status.success() {
         let mut err = String::new();
         if let Some(mut e) = child.stderr.take() {
