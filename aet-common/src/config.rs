@@ -176,4 +176,12 @@ pub mod fileio {
     /// A fanotify group's fd: the events read from it carry fds, each recorded as an `fd`
     /// row.
     pub const FANOTIFY: u32 = 3;
+    /// A socket: the first bytes of its first message are captured (the names a connection
+    /// carries), and of every message both ways when it talks to a DNS port.
+    pub const SOCKET: u32 = 4;
+    /// The socket's first message was captured.
+    pub const SENT: u32 = 1 << 2;
+    /// The socket is connected to port 53: every message it sends and receives is captured
+    /// (each is a DNS query or answer).
+    pub const DNS: u32 = 1 << 3;
 }

@@ -35,8 +35,12 @@ pub mod counter {
     /// A task of the run made a successful bpf() call: it could change the monitor's maps
     /// (untrack itself, say), so the record can no longer be trusted to be complete.
     pub const BPF_CALLS: u32 = 12;
+    /// A socket message that names hosts (a DNS query or answer, a connection's first bytes)
+    /// was sent or received beyond what the programs capture (more messages in one
+    /// `sendmmsg`/`recvmmsg`, or more buffers than they read): a name may be missing.
+    pub const PAYLOAD_UNRECORDED: u32 = 13;
     /// Number of counters.
-    pub const COUNT: u32 = 13;
+    pub const COUNT: u32 = 14;
     /// Counters that mean an event or part of one never reached userspace.
     pub const LOSSES: [u32; 6] = [
         RINGBUF_FULL,
@@ -61,5 +65,6 @@ pub mod counter {
         "fd_unrecorded",
         "scope_left",
         "bpf_calls",
+        "payload_unrecorded",
     ];
 }

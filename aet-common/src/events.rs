@@ -93,6 +93,16 @@ pub enum EventKind {
     /// destination. The section [`section::PATH`] holds the socket address as the process passed
     /// it (for accept, as the kernel wrote the peer's), raw bytes; `fd` is the socket.
     Net = 17,
+    /// The first bytes of a socket message (kernel records only, never a row): a send's or a
+    /// DNS answer's payload, in [`section::ARGV`] (at most [`PAYLOAD_CAP`] bytes, flagged
+    /// [`flags::ARGV_TRUNCATED`] when the message was longer); [`section::PATH`] holds the
+    /// destination (or source) address when the call named one. `aux` is the message's length,
+    /// `aux2` its [`payload`] direction, `dev`/`ino` the socket's identity. Userspace makes a
+    /// `dns` row of a query and its answer, and a `net` row of a TLS ClientHello or an HTTP
+    /// request that names a host.
+    Payload = 18,
+    /// A DNS query of the run and its answer (rows only: made from two payload records).
+    Dns = 19,
 }
 
 impl EventKind {
@@ -116,12 +126,14 @@ impl EventKind {
             15 => Self::Process,
             16 => Self::Watch,
             17 => Self::Net,
+            18 => Self::Payload,
+            19 => Self::Dns,
             _ => return None,
         })
     }
 
     /// Every kind, in number order.
-    pub const ALL: [EventKind; 17] = [
+    pub const ALL: [EventKind; 19] = [
         Self::Open,
         Self::Exec,
         Self::Fork,
@@ -139,6 +151,8 @@ impl EventKind {
         Self::Process,
         Self::Watch,
         Self::Net,
+        Self::Payload,
+        Self::Dns,
     ];
 
     /// The kind a ledger's `kind` column names.
@@ -161,6 +175,8 @@ impl EventKind {
             b"process" => Self::Process,
             b"watch" => Self::Watch,
             b"net" => Self::Net,
+            b"payload" => Self::Payload,
+            b"dns" => Self::Dns,
             _ => return None,
         })
     }
@@ -185,6 +201,8 @@ impl EventKind {
             Self::Process => "process",
             Self::Watch => "watch",
             Self::Net => "net",
+            Self::Payload => "payload",
+            Self::Dns => "dns",
         }
     }
 }
@@ -254,6 +272,18 @@ pub mod fd_origin {
 
 /// Most bytes of a socket address a `net` record holds (`struct sockaddr_un` is 110).
 pub const SOCKADDR_CAP: usize = 112;
+
+/// Most bytes of a socket message a payload record holds: a DNS message over UDP, a TLS
+/// ClientHello with post-quantum key shares (about 1.8 KB), an HTTP request's head.
+pub const PAYLOAD_CAP: usize = 4096;
+
+/// The direction of a payload record ([`EventHeader::aux2`]).
+pub mod payload {
+    /// Sent by the run.
+    pub const SEND: u64 = 0;
+    /// Received by the run.
+    pub const RECV: u64 = 1;
+}
 
 /// Bits of [`EventHeader::flags`].
 pub mod flags {

@@ -65,4 +65,5 @@ pub mod uapi {
     pub const S_IFMT: u16 = 0o170000;
     pub const S_IFREG: u16 = 0o100000;
     pub const S_IFDIR: u16 = 0o040000;
+    pub const S_IFSOCK: u16 = 0o140000;
 }

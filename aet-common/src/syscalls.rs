@@ -281,6 +281,10 @@ syscalls! {
     // No row: a successful bpf() by a task of a run is counted (`bpf_calls`), since it can
     // change the monitor's own maps.
     Bpf = 110, "bpf", unrecorded();
+    // Receives and sends whose payload may name hosts (DNS answers, batched DNS queries): no
+    // row of their own.
+    Recvfrom = 111, "recvfrom", acct(io::READ, 0);
+    Sendmmsg = 112, "sendmmsg", with_fd(sh(Net, N, N, 3, N), 0);
 }
 
 /// A syscall that is dispatched but makes no row.

@@ -223,6 +223,8 @@ pub fn classify(kind: EventKind, row: &impl RowFields) -> Accessed {
         // Another process, not a file (the audit judges its target); a socket address (the
         // audit judges its endpoint).
         EventKind::Process | EventKind::Net => Accesses::NONE,
+        // A name looked up (the audit judges its host); payload records make no rows.
+        EventKind::Dns | EventKind::Payload => Accesses::NONE,
         EventKind::Memfd | EventKind::Fork | EventKind::Exit => Accesses::NONE,
     };
     let first = if verbatim(shape::PATH_VERBATIM) {

@@ -3,7 +3,7 @@
 
 use aet_common::{
     EventHeader, ScopeIndex, fileio, flags, kfunc,
-    uapi::{S_IFDIR, S_IFMT, S_IFREG},
+    uapi::{S_IFDIR, S_IFMT, S_IFREG, S_IFSOCK},
 };
 
 use aya_ebpf::helpers::generated;
@@ -288,6 +288,7 @@ pub(crate) fn mode_class(mode: u16) -> u32 {
     match mode & S_IFMT {
         S_IFREG => fileio::REGULAR,
         S_IFDIR => fileio::DIRECTORY,
+        S_IFSOCK => fileio::SOCKET,
         _ => fileio::IGNORED,
     }
 }

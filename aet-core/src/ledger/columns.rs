@@ -529,3 +529,47 @@ impl Kind for Argv {
         (!seed.is_multiple_of(4)).then(|| ARGVS[seed as usize % ARGVS.len()])
     }
 }
+
+/// Texts a row owns (a DNS answer's records): a list of UTF-8 strings, or null.
+pub struct Texts;
+
+impl Kind for Texts {
+    type In<'a> = Option<Vec<String>>;
+    type Out = Option<Vec<String>>;
+    type Builder = ListBuilder<StringBuilder>;
+    type Reader<'b> = &'b ListArray;
+    const DOC_TYPE: &'static str = "list<utf8>?";
+
+    fn fields(name: &str) -> Vec<Field> {
+        Argv::fields(name)
+    }
+    fn builder(_rows: usize) -> Self::Builder {
+        ListBuilder::new(StringBuilder::new())
+    }
+    fn append(b: &mut Self::Builder, v: &Option<Vec<String>>) {
+        match v {
+            Some(items) => {
+                for item in items {
+                    b.values().append_value(item);
+                }
+                b.append(true);
+            }
+            None => b.append(false),
+        }
+    }
+    fn finish(b: &mut Self::Builder, out: &mut Vec<ArrayRef>) {
+        out.push(Arc::new(b.finish()));
+    }
+    fn reader<'b>(batch: &'b RecordBatch, name: &str) -> Self::Reader<'b> {
+        array(batch, name)
+    }
+    fn get(r: &Self::Reader<'_>, i: usize) -> Option<Vec<String>> {
+        Argv::get(r, i)
+    }
+    fn out(v: &Option<Vec<String>>) -> Option<Vec<String>> {
+        v.clone()
+    }
+    fn sample(seed: u64) -> Option<Vec<String>> {
+        (!seed.is_multiple_of(3)).then(|| vec![format!("A 10.0.0.{}", seed % 250), "CNAME x.".into()])
+    }
+}

@@ -689,17 +689,30 @@ pub(crate) const ADDED_IN_3: [&str; 9] = [
 /// the `agent` phase).
 pub(crate) const ADDED_IN_4: [&str; 1] = [schema::col::PHASE];
 
-/// What a version 2 ledger lacks.
-const ADDED_IN_3_OR_4: [&str; 10] = {
-    let mut all = [""; 10];
-    let mut i = 0;
-    while i < ADDED_IN_3.len() {
-        all[i] = ADDED_IN_3[i];
-        i += 1;
+/// Columns added by schema version 5 (null when an older ledger is read).
+pub(crate) const ADDED_IN_5: [&str; 7] = [
+    schema::col::HOST,
+    schema::col::HOST_RAW,
+    schema::col::HOST_SOURCE,
+    schema::col::DNS_TYPE,
+    schema::col::DNS_RCODE,
+    schema::col::DNS_ANSWERS,
+    schema::col::NET_DECISION,
+];
+
+/// What a ledger of `version` lacks (`None`: a version this build does not read).
+fn lacks(version: &str) -> Option<Vec<&'static str>> {
+    let mut v: Vec<&'static str> = Vec::new();
+    match version {
+        SCHEMA_VERSION => return Some(v),
+        "4" => {}
+        "3" => v.extend(ADDED_IN_4),
+        "2" => v.extend(ADDED_IN_3.iter().chain(&ADDED_IN_4)),
+        _ => return None,
     }
-    all[9] = ADDED_IN_4[0];
-    all
-};
+    v.extend(ADDED_IN_5);
+    Some(v)
+}
 
 /// Checks that `schema` is a ledger schema this build reads; returns the columns it lacks
 /// because an older version did not have them.
@@ -708,16 +721,13 @@ fn check_schema(path: &Path, schema: &Schema) -> Result<Vec<&'static str>, ReadE
         path: path.to_owned(),
         reason,
     };
-    let may_lack: &[&str] = match schema.metadata().get(meta::SCHEMA_VERSION) {
+    let may_lack = match schema.metadata().get(meta::SCHEMA_VERSION) {
         None => return Err(bad(format!("no {} metadata", meta::SCHEMA_VERSION))),
-        Some(v) if v == SCHEMA_VERSION => &[],
-        Some(v) if v == "3" => &ADDED_IN_4,
-        Some(v) if v == "2" => &ADDED_IN_3_OR_4,
-        Some(v) => {
-            return Err(bad(format!(
+        Some(v) => lacks(v).ok_or_else(|| {
+            bad(format!(
                 "schema version {v}, this build reads versions 2 to {SCHEMA_VERSION}"
-            )));
-        }
+            ))
+        })?,
     };
     let expected = schema::schema(HashMap::new());
     let mut missing = Vec::new();

@@ -4,20 +4,22 @@
 //!
 //! A change to a column's name, type or meaning bumps [`SCHEMA_VERSION`]. Readers refuse a ledger
 //! whose version they do not know; an older ledger is read with the columns later versions added
-//! null (`reader::ADDED_IN_3`, `reader::ADDED_IN_4`).
+//! null (`reader::ADDED_IN_3`, `reader::ADDED_IN_4`, `reader::ADDED_IN_5`).
 
 use std::{borrow::Cow, collections::HashMap, fmt::Write as _, sync::Arc};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 
-use super::columns::{Argv, Comm, Flag, Kind, Name, Opt, OptFlag, OptName, Path, Phase, Req};
+use super::columns::{
+    Argv, Comm, Flag, Kind, Name, Opt, OptFlag, OptName, Path, Phase, Req, Texts,
+};
 use arrow_array::types::{
     Int32Type as I32, Int64Type as I64, UInt32Type as U32, UInt64Type as U64,
 };
 
 /// Version of the ledger schema written by this build.
-pub const SCHEMA_VERSION: &str = "4";
+pub const SCHEMA_VERSION: &str = "5";
 
 macro_rules! meta_keys {
     ($($(#[doc = $doc:literal])* $konst:ident = $key:literal;)*) => {
@@ -33,8 +35,9 @@ macro_rules! meta_keys {
 }
 
 meta_keys! {
-    /// The schema version (`4`; this build also reads `3`, whose ledgers lack `phase`, and `2`,
-    /// whose ledgers also lack the fd, process and network columns: read as null).
+    /// The schema version (`5`; this build also reads `4`, whose ledgers lack the host and DNS
+    /// columns, `3`, whose ledgers also lack `phase`, and `2`, whose ledgers also lack the fd,
+    /// process and network columns: read as null).
     SCHEMA_VERSION = "aet.schema_version";
     /// The aet version that wrote the ledger.
     AET_VERSION = "aet.version";
@@ -250,8 +253,8 @@ columns! {
     /// an offset measured at start).
     TS_NS = ts_ns: Req<I64>;
     /// What the row is: `open`, `exec`, `fork`, `exit`, `stat`, `modify`, `chdir`, `mmap`,
-    /// `list`, `io`, `io_uring`, `mount`, `memfd`, `fd`, `process`, `watch`, `net` (see "Kinds
-    /// of rows").
+    /// `list`, `io`, `io_uring`, `mount`, `memfd`, `fd`, `process`, `watch`, `net`, `dns` (see
+    /// "Kinds of rows").
     KIND = kind: Name;
     /// The syscall's name; null for fork, exit, io and io_uring requests.
     SYSCALL = syscall: OptName;
@@ -383,6 +386,26 @@ columns! {
     /// For `ptrace` rows: the request (`PTRACE_*` number: 16 attach, 0x4206 seize, 1-3
     /// peeks, 4-6 pokes, ...).
     PTRACE_REQUEST = ptrace_request: Opt<U32>;
+    /// The host name: for `dns` rows the name asked for; for `net` rows the name the run used
+    /// for that endpoint (see `host_source`), exactly as it went out (a DNS name without its
+    /// final dot).
+    HOST / HOST_RAW = host: Path;
+    /// Where `host` came from. `dns`: a `dns` row's question, or (on a `net` row) an answer to
+    /// the run's own earlier query for that name held the address. `tls`: the server name of
+    /// the TLS ClientHello the run sent on that connection. `http`: the `Host` (or the
+    /// absolute or `CONNECT` target) of the HTTP request the run sent on it. `proxy`: a request
+    /// to aet's proxy (`network = { hosts = [...] }`), as the proxy read it.
+    HOST_SOURCE = host_source: OptName;
+    /// For `dns` rows: the question's type (`A`, `AAAA`, `HTTPS`, `MX`, ...).
+    DNS_TYPE = dns_type: OptName;
+    /// For `dns` rows: the answer's response code (`No Error`, `Non-Existent Domain`,
+    /// `Refused`, ...); null when no answer was seen.
+    DNS_RCODE = dns_rcode: OptName;
+    /// For `dns` rows: the answer's records, each `TYPE DATA` (`A 140.82.112.3`, `CNAME
+    /// github.com.`); null when no answer was seen.
+    DNS_ANSWERS = dns_answers: Texts;
+    /// For `net` rows of aet's proxy: `allowed` (forwarded) or `refused`.
+    NET_DECISION = net_decision: OptName;
     /// Capture flags (see "The capture column").
     CAPTURE = capture: Req<U32>;
     /// The phase of the run the row belongs to: `agent` from the start, then the phase each

@@ -12,6 +12,7 @@ use aya_ebpf::helpers::generated;
 
 use super::{
     handover::{fanotify_read, is_fanotify},
+    payload,
     syscall::Args,
 };
 use crate::{
@@ -250,15 +251,18 @@ pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16,
     let fd = args.get(shape.fd) as i32;
     match shape.io {
         io::READ => {
+            let class = fileio_add(task, fd, ret, false);
             // A fanotify group's events carry fds: each is recorded.
-            if fileio_add(task, fd, ret, false) == fileio::FANOTIFY
-                && syscall == Syscall::Read as u16
-            {
+            if class == fileio::FANOTIFY && syscall == Syscall::Read as u16 {
                 fanotify_read(task, syscall, args.get(1), ret);
+            } else if class == fileio::SOCKET {
+                payload::received(args, task, syscall, ret);
             }
         }
         io::WRITE => {
-            fileio_add(task, fd, ret, true);
+            if fileio_add(task, fd, ret, true) == fileio::SOCKET {
+                payload::sent(args, task, syscall, ret);
+            }
         }
         io::SENDFILE => {
             fileio_add(task, args.get(1) as i32, ret, false);

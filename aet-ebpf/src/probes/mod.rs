@@ -5,5 +5,6 @@ pub(crate) mod fileio;
 pub(crate) mod handover;
 pub(crate) mod io_uring;
 pub(crate) mod net;
+pub(crate) mod payload;
 pub(crate) mod sched;
 pub(crate) mod syscall;

@@ -8,8 +8,9 @@ use core::ffi::c_void;
 use aet_common::{EventKind, SOCKADDR_CAP, Syscall, flags, section};
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 
-use super::syscall::Args;
+use super::{fileio::fileio_key, payload, syscall::Args};
 use crate::{
+    maps::FILEIO,
     record::{fill_header, header, scratch, section_start, send, user_word},
     task::Task,
 };
@@ -42,8 +43,19 @@ pub(crate) fn exit_net(args: &Args, task: &mut Task, syscall: u16, ret: i64) {
     } else {
         (0, 0)
     };
+    let sends = syscall == Syscall::Sendto as u16 || syscall == Syscall::Sendmsg as u16;
+    if sends {
+        // Its first bytes, when they may name a host.
+        payload::sent(args, task, syscall, ret);
+    } else if syscall == Syscall::Sendmmsg as u16 {
+        // Each message a payload record (an addressed one names its destination).
+        payload::messages(args, task, syscall, ret);
+        return;
+    } else if syscall == Syscall::Connect as u16 {
+        payload::connected(task, args.get(0) as i32, addr, len, ret);
+    }
     // A send without a destination is a send on a connected socket: no record.
-    if (syscall == Syscall::Sendto as u16 || syscall == Syscall::Sendmsg as u16) && addr == 0 {
+    if sends && addr == 0 {
         return;
     }
     let Some(s) = scratch() else { return };
@@ -54,6 +66,16 @@ pub(crate) fn exit_net(args: &Args, task: &mut Task, syscall: u16, ret: i64) {
     }
     h.fd = args.get(0) as i32;
     h.aux = len;
+    // The socket's identity: what its later payload records are matched to.
+    // (A connect made the entry above; a lookup costs the verifier far less than making one.)
+    // SAFETY: read only.
+    if let Some(e) = unsafe { FILEIO.get(fileio_key(task.tgid, h.fd)) } {
+        let h = header(s);
+        h.dev = e.dev;
+        h.ino = e.ino;
+        h.mnt_id = e.mnt_id;
+        h.flags |= flags::IDENTITY;
+    }
     let accept = syscall == Syscall::Accept as u16 || syscall == Syscall::Accept4 as u16;
     if addr != 0 && len > 0 && !(accept && ret < 0) {
         let start = section_start(header(s));

@@ -116,6 +116,8 @@ pub const NATIVE: &[(i64, Syscall)] = &[
     (288, Accept4),
     (44, Sendto),
     (46, Sendmsg),
+    (45, Recvfrom),
+    (307, Sendmmsg),
     (321, Bpf),
 ];
 /// i386 numbers. The 16- and 32-bit-uid variants of chown map to the same syscall; the
@@ -245,6 +247,8 @@ pub const COMPAT: &[(i64, Syscall)] = &[
     (364, Accept4),
     (369, Sendto),
     (370, Sendmsg),
+    (371, Recvfrom),
+    (345, Sendmmsg),
     (357, Bpf),
 ];
 /// `pt_regs` members holding the syscall number and arguments 0..5 (native, then compat).

@@ -301,8 +301,14 @@ pub(super) fn consume(
                     Ok(ev) => {
                         if let Some(sink) = sinks.get_mut(&ev.header.run) {
                             sink.consumed += cost;
-                            let row = sink.maker.row(&ev);
-                            sink.append(&row);
+                            if ev.kind == aet_common::EventKind::Payload {
+                                for row in sink.maker.payload(&ev) {
+                                    sink.append(&row);
+                                }
+                            } else {
+                                let row = sink.maker.row(&ev);
+                                sink.append(&row);
+                            }
                         }
                     }
                     Err(_) => match slot_of(bytes).and_then(|s| sinks.get_mut(&s)) {

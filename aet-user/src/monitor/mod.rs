@@ -16,6 +16,7 @@
 
 mod consumer;
 pub mod decode;
+mod names;
 mod outside;
 pub mod overload;
 pub mod paths;

@@ -135,7 +135,10 @@ pub fn replay(dump: &Path, ledger: &Path) -> Result<Replay, MonitorError> {
         &mut Nothing,
     );
     let mut sinks = shared.sinks.into_inner().unwrap_or_else(|p| p.into_inner());
-    let sink = sinks.remove(&0).expect("the replayed run");
+    let mut sink = sinks.remove(&0).expect("the replayed run");
+    for row in sink.maker.unanswered() {
+        sink.append(&row);
+    }
     if let Some(e) = sink.error {
         return Err(e.into());
     }

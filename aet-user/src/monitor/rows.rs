@@ -26,6 +26,7 @@ fn boot_now() -> u64 {
 
 use super::{
     decode::RawEvent,
+    names::{self, Names, Peer},
     outside::{container_outside, service_outside},
     paths::{self, ResolvedFrom},
     sockaddr::sockaddr,
@@ -87,6 +88,8 @@ pub struct RowMaker {
     phases: Vec<(u64, Arc<str>)>,
     /// The same phases as the ledger's footer lists them.
     phase_records: Vec<PhaseRecord>,
+    /// The run's sockets, resolutions and the queries waiting for their answers.
+    names: Names,
 }
 
 /// What the row maker asks of `/proc`: the few facts no record carries. [`HostProc`] reads the
@@ -220,6 +223,7 @@ impl RowMaker {
                 keep: Vec::new(),
                 by: None,
             }],
+            names: Names::default(),
         }
     }
 
@@ -360,16 +364,16 @@ impl RowMaker {
         })
     }
 
-    /// Makes the row for `ev`: the fields every row has, then those of its kind.
-    pub fn row<'a>(&mut self, ev: &'a RawEvent<'a>) -> Row<'a> {
+    /// The fields every row of the record `h` has (its `seq` is set where it is written).
+    fn common<'r>(&mut self, ev: &RawEvent<'_>, kind: EventKind) -> (Row<'r>, ProcInfo) {
         let h = &ev.header;
         let info = self.actor(h);
         self.mapper.seen(h.mntns, h.pid);
         let mut row = Row {
-            seq: self.seq,
+            seq: 0,
             ts_ns: self.clock.wall(h.ts_ns),
             phase: Some(self.phase_at(h.ts_ns)),
-            kind: ev.kind.name(),
+            kind: kind.name(),
             syscall: ev.syscall.name(),
             pid: h.pid,
             tid: h.tid,
@@ -384,12 +388,26 @@ impl RowMaker {
                 | (h.walk2_flags as u32) << capture::WALK2_SHIFT,
             ..Row::default()
         };
-        self.seq += 1;
         if h.flags & flags::IDENTITY != 0 {
             row.dev = Some(userspace_dev(h));
             row.ino = Some(h.ino);
             row.mnt_id = (h.mnt_id != 0).then_some(h.mnt_id);
         }
+        (row, info)
+    }
+
+    /// The next row's number.
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq - 1
+    }
+
+    /// Makes the row for `ev`: the fields every row has, then those of its kind. (A payload
+    /// record makes its rows through [`RowMaker::payload`].)
+    pub fn row<'a>(&mut self, ev: &'a RawEvent<'a>) -> Row<'a> {
+        let h = &ev.header;
+        let (mut row, info) = self.common(ev, ev.kind);
+        row.seq = self.next_seq();
         match ev.kind {
             EventKind::Fork => self.fork_row(&mut row, h, info),
             EventKind::Exit => self.exit_row(&mut row, h),
@@ -397,7 +415,7 @@ impl RowMaker {
             EventKind::Fd if ev.syscall != aet_common::Syscall::PidfdGetfd => {
                 self.fd_row(&mut row, h)
             }
-            EventKind::Net => net_row(&mut row, ev),
+            EventKind::Net => self.net_row(&mut row, ev),
             EventKind::Process => self.process_row(&mut row, ev, info),
             EventKind::IoUring => self.io_uring_row(&mut row, ev),
             _ => self.path_row(&mut row, ev),
@@ -694,6 +712,143 @@ impl RowMaker {
         }
     }
 
+    /// A socket syscall: its fd, flags and the address, as the process passed it, and the host
+    /// the run used for it.
+    fn net_row<'a>(&mut self, row: &mut Row<'a>, ev: &'a RawEvent<'a>) {
+        let h = &ev.header;
+        row.fd = Some(h.fd);
+        row.set_ret(h.ret);
+        if shape_of(ev).flags >= 0 {
+            row.flags = Some(h.open_flags);
+        }
+        let (family, address, port) = sockaddr(ev.path);
+        row.net_family = family;
+        row.net_port = port;
+        if let Some(a) = &address
+            && family == Some("unix")
+            && a.first() == Some(&b'/')
+        {
+            // A unix socket's path is a path too: the file rules see it.
+            row.path = Some(a.clone().into());
+            row.resolved_path = Some(a.clone().into());
+            row.resolved_from = Some(ResolvedFrom::Lexical.name());
+        }
+        let connect = ev.syscall == aet_common::Syscall::Connect;
+        if connect
+            && (h.ret == 0 || h.ret == -(libc::EINPROGRESS as i64))
+            && let Some(ino) = row.ino
+        {
+            self.names.connected(
+                ino,
+                Peer {
+                    family,
+                    address: address.clone(),
+                    port,
+                },
+            );
+        }
+        if let Some((host, source)) = self.names.take_for_net(h.tid, h.fd) {
+            row.host = Some(host.into());
+            row.host_source = Some(source);
+        } else if let Some(name) = address.as_deref().and_then(|a| self.names.name_of(a)) {
+            row.host = Some(name.to_vec().into());
+            row.host_source = Some("dns");
+        }
+        row.net_address = address.map(Into::into);
+    }
+
+    /// The rows a payload record makes: a `dns` row for each answered query (a query waits for
+    /// its answer), a `net` row for a connection's first message that names its host (a TLS
+    /// ClientHello, an HTTP request), and the `net` row of an addressed `sendmmsg` message.
+    pub fn payload(&mut self, ev: &RawEvent<'_>) -> Vec<Row<'static>> {
+        use aet_common::{Syscall, payload};
+        let h = &ev.header;
+        let ino = h.ino;
+        let bytes = ev.argv;
+        let (family, address, port) = sockaddr(ev.path);
+        let named = address.is_some().then_some(Peer {
+            family,
+            address,
+            port,
+        });
+        let peer = named
+            .clone()
+            .or_else(|| self.names.peer(ino).cloned())
+            .unwrap_or_default();
+        let dns = peer.port == Some(53);
+        let base = |this: &mut Self, kind: EventKind| {
+            let (mut row, _) = this.common(ev, kind);
+            row.fd = Some(h.fd);
+            row.set_ret(h.ret);
+            // The capture bits a payload record sets say how much of the message was read:
+            // not the row's.
+            row.capture &= !(flags::ARGV_TRUNCATED | flags::IDENTITY);
+            peer.fill(&mut row);
+            row
+        };
+        let mut out = Vec::new();
+        let addressed_mmsg = ev.syscall == Syscall::Sendmmsg && named.is_some();
+        if addressed_mmsg {
+            // The send to that address, as an addressed sendto's row.
+            let mut row = base(self, EventKind::Net);
+            if let Some(name) = peer.address.as_deref().and_then(|a| self.names.name_of(a)) {
+                row.host = Some(name.to_vec().into());
+                row.host_source = Some("dns");
+            }
+            out.push(row);
+        }
+        if dns {
+            for m in names::dns_messages(bytes) {
+                let mut row = base(self, EventKind::Dns);
+                row.host = Some(m.name.clone().into());
+                row.host_source = Some("dns");
+                row.dns_type = Some(m.qtype);
+                if h.aux2 == payload::SEND && !m.response {
+                    out.extend(self.names.query(ino, &m, row));
+                } else if h.aux2 == payload::RECV
+                    && m.response
+                    && let Some(row) = self.names.answer(ino, &m, || row)
+                {
+                    out.push(row);
+                }
+            }
+        } else if h.aux2 == payload::SEND {
+            let found = names::tls_server_name(bytes)
+                .map(|n| (n, "tls"))
+                .or_else(|| names::http_host(bytes).map(|n| (n, "http")));
+            if let Some((host, source)) = found {
+                let follows = matches!(ev.syscall, Syscall::Sendto | Syscall::Sendmsg)
+                    && named.is_some();
+                if follows {
+                    // The syscall's own net row comes next: the host goes on it.
+                    self.names.hold_for_net(h.tid, h.fd, host, source);
+                } else if addressed_mmsg {
+                    let row = out.last_mut().expect("the message's row");
+                    row.host = Some(host.into());
+                    row.host_source = Some(source);
+                } else {
+                    let mut row = base(self, EventKind::Net);
+                    row.host = Some(host.into());
+                    row.host_source = Some(source);
+                    out.push(row);
+                }
+            }
+        }
+        for row in &mut out {
+            row.seq = self.next_seq();
+        }
+        out
+    }
+
+    /// The rows of the queries that never had an answer (the run is ending), numbered.
+    pub fn unanswered(&mut self) -> Vec<Row<'static>> {
+        let mut out = self.names.unanswered();
+        for row in &mut out {
+            row.seq = self.next_seq();
+        }
+        out
+    }
+
     /// Remembers the path under which the kernel saw an inode whole, for the io rows and
     /// arrived fds that name it later.
     fn remember_inode(&mut self, row: &Row<'_>, h: &aet_common::EventHeader) {
@@ -721,28 +876,6 @@ fn shape_of(ev: &RawEvent<'_>) -> aet_common::Shape {
         .get(ev.syscall as usize)
         .copied()
         .unwrap_or(aet_common::SHAPES[0])
-}
-
-/// A socket syscall: its fd, flags and the address, as the process passed it.
-fn net_row<'a>(row: &mut Row<'a>, ev: &'a RawEvent<'a>) {
-    let h = &ev.header;
-    row.fd = Some(h.fd);
-    row.set_ret(h.ret);
-    if shape_of(ev).flags >= 0 {
-        row.flags = Some(h.open_flags);
-    }
-    let (family, address, port) = sockaddr(ev.path);
-    row.net_family = family;
-    row.net_port = port;
-    if let Some(a) = address {
-        // A unix socket's path is a path too: the file rules see it.
-        if family == Some("unix") && a.first() == Some(&b'/') {
-            row.path = Some(a.clone().into());
-            row.resolved_path = Some(a.clone().into());
-            row.resolved_from = Some(ResolvedFrom::Lexical.name());
-        }
-        row.net_address = Some(a.into());
-    }
 }
 
 #[cfg(test)]

@@ -385,6 +385,9 @@ fn finish(
     if let Some(e) = sink.error.take() {
         return Err(e.into());
     }
+    for row in sink.maker.unanswered() {
+        sink.append(&row);
+    }
     let stats = sink.maker.stats();
     for (runtime, pid) in sink.maker.containers_outside() {
         reasons.push(Incomplete::ContainerOutside {

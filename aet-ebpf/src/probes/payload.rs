@@ -1,0 +1,434 @@
+//! Socket payloads: the names on the network. The first bytes of a socket's first message (a
+//! TLS ClientHello's server name, an HTTP request's `Host`), and of every message both ways on a
+//! socket that talks to port 53 (DNS queries and answers), each a `payload` record userspace
+//! parses. Only sockets pay: a socket is known by its byte-accounting entry (`fileio::SOCKET`),
+//! which every read and write looks up already; other files leave where they did.
+
+use core::ffi::c_void;
+
+use aet_common::{
+    DATA_LIMIT, EventKind, HEADER_SIZE, PAYLOAD_CAP, SOCKADDR_CAP, Syscall, counter, fileio,
+    flags, payload, section,
+};
+use aya_ebpf::helpers::{bpf_probe_read_user, generated};
+
+use super::{
+    fileio::{fileio_entry, fileio_key},
+    syscall::Args,
+};
+use crate::{
+    maps::{FILEIO, count},
+    record::{fill_header, header, scratch, send, user_word},
+    task::Task,
+};
+
+/// Buffers of one message read (an iovec array's first entries).
+const IOVS: u32 = 4;
+/// Messages read per `sendmmsg`/`recvmmsg`.
+const MMSGS: u32 = 8;
+/// The DNS port (network byte order is handled where the port is read).
+const DNS_PORT: u16 = 53;
+
+/// One message to capture, shared with the `bpf_loop` callbacks.
+#[repr(C)]
+struct Capture {
+    /// A single buffer (`iovcnt` 0), or an iovec array.
+    buf: u64,
+    iovcnt: u64,
+    /// Bytes the call moved: what is captured, up to [`PAYLOAD_CAP`].
+    moved: u64,
+    /// The address the call named (a send) or the kernel wrote (a receive), and its length.
+    addr: u64,
+    addrlen: u64,
+    ret: i64,
+    dir: u64,
+    dev: u64,
+    ino: u64,
+    /// Bytes copied so far.
+    done: u64,
+    /// For the message loops: the `mmsghdr` array.
+    msgs: u64,
+    fd: i32,
+    syscall: u32,
+    compat: u32,
+    run: u32,
+    tgid: u32,
+    _pad: u32,
+}
+
+/// The destination port of a socket address (0 when it is not inet or inet6).
+#[inline(always)]
+fn port_of(addr: u64, len: u64) -> u16 {
+    if addr == 0 || len < 4 {
+        return 0;
+    }
+    // SAFETY: a fault-tolerant read of the caller's address.
+    let b: [u8; 4] = unsafe { bpf_probe_read_user(addr as *const [u8; 4]) }.unwrap_or([0; 4]);
+    let family = u16::from_ne_bytes([b[0], b[1]]);
+    if family != libc_af::INET && family != libc_af::INET6 {
+        return 0;
+    }
+    u16::from_be_bytes([b[2], b[3]])
+}
+
+mod libc_af {
+    pub(super) const INET: u16 = 2;
+    pub(super) const INET6: u16 = 10;
+}
+
+/// A connect of a socket: a new peer is a new connection (its first message is captured again),
+/// and a peer on port 53 makes it a DNS socket.
+#[inline(always)]
+pub(crate) fn connected(task: &Task, fd: i32, addr: u64, len: u64, ret: i64) {
+    // 0, or EINPROGRESS for a non-blocking connect.
+    if ret != 0 && ret != -115 {
+        return;
+    }
+    let Some(p) = fileio_entry(task, fd) else {
+        return;
+    };
+    // SAFETY: a map value of this process.
+    let e = unsafe { &mut *p };
+    if e.class != fileio::SOCKET {
+        return;
+    }
+    e.marks &= !(fileio::SENT | fileio::DNS);
+    if port_of(addr, len) == DNS_PORT {
+        e.marks |= fileio::DNS;
+    }
+}
+
+/// Copies up to `n` bytes of user memory at `src` to the payload section's end.
+#[inline(always)]
+fn copy(c: &mut Capture, src: u64, n: u64) -> bool {
+    let Some(s) = scratch() else { return false };
+    let want = if c.moved > PAYLOAD_CAP as u64 {
+        PAYLOAD_CAP as u64
+    } else {
+        c.moved
+    };
+    if c.done >= want {
+        return false;
+    }
+    let room = want - c.done;
+    let n = if n > room { room } else { n };
+    let off = HEADER_SIZE as u64 + header(s).len[section::PATH] as u64 + c.done;
+    if off > DATA_LIMIT as u64 {
+        return false;
+    }
+    // The verifier needs both bounded in the registers the helper gets.
+    let off = core::hint::black_box(off) & 0xffff;
+    let n = core::hint::black_box(n) & 0x1fff;
+    if n == 0 || off > DATA_LIMIT as u64 {
+        return n == 0;
+    }
+    let dst = s.buf[off as usize..].as_mut_ptr();
+    // SAFETY: dst has DATA_CAP - DATA_LIMIT bytes of room; the helper is fault-tolerant.
+    let r = unsafe {
+        generated::bpf_probe_read_user(dst as *mut c_void, n as u32, src as *const c_void)
+    };
+    if r != 0 {
+        return false;
+    }
+    c.done += n;
+    true
+}
+
+extern "C" fn iov_step(i: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back the caller's context.
+    let c = unsafe { &mut *(ctx as *mut Capture) };
+    let compat = c.compat != 0;
+    let at = c.buf + i as u64 * if compat { 8 } else { 16 };
+    let (Some(base), Some(len)) = (
+        user_word(at, compat),
+        user_word(at + if compat { 4 } else { 8 }, compat),
+    ) else {
+        return 1;
+    };
+    if !copy(c, base, len) {
+        return 1;
+    }
+    0
+}
+
+/// Sends the payload record of the message described by `c`.
+#[inline(never)]
+fn emit(c: &mut Capture) {
+    let mut task = Task::current();
+    task.run = c.run;
+    let Some(s) = scratch() else { return };
+    fill_header(header(s), &mut task, EventKind::Payload, c.syscall as u16, c.ret);
+    let h = header(s);
+    h.fd = c.fd;
+    h.aux = c.moved;
+    h.aux2 = c.dir;
+    h.dev = c.dev;
+    h.ino = c.ino;
+    h.flags |= flags::IDENTITY;
+    if c.compat != 0 {
+        h.flags |= flags::COMPAT;
+    }
+    if c.addr != 0 && c.addrlen > 0 {
+        let n = if c.addrlen > SOCKADDR_CAP as u64 {
+            SOCKADDR_CAP as u64
+        } else {
+            c.addrlen
+        };
+        let n = core::hint::black_box(n) & 0x7f;
+        if n > 0 {
+            let dst = s.buf[HEADER_SIZE..].as_mut_ptr();
+            // SAFETY: the section has SOCKADDR_CAP bytes of room; fault-tolerant read.
+            let r = unsafe {
+                generated::bpf_probe_read_user(
+                    dst as *mut c_void,
+                    n as u32,
+                    c.addr as *const c_void,
+                )
+            };
+            if r == 0 {
+                header(s).len[section::PATH] = n as u16;
+            }
+        }
+    }
+    c.done = 0;
+    if c.iovcnt == 0 {
+        let (buf, moved) = (c.buf, c.moved);
+        copy(c, buf, moved);
+    } else {
+        let n = if c.iovcnt > IOVS as u64 {
+            IOVS
+        } else {
+            c.iovcnt as u32
+        };
+        // SAFETY: callback and context are valid for the call.
+        unsafe {
+            generated::bpf_loop(
+                n,
+                iov_step as *mut c_void,
+                c as *mut Capture as *mut c_void,
+                0,
+            )
+        };
+    }
+    let Some(s) = scratch() else { return };
+    let h = header(s);
+    h.len[section::ARGV] = (c.done & 0x1fff) as u16;
+    if c.moved > c.done {
+        h.flags |= flags::ARGV_TRUNCATED;
+    }
+    send(s);
+}
+
+/// Whether the message of socket entry `key` is captured: every one of a DNS socket (or one
+/// sent to port 53), else the socket's first. Marks the entry.
+#[inline(always)]
+fn wanted(key: u64, dir: u64, port: u16, c: &mut Capture) -> bool {
+    let Some(p) = FILEIO.get_ptr_mut(key) else {
+        return false;
+    };
+    // SAFETY: a map value of this process.
+    let e = unsafe { &mut *p };
+    if e.class != fileio::SOCKET {
+        return false;
+    }
+    c.dev = e.dev;
+    c.ino = e.ino;
+    if e.marks & fileio::DNS != 0 || port == DNS_PORT {
+        return true;
+    }
+    if dir == payload::RECV || e.marks & fileio::SENT != 0 {
+        return false;
+    }
+    e.marks |= fileio::SENT;
+    true
+}
+
+/// A successful `write`, `writev`, `sendto` or `sendmsg` on a socket.
+#[inline(always)]
+pub(crate) fn sent(args: &Args, task: &Task, syscall: u16, ret: i64) {
+    capture_one(args, task, syscall, ret, payload::SEND);
+}
+
+/// A successful `read`, `readv`, `recvfrom` or `recvmsg` on a socket: captured on DNS sockets.
+#[inline(always)]
+pub(crate) fn received(args: &Args, task: &Task, syscall: u16, ret: i64) {
+    capture_one(args, task, syscall, ret, payload::RECV);
+}
+
+#[inline(always)]
+fn capture_one(args: &Args, task: &Task, syscall: u16, ret: i64, dir: u64) {
+    if ret <= 0 {
+        return;
+    }
+    let fd = args.get(0) as i32;
+    let key = fileio_key(task.tgid, fd);
+    // A receive is captured on DNS sockets only: the others leave after one look-up.
+    if dir == payload::RECV
+        // SAFETY: read only.
+        && unsafe { FILEIO.get(key) }.is_none_or(|e| e.marks & fileio::DNS == 0)
+    {
+        return;
+    }
+    let mut c = Capture {
+        buf: args.get(1),
+        iovcnt: 0,
+        moved: ret as u64,
+        addr: 0,
+        addrlen: 0,
+        ret,
+        dir,
+        dev: 0,
+        ino: 0,
+        done: 0,
+        msgs: 0,
+        fd,
+        syscall: syscall as u32,
+        compat: args.compat as u32,
+        run: task.run,
+        tgid: task.tgid,
+        _pad: 0,
+    };
+    if syscall == Syscall::Writev as u16 || syscall == Syscall::Readv as u16 {
+        c.iovcnt = args.get(2);
+    } else if syscall == Syscall::Sendto as u16 {
+        c.addr = args.get(4);
+        c.addrlen = args.get(5);
+    } else if syscall == Syscall::Recvfrom as u16 {
+        c.addr = args.get(4);
+        let lenp = args.get(5);
+        if c.addr != 0 && lenp != 0 {
+            // SAFETY: a fault-tolerant read of the length the kernel wrote.
+            c.addrlen = unsafe { bpf_probe_read_user(lenp as *const u32) }.unwrap_or(0) as u64;
+        }
+    } else if syscall == Syscall::Sendmsg as u16 || syscall == Syscall::Recvmsg as u16 {
+        if !msghdr(&mut c, args.get(1)) {
+            return;
+        }
+    } else if syscall != Syscall::Write as u16 && syscall != Syscall::Read as u16 {
+        return;
+    }
+    let port = if dir == payload::SEND {
+        port_of(c.addr, c.addrlen)
+    } else {
+        0
+    };
+    if !wanted(key, dir, port, &mut c) {
+        return;
+    }
+    emit(&mut c);
+}
+
+/// Reads a `msghdr`'s name and iovec array into `c`.
+#[inline(always)]
+fn msghdr(c: &mut Capture, m: u64) -> bool {
+    let compat = c.compat != 0;
+    // msghdr: name, namelen, iov, iovlen at 0, 8, 16, 24 (0, 4, 8, 12 through compat).
+    let (nl, iov, cnt) = if compat { (4, 8, 12) } else { (8, 16, 24) };
+    let (Some(name), Some(iovp), Some(n)) = (
+        user_word(m, compat),
+        user_word(m + iov, compat),
+        user_word(m + cnt, compat),
+    ) else {
+        return false;
+    };
+    // SAFETY: a fault-tolerant read of the caller's msghdr.
+    let namelen: u32 = unsafe { bpf_probe_read_user((m + nl) as *const u32) }.unwrap_or(0);
+    c.addr = name;
+    c.addrlen = if name == 0 { 0 } else { namelen as u64 };
+    c.buf = iovp;
+    c.iovcnt = n;
+    if n > IOVS as u64 {
+        count(c.run, counter::PAYLOAD_UNRECORDED);
+    }
+    n > 0
+}
+
+extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back the caller's context.
+    let c = unsafe { &mut *(ctx as *mut Capture) };
+    let compat = c.compat != 0;
+    // mmsghdr: a msghdr (56 bytes, 28 through compat), then msg_len.
+    let size = if compat { 32 } else { 64 };
+    let at = c.msgs + i as u64 * size;
+    // SAFETY: a fault-tolerant read of the length the kernel wrote.
+    let Ok(len) = (unsafe { bpf_probe_read_user((at + size - 8) as *const u32) }) else {
+        count(c.run, counter::PAYLOAD_UNRECORDED);
+        return 1;
+    };
+    if !msghdr(c, at) {
+        return 0;
+    }
+    c.moved = len as u64;
+    let port = if c.dir == payload::SEND {
+        port_of(c.addr, c.addrlen)
+    } else {
+        0
+    };
+    // An addressed message of a sendmmsg goes out whatever its socket: it is a send to that
+    // address (a `net` row), as an addressed sendto is.
+    let addressed = c.dir == payload::SEND && c.addr != 0;
+    if !wanted(fileio_key(c.tgid, c.fd), c.dir, port, c) && !addressed {
+        return 0;
+    }
+    emit(c);
+    0
+}
+
+/// A successful `sendmmsg` or `recvmmsg`: each message (sent or received) is captured as
+/// [`sent`] and [`received`] capture one.
+#[inline(always)]
+pub(crate) fn messages(args: &Args, task: &Task, syscall: u16, ret: i64) {
+    if ret <= 0 {
+        return;
+    }
+    let fd = args.get(0) as i32;
+    let dir = if syscall == Syscall::Sendmmsg as u16 {
+        payload::SEND
+    } else {
+        payload::RECV
+    };
+    // Only sockets with an accounting entry (the connect made one) are looked at: an entry
+    // made here would not have been marked DNS.
+    let Some(p) = fileio_entry(task, fd) else {
+        return;
+    };
+    // SAFETY: a map value.
+    let e = unsafe { &*p };
+    if e.class != fileio::SOCKET || dir == payload::RECV && e.marks & fileio::DNS == 0 {
+        return;
+    }
+    let n = if ret > MMSGS as i64 {
+        count(task.run, counter::PAYLOAD_UNRECORDED);
+        MMSGS
+    } else {
+        ret as u32
+    };
+    let mut c = Capture {
+        buf: 0,
+        iovcnt: 0,
+        moved: 0,
+        addr: 0,
+        addrlen: 0,
+        ret,
+        dir,
+        dev: 0,
+        ino: 0,
+        done: 0,
+        msgs: args.get(1),
+        fd,
+        syscall: syscall as u32,
+        compat: args.compat as u32,
+        run: task.run,
+        tgid: task.tgid,
+        _pad: 0,
+    };
+    // SAFETY: callback and context are valid for the call.
+    unsafe {
+        generated::bpf_loop(
+            n,
+            mmsg_step as *mut c_void,
+            &mut c as *mut Capture as *mut c_void,
+            0,
+        )
+    };
+}
