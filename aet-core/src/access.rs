@@ -43,16 +43,21 @@ pub enum Access {
     /// A connection or a datagram to a network endpoint (`net` rows of connect, sendto and
     /// sendmsg), matched by its endpoint: `ADDRESS:PORT`, `[ADDRESS]:PORT`, `unix:PATH`.
     Connect,
+    /// A host name the run looked up (`dns` rows) or named on a connection (`net` rows with a
+    /// `host`: its own resolution of the address, a TLS server name, an HTTP host, a request
+    /// to aet's proxy), matched by the name as `host:NAME`.
+    Host,
 }
 
 impl Access {
-    pub const ALL: [Access; 6] = [
+    pub const ALL: [Access; 7] = [
         Access::Read,
         Access::Write,
         Access::Exec,
         Access::Probe,
         Access::List,
         Access::Connect,
+        Access::Host,
     ];
 
     pub const fn bit(self) -> u8 {
@@ -67,6 +72,7 @@ impl Access {
             Self::Probe => "probe",
             Self::List => "list",
             Self::Connect => "connect",
+            Self::Host => "host",
         }
     }
 }
@@ -107,7 +113,7 @@ impl Accesses {
     }
 
     pub const fn from_bits(bits: u8) -> Self {
-        Self(bits & 0x3f)
+        Self(bits & 0x7f)
     }
 
     /// The accesses in the set, in [`Access::ALL`] order.
@@ -367,6 +373,13 @@ pub fn access_markdown() -> String {
                     .to_owned(),
             );
         }
+        if access == Access::Host {
+            parts.push(
+                "`dns`: the name asked for; `net` rows with a `host` (judged by the name as \
+                 `host:NAME`, not by a path)"
+                    .to_owned(),
+            );
+        }
         let second: Vec<String> = rows
             .iter()
             .flat_map(|(kind, scs)| scs.iter().map(move |sc| (*kind, *sc)))
@@ -608,6 +621,7 @@ mod tests {
             (Accept4, none, none),
             (Sendto, none, none),
             (Sendmsg, none, none),
+            (Sendmmsg, none, none),
         ];
         let mut seen = [false; SYSCALL_COUNT];
         for &(sc, first, second) in table {

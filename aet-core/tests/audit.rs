@@ -456,6 +456,78 @@ fn an_access_to_a_process_outside_the_run_is_a_warning() {
     golden("process-outside", &g);
 }
 
+impl Run {
+    /// A DNS query for `name` answered with `rcode` (and `addrs`).
+    fn dns(&mut self, pid: u32, name: &str, rcode: &'static str, addrs: &[&str]) {
+        let r = self.push("dns", Some("sendmmsg"), pid);
+        r.host = path(name);
+        r.host_source = Some("dns");
+        r.dns_type = Some("A");
+        r.dns_rcode = Some(rcode);
+        r.dns_answers = Some(addrs.iter().map(|a| format!("A {a}")).collect());
+        r.net_family = Some("inet");
+        r.net_address = path("127.0.0.53");
+        r.net_port = Some(53);
+        r.set_ret(40);
+    }
+
+    /// A net row of `syscall` to `address:port`, naming `host` (from `source`).
+    fn net(
+        &mut self,
+        pid: u32,
+        syscall: &'static str,
+        (address, port): (&str, u32),
+        host: Option<(&str, &'static str)>,
+        ret: i64,
+    ) -> &mut Row<'static> {
+        let r = self.push("net", Some(syscall), pid);
+        r.net_family = Some("inet");
+        r.net_address = path(address);
+        r.net_port = Some(port);
+        if let Some((h, source)) = host {
+            r.host = path(h);
+            r.host_source = Some(source);
+        }
+        r.set_ret(ret);
+        r
+    }
+}
+
+#[test]
+fn hosts_are_judged_by_name_on_dns_and_net_rows_alike() {
+    let policy = format!(
+        "{POLICY}\n[cheats.upstream]\nhost = \"github.com\"\n\n[warns.mirror]\nhost = \"*.example.net\"\n"
+    )
+    .replace("write = [\"/task/out/**\"]", "write = [\"/task/out/**\"]\nhosts = [\"pypi.org\", \"*.pythonhosted.org\"]");
+    // Allowed: a lookup and connection by name, a TLS name on a connection.
+    let mut r = Run::new();
+    r.dns(AGENT, "pypi.org", "NOERROR", &["151.101.0.223"]);
+    r.net(AGENT, "connect", ("151.101.0.223", 443), Some(("pypi.org", "dns")), 0);
+    r.net(AGENT, "write", ("151.101.0.223", 443), Some(("files.pythonhosted.org", "tls")), 517)
+        .capture = aet_core::ledger::schema::capture::PAYLOAD;
+    let (report, _) = audit(&r, &policy);
+    assert_eq!(report.verdict, Verdict::Clean, "{:?}", report.out_of_scope);
+    // A cheat host reached with a TLS name (no DNS: `curl --resolve`), a mirror looked up and
+    // refused, a host outside the allow-list.
+    let mut r = Run::new();
+    r.net(AGENT, "connect", ("140.82.112.3", 443), None, 0);
+    r.net(AGENT, "sendto", ("140.82.112.3", 443), Some(("GitHub.com.", "tls")), 517)
+        .capture = aet_core::ledger::schema::capture::PAYLOAD;
+    r.dns(AGENT, "files.example.net", "NXDOMAIN", &[]);
+    r.dns(AGENT, "elsewhere.org", "NOERROR", &["10.0.0.1"]);
+    let (report, g) = audit(&r, &policy);
+    assert_eq!(report.verdict, Verdict::Disqualified);
+    assert_eq!(report.cheat_hits.len(), 1);
+    assert_eq!(report.cheat_hits[0].rule, "cheats.upstream");
+    assert_eq!(report.cheat_hits[0].path, "host:github.com");
+    assert_eq!(report.cheat_hits[0].access, "host");
+    let w: Vec<(&str, &str)> = report.warnings.iter().map(|f| (f.rule.as_str(), f.outcome.name())).collect();
+    assert!(w.contains(&("warns.mirror", "attempted")), "{w:?}");
+    let oos: Vec<&str> = report.out_of_scope.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(oos, ["host:elsewhere.org"]);
+    golden("hosts", &g);
+}
+
 #[test]
 fn an_incomplete_record_is_inconclusive_unless_a_cheat_was_found() {
     let mut r = Run::new();

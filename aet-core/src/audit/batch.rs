@@ -54,6 +54,11 @@ pub const COLUMNS: &[&str] = &[
     col::NET_ADDRESS_RAW,
     col::NET_PORT,
     col::PHASE,
+    col::HOST,
+    col::HOST_RAW,
+    col::DNS_RCODE,
+    col::NET_DECISION,
+    col::CAPTURE,
 ];
 
 /// A text column (read as bytes) that may have a `_raw` twin holding the exact bytes; either is
@@ -208,6 +213,11 @@ pub(super) struct BatchCols<'a> {
     pub(super) net_address: Bytes<'a>,
     pub(super) net_port: &'a UInt32Array,
     pub(super) phase: &'a BinaryArray,
+    /// The host name of `dns` and `net` rows (`host_path` is `host`).
+    pub(super) host_name: Bytes<'a>,
+    pub(super) dns_rcode: &'a BinaryArray,
+    pub(super) net_decision: &'a BinaryArray,
+    pub(super) capture: &'a UInt32Array,
 }
 
 impl<'a> BatchCols<'a> {
@@ -256,6 +266,10 @@ impl<'a> BatchCols<'a> {
             net_address: Bytes::new(b, col::NET_ADDRESS, col::NET_ADDRESS_RAW),
             net_port: prim::<UInt32Array>(b, col::NET_PORT),
             phase: bin_col(b, col::PHASE),
+            host_name: Bytes::new(b, col::HOST, col::HOST_RAW),
+            dns_rcode: bin_col(b, col::DNS_RCODE),
+            net_decision: bin_col(b, col::NET_DECISION),
+            capture: prim::<UInt32Array>(b, col::CAPTURE),
         }
     }
 

@@ -277,8 +277,14 @@ pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: 
         return;
     }
     outside(e, c, i, p, kind, ok);
+    if kind == EventKind::Net || kind == EventKind::Dns {
+        host(e, c, i, p, kind, ok);
+    }
     if kind == EventKind::Net {
         net(e, c, i, p, ok);
+        return;
+    }
+    if kind == EventKind::Dns {
         return;
     }
     file_access(e, w, c, i, p, kind, ok, reached, row_ident);
@@ -562,6 +568,42 @@ pub(super) fn outside(
     }
 }
 
+/// Host names: a `dns` row's question (done when it was answered `NOERROR`), a `net` row's
+/// host (done when the call or the proxy's forwarding was), against the host rules and
+/// `allow.hosts`.
+pub(super) fn host(
+    e: &mut Scanner<'_>,
+    c: &BatchCols<'_>,
+    i: usize,
+    p: u32,
+    kind: EventKind,
+    ok: bool,
+) {
+    let Some(name) = c.host_name.get(i) else {
+        return;
+    };
+    let ok = match kind {
+        EventKind::Dns => c.dns_rcode.is_valid(i) && c.dns_rcode.value(i) == b"NOERROR",
+        _ => {
+            let refused = c.net_decision.is_valid(i) && c.net_decision.value(i) == b"refused";
+            let pending = c.errno.is_valid(i) && c.errno.value(i) == b"EINPROGRESS";
+            (ok || pending) && !refused
+        }
+    };
+    let id = e.path_id(&crate::policy::hosts::key(name));
+    let row = RowRef {
+        cols: &c.cols,
+        i,
+        pid: p,
+        ok,
+        resolved: None,
+        raw: None,
+        host: None,
+        reached: None,
+    };
+    e.classify(&row, Access::Host, &[id], None);
+}
+
 /// Network endpoints: connects and addressed sends, by `ADDRESS:PORT`, `[ADDRESS]:PORT` or
 /// `unix:PATH`, against the rules and `allow.connect`.
 pub(super) fn net(e: &mut Scanner<'_>, c: &BatchCols<'_>, i: usize, p: u32, ok: bool) {
@@ -580,9 +622,15 @@ pub(super) fn net(e: &mut Scanner<'_>, c: &BatchCols<'_>, i: usize, p: u32, ok: 
             .and_then(Syscall::from_name),
         Some(Syscall::Connect | Syscall::Sendto | Syscall::Sendmsg)
     );
+    // A row made of a connection's first message (its TLS or HTTP host) is not a second send
+    // to the endpoint its connect went to.
+    let named_by_payload = c.capture.value(i) & crate::ledger::schema::capture::PAYLOAD != 0;
     let family = net_family.is_valid(i).then(|| net_family.value(i));
     let port = net_port.is_valid(i).then(|| net_port.value(i));
-    if outgoing && let Some(ep) = endpoint(family, net_address.get(i), port) {
+    if outgoing
+        && !named_by_payload
+        && let Some(ep) = endpoint(family, net_address.get(i), port)
+    {
         let id = e.path_id(&ep);
         let row = RowRef {
             cols,

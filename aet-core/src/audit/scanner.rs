@@ -7,7 +7,7 @@ use arrow_array::Array;
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 
-use crate::policy::{Access, Attempts, Policy, Severity};
+use crate::policy::{Access, Attempts, Policy, Severity, Target, hosts};
 
 use super::batch::RowRef;
 use super::engine::Scan;
@@ -239,7 +239,13 @@ impl<'p> Scanner<'p> {
         }
         let id = self.infos.len() as u32;
         let matches = self.policy.set.matches(p);
-        let rules: Box<[u16]> = matches.iter().map(|i| i as u16).collect();
+        // A host's key is matched by host rules only, a path by the others.
+        let host = p.starts_with(hosts::PREFIX);
+        let rules: Box<[u16]> = matches
+            .iter()
+            .filter(|&i| (self.policy.rules[i].target == Target::Host) == host)
+            .map(|i| i as u16)
+            .collect();
         let pseudo = p.first() != Some(&b'/');
         let mut allowed = 0u8;
         if let Some(a) = &self.policy.allow {
@@ -267,6 +273,9 @@ impl<'p> Scanner<'p> {
             }
             if a.connect.as_ref().is_some_and(|c| c.is_match(path)) {
                 allowed |= Access::Connect.bit();
+            }
+            if host && a.hosts.as_ref().is_some_and(|h| h.matches_key(p)) {
+                allowed |= Access::Host.bit();
             }
         }
         let (barrier, barrier_change) = match &self.barrier {
@@ -480,9 +489,12 @@ impl<'p> Scanner<'p> {
                 Access::Read | Access::Write | Access::Exec => true,
                 Access::Probe | Access::List => allow.probe.is_some(),
                 Access::Connect => allow.connect.is_some(),
+                Access::Host => allow.hosts.is_some(),
             };
-            // An endpoint is not a path: judged by `allow.connect` alone.
-            if counts && !allowed && (!info.pseudo || access == Access::Connect) {
+            // An endpoint or a host is not a path: judged by `allow.connect` or `allow.hosts`
+            // alone.
+            let net = matches!(access, Access::Connect | Access::Host);
+            if counts && !allowed && (!info.pseudo || net) {
                 self.record(
                     Class::OutOfScope,
                     self.oos_rule,

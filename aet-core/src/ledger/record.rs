@@ -188,6 +188,11 @@ pub enum Incomplete {
     /// Tasks of the run made successful bpf() calls: a privileged process can change the
     /// monitor's own maps (take itself out of the tracked set), so events may be missing.
     BpfCalls { calls: u64 },
+    /// Socket messages that may name hosts (DNS queries and answers, connections' first
+    /// messages) went beyond what the monitor captures (more than 8 messages in one
+    /// `sendmmsg`/`recvmmsg`, more than 4 buffers in one): a host may be missing from the
+    /// record.
+    NamesUnrecorded { messages: u64 },
     /// Watched files changed with no row of the run that could have made the change (the
     /// audit, from `aet.watch`).
     ChangedOutside { files: u64, example: String },
@@ -269,6 +274,11 @@ impl Incomplete {
                  process can change the monitor's maps (take itself out of the record), so what \
                  it did afterwards may be missing"
             ),
+            Self::NamesUnrecorded { messages } => format!(
+                "{messages} socket message(s) that may name a host (a DNS query or answer, a \
+                 connection's first bytes) were sent or received beyond what the monitor \
+                 captures: a host the run used may be missing from the record"
+            ),
             Self::ChangedOutside { files, example } => format!(
                 "{files} watched file(s) changed with no row of the run that could have made \
                  the change (changed from outside the run, or through another name such as a \
@@ -300,6 +310,7 @@ impl Incomplete {
             Self::HandedOutside { .. } => "handed_outside",
             Self::ScopeLeft { .. } => "scope_left",
             Self::BpfCalls { .. } => "bpf_calls",
+            Self::NamesUnrecorded { .. } => "names_unrecorded",
             Self::ChangedOutside { .. } => "changed_outside",
             Self::NotFingerprinted { .. } => "not_fingerprinted",
             Self::Unknown => "unknown",
@@ -354,6 +365,7 @@ impl Incomplete {
             },
             Self::ScopeLeft { moves: 1 },
             Self::BpfCalls { calls: 12 },
+            Self::NamesUnrecorded { messages: 2 },
             Self::ChangedOutside {
                 files: 1,
                 example: "/testbed/tests/test_api.py".into(),
@@ -803,6 +815,7 @@ mod tests {
             "handed_outside",
             "scope_left",
             "bpf_calls",
+            "names_unrecorded",
             "changed_outside",
             "not_fingerprinted",
         ];

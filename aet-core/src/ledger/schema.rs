@@ -442,6 +442,10 @@ pub mod capture {
     pub const WALK_SHIFT: u32 = 16;
     /// Shift of the second walk's flags.
     pub const WALK2_SHIFT: u32 = 24;
+    /// A `net` row made of the first bytes of a connection's message (its TLS server name or
+    /// HTTP host), not of a syscall's address: the connect before it is the access to the
+    /// endpoint.
+    pub const PAYLOAD: u32 = 1 << 23;
     /// `target_pid` was named inside another pid namespace and could not be translated to a
     /// host pid: it is the number as named.
     pub const TARGET_UNTRANSLATED: u32 = 1 << 30;
@@ -499,6 +503,10 @@ pub mod capture {
             "the target pid is as named in another pid namespace",
         ),
         (HOST_UNMAPPED, "the host path could not be mapped"),
+        (
+            PAYLOAD,
+            "a net row made of a connection's first message (its host), not of a syscall's address",
+        ),
     ];
 }
 

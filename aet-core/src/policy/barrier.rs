@@ -361,7 +361,7 @@ impl Model {
             }
             Access::Write => r.has(Rights::WRITE_FILE),
             Access::Exec => r.has(Rights::EXEC),
-            Access::Probe | Access::Connect => true,
+            Access::Probe | Access::Connect | Access::Host => true,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! the spans the parser kept.
 
 pub mod barrier;
+pub mod hosts;
 pub mod watch;
 
 use std::{
@@ -71,6 +72,8 @@ struct AllowSpec {
     probe: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     connect: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    hosts: Option<Vec<Spanned<String>>>,
 }
 
 /// `[processes]`: what an access to a process outside the run counts as.
@@ -147,6 +150,8 @@ pub struct Allow {
     pub probe: Option<GlobSet>,
     /// Network endpoints the run may connect or send to (when given).
     pub connect: Option<GlobSet>,
+    /// Host names the run may look up and connect to by name (when given).
+    pub hosts: Option<hosts::HostSet>,
     pub patterns: BTreeMap<&'static str, Vec<String>>,
 }
 
@@ -206,11 +211,23 @@ impl fmt::Display for LineOf<'_> {
 fn defaults(sev: Severity) -> (Vec<Access>, Attempts) {
     match sev {
         Severity::Cheat => (
-            vec![Access::Read, Access::Write, Access::Exec, Access::Connect],
+            vec![
+                Access::Read,
+                Access::Write,
+                Access::Exec,
+                Access::Connect,
+                Access::Host,
+            ],
             Attempts::Warn,
         ),
         Severity::Contaminant => (
-            vec![Access::Read, Access::Write, Access::Exec, Access::Connect],
+            vec![
+                Access::Read,
+                Access::Write,
+                Access::Exec,
+                Access::Connect,
+                Access::Host,
+            ],
             Attempts::Ignore,
         ),
         Severity::Warn => (Access::ALL.to_vec(), Attempts::Same),
@@ -225,6 +242,8 @@ pub enum Target {
     Path,
     /// An exec's argument vector, joined with spaces.
     Argv,
+    /// A host name (`host:NAME`): `dns` rows and `net` rows that name one.
+    Host,
 }
 
 /// A rule's pattern, accesses, attempts and target, from `'regex'` or
@@ -238,23 +257,30 @@ fn rule_fields(
         toml::Value::String(p) => Ok((p.clone(), def_access, def_attempts, Target::Path)),
         toml::Value::Table(t) => {
             for k in t.keys() {
-                if !["pattern", "argv", "access", "attempts"].contains(&k.as_str()) {
+                if !["pattern", "argv", "host", "access", "attempts"].contains(&k.as_str()) {
                     return Err(format!(
-                        "unknown key `{k}` (expected `pattern` or `argv`, `access`, `attempts`)"
+                        "unknown key `{k}` (expected `pattern`, `argv` or `host`, `access`, `attempts`)"
                     ));
                 }
             }
-            let (pattern, target) = match (t.get("pattern"), t.get("argv")) {
-                (Some(toml::Value::String(p)), None) => (p.clone(), Target::Path),
-                (None, Some(toml::Value::String(p))) => (p.clone(), Target::Argv),
-                (Some(_), Some(_)) => {
-                    return Err(
-                        "`pattern` and `argv` together: a rule matches one or the other".into(),
-                    );
-                }
-                (Some(_), None) => return Err("`pattern` must be a string".into()),
-                (None, Some(_)) => return Err("`argv` must be a string".into()),
-                (None, None) => return Err("missing `pattern` (or `argv`)".into()),
+            let given: Vec<&str> = ["pattern", "argv", "host"]
+                .into_iter()
+                .filter(|k| t.contains_key(*k))
+                .collect();
+            if given.len() > 1 {
+                return Err(format!(
+                    "`{}` together: a rule matches one of `pattern`, `argv` or `host`",
+                    given.join("` and `")
+                ));
+            }
+            let (pattern, target) = match (t.get("pattern"), t.get("argv"), t.get("host")) {
+                (Some(toml::Value::String(p)), ..) => (p.clone(), Target::Path),
+                (_, Some(toml::Value::String(p)), _) => (p.clone(), Target::Argv),
+                (.., Some(toml::Value::String(h))) => (hosts::regex(h)?, Target::Host),
+                (Some(_), ..) => return Err("`pattern` must be a string".into()),
+                (_, Some(_), _) => return Err("`argv` must be a string".into()),
+                (.., Some(_)) => return Err("`host` must be a string".into()),
+                (None, None, None) => return Err("missing `pattern` (or `argv`, `host`)".into()),
             };
             let access = match t.get("access") {
                 None => def_access,
@@ -270,10 +296,11 @@ fn rule_fields(
                 })?,
             };
             // An argv rule is about running something.
-            let access = if target == Target::Argv && t.get("access").is_none() {
-                vec![Access::Exec]
-            } else {
-                access
+            let access = match target {
+                _ if t.get("access").is_some() => access,
+                Target::Argv => vec![Access::Exec],
+                Target::Host => vec![Access::Host],
+                Target::Path => access,
             };
             Ok((pattern, access, attempts, target))
         }
@@ -579,7 +606,7 @@ fn compile_rules(text: &str, spec: &PolicySpec, prefix: &str) -> Result<Compiled
             // The path set keeps one entry per rule (its index is the rule's): an argv
             // rule's is one that matches nothing, and its pattern goes to the argv set.
             match target {
-                Target::Path => patterns.push(pat.clone()),
+                Target::Path | Target::Host => patterns.push(pat.clone()),
                 Target::Argv => {
                     patterns.push(NEVER.into());
                     argv_patterns.push(pat.clone());
@@ -654,6 +681,20 @@ fn compile_allow(text: &str, a: &AllowSpec) -> Result<Allow, String> {
         }
         None => None,
     };
+    let hosts = match &a.hosts {
+        Some(l) => {
+            for (i, h) in l.iter().enumerate() {
+                hosts::check(h.get_ref()).map_err(|e| {
+                    format!("{}: allow.hosts[{i}]: {e}", LineOf(text, h.span()))
+                })?;
+            }
+            let names: Vec<&str> = l.iter().map(|h| h.get_ref().as_str()).collect();
+            let set = hosts::HostSet::new(&names)?;
+            shown.insert("hosts", set.patterns.clone());
+            Some(set)
+        }
+        None => None,
+    };
     let connect = match &a.connect {
         Some(l) => {
             let (s, c) = endpoint_globs(text, l)?;
@@ -664,6 +705,7 @@ fn compile_allow(text: &str, a: &AllowSpec) -> Result<Allow, String> {
     };
     Ok(Allow {
         connect,
+        hosts,
         read,
         write,
         exec,

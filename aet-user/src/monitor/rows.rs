@@ -830,6 +830,7 @@ impl RowMaker {
                     let mut row = base(self, EventKind::Net);
                     row.host = Some(host.into());
                     row.host_source = Some(source);
+                    row.capture |= capture::PAYLOAD;
                     out.push(row);
                 }
             }

@@ -416,6 +416,10 @@ fn finish(
     if calls > 0 {
         reasons.push(Incomplete::BpfCalls { calls });
     }
+    let messages = counters.get(counter::PAYLOAD_UNRECORDED);
+    if messages > 0 {
+        reasons.push(Incomplete::NamesUnrecorded { messages });
+    }
     let by_reason: BTreeMap<String, u64> = counter::LOSSES
         .iter()
         .map(|&i| (counter::NAMES[i as usize].to_owned(), counters.get(i)))

@@ -1,0 +1,149 @@
+//! Host names in a policy: `[allow] hosts`, the rules that name hosts (`{ host = "NAME" }`) and
+//! the sandbox's proxy's list. A pattern is a name (`pypi.org`: that name only), `*.NAME` (every
+//! name below NAME, at any depth, not NAME itself), `*` (every name), or an IP address. Names
+//! are compared without case and without a final dot. The audit matches rows by the key
+//! `host:NAME`.
+
+use regex::bytes::{RegexSet, RegexSetBuilder};
+
+/// What a host's key starts with (and a path never does).
+pub const PREFIX: &[u8] = b"host:";
+
+/// A host name as it is matched: lower case, without a final dot.
+pub fn normalize(host: &[u8]) -> Vec<u8> {
+    let h = host.strip_suffix(b".").unwrap_or(host);
+    h.to_ascii_lowercase()
+}
+
+/// The audit's key for a host: `host:` and the normalized name.
+pub fn key(host: &[u8]) -> Vec<u8> {
+    let mut k = PREFIX.to_vec();
+    k.extend_from_slice(&normalize(host));
+    k
+}
+
+/// Checks a pattern; returns its normalized form.
+pub fn check(p: &str) -> Result<String, String> {
+    if p == "*" || p.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(p.to_ascii_lowercase());
+    }
+    let name = p.strip_prefix("*.").unwrap_or(p);
+    let name = name.strip_suffix('.').unwrap_or(name);
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    if !ok {
+        return Err(format!(
+            "{p:?} is not a host name (NAME, *.NAME, * or an IP address)"
+        ));
+    }
+    let prefix = if p.starts_with("*.") { "*." } else { "" };
+    Ok(format!("{prefix}{}", name.to_ascii_lowercase()))
+}
+
+/// The regular expression over keys (`host:NAME`) of a checked pattern.
+pub fn regex(p: &str) -> Result<String, String> {
+    let p = check(p)?;
+    Ok(if p == "*" {
+        "^host:.+$".into()
+    } else if let Some(name) = p.strip_prefix("*.") {
+        format!("^host:(?:[^.]+\\.)+{}$", regex::escape(name))
+    } else {
+        format!("^host:{}$", regex::escape(&p))
+    })
+}
+
+/// A list of host patterns, compiled.
+#[derive(Clone, Debug)]
+pub struct HostSet {
+    set: RegexSet,
+    /// The patterns as written (normalized).
+    pub patterns: Vec<String>,
+}
+
+impl HostSet {
+    /// Compiles `patterns`; an error names the first bad one.
+    pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<Self, String> {
+        let mut shown = Vec::new();
+        let mut res = Vec::new();
+        for p in patterns {
+            shown.push(check(p.as_ref())?);
+            res.push(regex(p.as_ref())?);
+        }
+        let set = RegexSetBuilder::new(&res)
+            .build()
+            .map_err(|e| format!("host patterns: {e}"))?;
+        Ok(Self {
+            set,
+            patterns: shown,
+        })
+    }
+
+    /// Whether a key (`host:NAME`, normalized) is in the set.
+    pub fn matches_key(&self, key: &[u8]) -> bool {
+        self.set.is_match(key)
+    }
+
+    /// Whether a host name is in the set.
+    pub fn matches(&self, host: &[u8]) -> bool {
+        self.matches_key(&key(host))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_subdomains_and_addresses_match_as_written() {
+        let s = HostSet::new(&["pypi.org", "*.pythonhosted.org", "127.0.0.1"]).unwrap();
+        assert!(s.matches(b"pypi.org"));
+        assert!(s.matches(b"PyPI.org."));
+        assert!(!s.matches(b"evil-pypi.org"));
+        assert!(!s.matches(b"pypi.org.evil.com"));
+        assert!(!s.matches(b"test.pypi.org"));
+        assert!(s.matches(b"files.pythonhosted.org"));
+        assert!(s.matches(b"a.b.pythonhosted.org"));
+        assert!(!s.matches(b"pythonhosted.org"));
+        assert!(s.matches(b"127.0.0.1"));
+        assert!(HostSet::new(&["*"]).unwrap().matches(b"anything.example"));
+        for bad in ["", "github.com/x", "a..b", "*github.com", "git hub.com", "*.*.x"] {
+            assert!(HostSet::new(&[bad]).is_err(), "{bad:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use crate::policy::Policy;
+
+    fn load(text: &str) -> Result<Policy, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        std::fs::write(&f, text).unwrap();
+        Policy::load(&f).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn host_rules_and_allowed_hosts_compile_and_bad_ones_are_named() {
+        let p = load(
+            "[allow]\nread = []\nwrite = []\nhosts = [\"pypi.org\"]\n[cheats]\nup = { host = \"github.com\" }\n",
+        )
+        .unwrap();
+        assert_eq!(p.rules[0].target, crate::policy::Target::Host);
+        assert_eq!(p.rules[0].access, [crate::policy::Access::Host]);
+        assert!(p.allow.unwrap().hosts.unwrap().matches(b"pypi.org"));
+        let e = load("[allow]\nread = []\nwrite = []\nhosts = [\"ok.org\", \"bad/host\"]\n")
+            .unwrap_err();
+        assert!(e.contains("line 4: allow.hosts[1]") && e.contains("bad/host"), "{e}");
+        let e = load("[cheats]\nup = { host = \"git hub\" }\n").unwrap_err();
+        assert!(e.contains("line 2: cheats.up") && e.contains("not a host name"), "{e}");
+        let e = load("[cheats]\nup = { host = \"a.b\", pattern = \"x\" }\n").unwrap_err();
+        assert!(e.contains("together"), "{e}");
+    }
+}
