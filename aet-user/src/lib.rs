@@ -18,6 +18,7 @@ pub mod identity;
 pub mod kernel;
 pub mod loader;
 pub mod monitor;
+pub mod proxy;
 pub mod run;
 pub mod sandbox;
 

@@ -45,6 +45,10 @@ const APT_PACKAGES: &[(&str, &str, bool)] = &[
     ("git", "git", false),
     ("chromium", "chromium", false),
     ("java", "openjdk-17-jre-headless", false),
+    // The names-on-the-network tests: dig, curl, and Debian's own pip inside a sandbox.
+    ("dig", "bind9-dnsutils", false),
+    ("curl", "curl", false),
+    ("/usr/lib/python3/dist-packages/pip", "python3-pip", false),
 ];
 /// Python packages the tests use to check that notebooks read ledgers as they are, and to
 /// execute `examples/notebooks`.

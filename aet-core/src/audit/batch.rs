@@ -58,6 +58,7 @@ pub const COLUMNS: &[&str] = &[
     col::HOST_RAW,
     col::DNS_RCODE,
     col::NET_DECISION,
+    col::HOST_SOURCE,
     col::CAPTURE,
 ];
 
@@ -217,6 +218,7 @@ pub(super) struct BatchCols<'a> {
     pub(super) host_name: Bytes<'a>,
     pub(super) dns_rcode: &'a BinaryArray,
     pub(super) net_decision: &'a BinaryArray,
+    pub(super) host_source: &'a BinaryArray,
     pub(super) capture: &'a UInt32Array,
 }
 
@@ -269,6 +271,7 @@ impl<'a> BatchCols<'a> {
             host_name: Bytes::new(b, col::HOST, col::HOST_RAW),
             dns_rcode: bin_col(b, col::DNS_RCODE),
             net_decision: bin_col(b, col::NET_DECISION),
+            host_source: bin_col(b, col::HOST_SOURCE),
             capture: prim::<UInt32Array>(b, col::CAPTURE),
         }
     }

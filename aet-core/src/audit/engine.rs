@@ -23,9 +23,9 @@ use crate::ledger::{
 use crate::policy::{Access, Policy};
 
 use super::batch::{BatchCols, COLUMNS, ColFields, RowRef, argv_at};
-use super::finding::{Ancestor, Finding, Proc};
+use super::finding::{Ancestor, Class, Finding, Outcome, Proc};
 use super::phases::Phases;
-use super::scanner::{Scanner, lossy};
+use super::scanner::{BARRIER_RULE, Scanner, lossy};
 
 /// What one pass found.
 #[derive(Debug, Default)]
@@ -582,10 +582,33 @@ pub(super) fn host(
     let Some(name) = c.host_name.get(i) else {
         return;
     };
+    let decision = c.net_decision.is_valid(i).then(|| c.net_decision.value(i));
+    if c.host_source.is_valid(i) && c.host_source.value(i) == b"proxy" {
+        // The sandbox's proxy's decision (the run's own rows of the request are judged by
+        // the rules): what it refused, or would have refused under enforce.
+        let outcome = match decision {
+            Some(b"refused") => Outcome::Blocked,
+            Some(b"would_refuse") => Outcome::WouldBlock,
+            _ => return,
+        };
+        let id = e.path_id(&crate::policy::hosts::key(name));
+        let row = RowRef {
+            cols: &c.cols,
+            i,
+            pid: p,
+            ok: false,
+            resolved: None,
+            raw: None,
+            host: None,
+            reached: None,
+        };
+        e.record(Class::Barrier, BARRIER_RULE, outcome, Access::Host, id, &row);
+        return;
+    }
     let ok = match kind {
         EventKind::Dns => c.dns_rcode.is_valid(i) && c.dns_rcode.value(i) == b"NOERROR",
         _ => {
-            let refused = c.net_decision.is_valid(i) && c.net_decision.value(i) == b"refused";
+            let refused = decision == Some(b"refused");
             let pending = c.errno.is_valid(i) && c.errno.value(i) == b"EINPROGRESS";
             (ok || pending) && !refused
         }

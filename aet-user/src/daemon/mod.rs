@@ -379,6 +379,13 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
             },
             None => err("no run on this connection".into()),
         },
+        Request::Proxy { event } => match run {
+            Some((slot, _)) => match d.engine.proxy_event(*slot, &event) {
+                Ok(()) => Response::Done,
+                Err(e) => err(e.to_string()),
+            },
+            None => err("no run on this connection".into()),
+        },
         Request::Progress => match run {
             Some((slot, _)) => Response::Progress {
                 progress: d.engine.progress(*slot),

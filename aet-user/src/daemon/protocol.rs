@@ -46,6 +46,8 @@ pub enum Request {
         keep: Vec<u32>,
         by: Option<u32>,
     },
+    /// A request the sandbox's proxy forwarded or refused: a row of the run's ledger.
+    Proxy { event: crate::proxy::Event },
     /// What the run has recorded so far.
     Progress,
     /// Whether the run's ledger is still being written (asked every 250 ms: no map is read).

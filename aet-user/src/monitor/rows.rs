@@ -841,6 +841,57 @@ impl RowMaker {
         out
     }
 
+    /// The row of a request the run's sandbox proxy forwarded or refused: `host_source`
+    /// `proxy`, its `net_decision`, the process that asked (when the proxy found it).
+    pub fn proxy_row(&mut self, ev: &crate::proxy::Event) -> Row<'static> {
+        use crate::proxy::Request;
+        let pid = ev.pid.unwrap_or(0);
+        let info = match self.procs.get(&pid) {
+            Some(i) => *i,
+            None if pid != 0 => {
+                let (ppid, comm) = self.proc.process(pid);
+                ProcInfo { ppid, comm }
+            }
+            None => ProcInfo::default(),
+        };
+        let mut row = Row {
+            seq: self.next_seq(),
+            ts_ns: self.clock.wall(ev.boot_ns),
+            phase: Some(self.phase_at(ev.boot_ns)),
+            kind: if ev.request == Request::Dns {
+                EventKind::Dns.name()
+            } else {
+                EventKind::Net.name()
+            },
+            syscall: None,
+            pid,
+            tid: pid,
+            ppid: info.ppid,
+            uid: ev.uid,
+            gid: ev.gid,
+            comm: info.comm,
+            host: Some(ev.host.clone().into()),
+            host_source: Some("proxy"),
+            net_decision: Some(ev.decision.name()),
+            net_port: Some(u32::from(ev.port)),
+            ..Row::default()
+        };
+        if let Some(up) = ev.upstream {
+            row.net_family = Some(if up.is_ipv4() { "inet" } else { "inet6" });
+            row.net_address = Some(up.ip().to_string().into_bytes().into());
+            row.net_port = Some(u32::from(up.port()));
+        }
+        if let Some(e) = ev.errno {
+            row.set_ret(-i64::from(e));
+        }
+        if ev.request == Request::Dns {
+            row.dns_type = ev.dns_type.as_deref().and_then(dns_name);
+            row.dns_rcode = ev.dns_rcode.as_deref().and_then(dns_name);
+            row.dns_answers = Some(ev.dns_answers.clone());
+        }
+        row
+    }
+
     /// The rows of the queries that never had an answer (the run is ending), numbered.
     pub fn unanswered(&mut self) -> Vec<Row<'static>> {
         let mut out = self.names.unanswered();
@@ -869,6 +920,16 @@ impl RowMaker {
             }
         }
     }
+}
+
+/// A DNS type or response code name as the ledger's vocabulary has it (`OptName` columns hold
+/// static names).
+fn dns_name(n: &str) -> Option<&'static str> {
+    const NAMES: &[&str] = &[
+        "A", "AAAA", "CNAME", "MX", "TXT", "NS", "SOA", "PTR", "SRV", "HTTPS", "SVCB", "CAA",
+        "ANY", "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "OTHER",
+    ];
+    NAMES.iter().find(|x| **x == n).copied().or(Some("OTHER"))
 }
 
 /// The argument layout of the record's syscall.

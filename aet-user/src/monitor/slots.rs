@@ -232,6 +232,15 @@ impl Monitor {
             .map_err(MonitorError::Phase)
     }
 
+    /// Writes the row of a request the run's sandbox proxy forwarded or refused.
+    pub fn proxy_event(&self, slot: u32, event: &crate::proxy::Event) -> Result<(), MonitorError> {
+        let mut sinks = self.shared.lock_sinks();
+        let sink = sinks.get_mut(&slot).ok_or(MonitorError::NoRun(slot))?;
+        let row = sink.maker.proxy_row(event);
+        sink.append(&row);
+        Ok(())
+    }
+
     /// What a run has recorded so far.
     pub fn progress(&self, slot: u32) -> Progress {
         let mut p = self

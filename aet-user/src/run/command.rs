@@ -420,7 +420,15 @@ struct Held<'a> {
     watch: Option<&'a mut super::fingerprints::Fingerprints>,
 }
 
-type HeldView = Result<(aet_core::stage::HeldView, std::os::fd::OwnedFd), String>;
+/// What the stage handed over: what it says, its mount namespace and its network namespace.
+type HeldView = Result<
+    (
+        aet_core::stage::HeldView,
+        std::os::fd::OwnedFd,
+        Option<std::os::fd::OwnedFd>,
+    ),
+    String,
+>;
 
 /// Waits (in a thread) for the stage to hand its view over: what it says, and its mount
 /// namespace.
@@ -434,7 +442,7 @@ fn receive_view(
         .spawn(move || {
             use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
             let mut buf = vec![0u8; 1 << 16];
-            let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+            let mut space = nix::cmsg_space!([std::os::fd::RawFd; 2]);
             let mut iov = [io::IoSliceMut::new(&mut buf)];
             let got = recvmsg::<()>(
                 reader.as_raw_fd(),
@@ -463,10 +471,12 @@ fn receive_view(
                 }
                 let view: aet_core::stage::HeldView = serde_json::from_slice(&buf[..n])
                     .map_err(|e| format!("the sandbox's view: {e}"))?;
-                let ns = owned
-                    .pop()
-                    .ok_or_else(|| "the sandbox's view came without its namespace".to_owned())?;
-                Ok((view, ns))
+                if owned.is_empty() {
+                    return Err("the sandbox's view came without its namespace".to_owned());
+                }
+                let ns = owned.remove(0);
+                let net = (!owned.is_empty()).then(|| owned.remove(0));
+                Ok((view, ns, net))
             });
             let _ = tx.send(r);
         })
@@ -485,6 +495,8 @@ async fn drive(
     mut held: Held<'_>,
 ) -> Result<Driven, RunError> {
     let mut watch_refused = false;
+    // What the sandbox's proxy forwarded and refused, for the ledger.
+    let (proxy_tx, mut proxy_rx) = tokio::sync::mpsc::unbounded_channel();
     let program = &opts.command[0];
     let signals = |kind| {
         fault("signals")?;
@@ -600,12 +612,13 @@ async fn drive(
                         }
                     } => {
                         views = None;
-                        let ok = take_view(opts, view, held.watch.as_deref_mut());
+                        let ok = take_view(opts, cg, view, held.watch.as_deref_mut(), &proxy_tx);
                         watch_refused |= !ok;
                         if let Some(s) = held.socket.as_mut() {
                             let _ = s.write_all(if ok { &[aet_core::stage::HOLD_GO] } else { b"n" });
                         }
                     }
+                    Some(ev) = proxy_rx.recv() => monitor.proxy_event(ev),
                     st = child.wait() => {
                         fault("wait").map_err(RunError::Wait)?;
                         break st.map_err(RunError::Wait)?
@@ -627,6 +640,9 @@ async fn drive(
                 }
             };
             drop(reporter);
+            while let Ok(ev) = proxy_rx.try_recv() {
+                monitor.proxy_event(ev);
+            }
             if let Some(e) = unrecorded {
                 return Err(RunError::Unrecorded(e));
             }
@@ -655,22 +671,74 @@ async fn drive(
 /// command (said on stderr).
 fn take_view(
     opts: &RunOptions,
+    cg: &RunCgroup,
     view: HeldView,
     watch: Option<&mut super::fingerprints::Fingerprints>,
+    proxy_tx: &tokio::sync::mpsc::UnboundedSender<crate::proxy::Event>,
 ) -> bool {
+    let (v, ns, net) = match view {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("aet: error: {e}");
+            return false;
+        }
+    };
+    // The proxy first: the command's way out, listening before it starts.
+    if let Some(sb) = opts.launch.sandbox.as_ref()
+        && let Some(h) = sb.spec.network.hosts()
+    {
+        let hosts = match aet_core::policy::hosts::HostSet::new(&h.hosts) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("aet: error: network.hosts: {e}");
+                return false;
+            }
+        };
+        // The spec's network is the sandbox's, as its view is: unlisted hosts are refused,
+        // but under `--mode shadow`, which forwards them and records what enforce would do.
+        let enforce = sb
+            .built
+            .plan
+            .as_ref()
+            .and_then(|p| p.barrier.as_ref())
+            .is_none_or(|b| b.enforce);
+        let Some(net) = net else {
+            eprintln!("aet: error: the sandbox's view came without its network namespace");
+            return false;
+        };
+        let cfg = crate::proxy::Config {
+            hosts,
+            enforce,
+            resolver: h.resolver,
+            cgroup: cg.path().to_owned(),
+        };
+        if let Err(e) = crate::proxy::start(net, cfg, proxy_tx.clone()) {
+            eprintln!("aet: error: cannot start the sandbox's proxy: {e}");
+            return false;
+        }
+        note(
+            opts.quiet,
+            format_args!(
+                "network: the sandbox reaches {} through aet's proxy ({})",
+                h.hosts.join(", "),
+                if enforce {
+                    "others are refused"
+                } else {
+                    "others are forwarded and recorded as would_refuse"
+                }
+            ),
+        );
+    }
     let Some(w) = watch else {
         return true;
     };
-    let r = view.and_then(|(v, ns)| {
-        let ctx = aet_core::watch::Context {
-            cwd: Some(v.cwd),
-            repos: opts.launch.repos(),
-            path_var: v.path,
-            home: v.home,
-        };
-        w.before(super::fingerprints::View::Namespace(ns), ctx)
-    });
-    match r {
+    let ctx = aet_core::watch::Context {
+        cwd: Some(v.cwd),
+        repos: opts.launch.repos(),
+        path_var: v.path,
+        home: v.home,
+    };
+    match w.before(super::fingerprints::View::Namespace(ns), ctx) {
         Ok(()) => {
             if let Some(l) = w.describe(false) {
                 note(opts.quiet, l);

@@ -261,6 +261,24 @@ impl Session {
         }
     }
 
+    /// Records a request the sandbox's proxy forwarded or refused (a row of the run's ledger);
+    /// a failure to is the ledger's (its next health check says so).
+    pub fn proxy_event(&mut self, event: crate::proxy::Event) {
+        match self {
+            Self::Local { monitor, slot, .. } => {
+                let _ = monitor.proxy_event(*slot, &event);
+            }
+            Self::Remote { client, .. } => {
+                if let Ok(Response::Error { message }) | Err(message) = client
+                    .call(&Request::Proxy { event })
+                    .map_err(|e| e.to_string())
+                {
+                    eprintln!("aet: warning: a request of the sandbox's proxy was not recorded: {message}");
+                }
+            }
+        }
+    }
+
     /// What the run has recorded so far.
     pub fn progress(&mut self) -> Progress {
         match self {

@@ -272,9 +272,12 @@ pub fn ensure_empty_file() -> Result<(), BuildError> {
 /// Builds the view of a checked spec.
 pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildError> {
     let mut view = View::default();
-    if !spec.network {
+    if spec.network.private() {
         view.checks.push(Check {
-            entry: "network = \"none\"".into(),
+            entry: match spec.network {
+                super::spec::Network::Hosts(_) => "network = { hosts = [...] }".into(),
+                _ => "network = \"none\"".into(),
+            },
             path: PathBuf::from("/").into(),
             expect: Expect::LoopbackOnly,
         });
@@ -287,6 +290,9 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
     let repos = view.repos(spec, opts)?;
     if spec.dns {
         view.resolver()?;
+    }
+    if spec.network.hosts().is_some() {
+        view.proxy_resolver()?;
     }
     view.parents(spec);
     view.masks(spec);
@@ -491,6 +497,34 @@ impl View {
         Ok(())
     }
 
+    /// `network = { hosts = [...] }`: a resolver configuration naming aet's proxy on the
+    /// sandbox's loopback.
+    fn proxy_resolver(&mut self) -> Result<(), BuildError> {
+        let conf = Path::new("/etc/resolv.conf");
+        let host = |source: io::Error| BuildError::Resolver {
+            path: conf.to_owned(),
+            source,
+        };
+        let file = super::runtime_dir().map_err(host)?.join("resolv-proxy.conf");
+        if fs::read(&file).ok().as_deref() != Some(crate::proxy::RESOLV_CONF.as_bytes()) {
+            let tmp = file.with_extension(format!("{}", std::process::id()));
+            fs::write(&tmp, crate::proxy::RESOLV_CONF).map_err(host)?;
+            fs::set_permissions(
+                &tmp,
+                <fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o444),
+            )
+            .map_err(host)?;
+            fs::rename(&tmp, &file).map_err(host)?;
+        }
+        self.grants.retain(|m| m.dst != conf);
+        self.grants.push(Mount {
+            dst: conf.to_owned(),
+            op: Op::RoBind(file),
+            rank: 5,
+        });
+        Ok(())
+    }
+
     /// The directories bwrap would create 0700 on the way to a mount point, made 0755 first;
     /// then every grant sorted parents first.
     fn parents(&mut self, spec: &SandboxSpec) {
@@ -626,7 +660,7 @@ impl View {
         ] {
             arg(a);
         }
-        if !spec.network {
+        if spec.network.private() {
             arg("--unshare-net");
         }
         let emit = |args: &mut Vec<OsString>, m: &Mount| {

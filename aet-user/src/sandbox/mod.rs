@@ -195,7 +195,7 @@ impl Prepared {
                 repo_copies,
             },
         )?;
-        let env = match opts.env {
+        let mut env = match opts.env {
             Some(e) => e,
             None => env::EnvPolicy {
                 start: opts.env_start,
@@ -205,8 +205,18 @@ impl Prepared {
             }
             .apply(std::env::vars_os()),
         };
+        let proxy = spec.network.hosts().is_some();
+        if proxy {
+            // The command's way out: aet's proxy on the sandbox's loopback.
+            for (k, v) in crate::proxy::env() {
+                env.vars.retain(|(x, _)| x.as_bytes() != k.as_bytes());
+                env.vars.push((k.into(), v.into()));
+            }
+        }
         let args_fd = args_memfd(&built.args)?;
-        let hold = match (opts.hold, built.plan.is_some()) {
+        // The stage hands its view over when the watched files are fingerprinted in it, and
+        // when aet's proxy is started in its network namespace.
+        let hold = match (opts.hold || proxy, built.plan.is_some()) {
             (true, true) => {
                 let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
                 Some((Some(ours), OwnedFd::from(theirs)))

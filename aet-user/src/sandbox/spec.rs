@@ -61,9 +61,11 @@ pub struct SandboxSpec {
     #[serde(default)]
     pub dns: bool,
     /// `"host"` (or `true`, the default): the host's network; `"none"` (or `false`): a private
-    /// network namespace with only loopback, checked from inside before the command starts.
-    #[serde(default = "default_true", deserialize_with = "network_value")]
-    pub network: bool,
+    /// network namespace with only loopback, checked from inside before the command starts;
+    /// `{ hosts = [...] }`: that private namespace, whose only way out is aet's proxy for the
+    /// named hosts.
+    #[serde(default, deserialize_with = "network_value")]
+    pub network: Network,
     /// The base layer.
     #[serde(default)]
     pub base: Base,
@@ -110,25 +112,68 @@ pub enum IoUring {
     Allow,
 }
 
-fn default_true() -> bool {
-    true
+/// The sandbox's network.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// The host's network.
+    #[default]
+    Host,
+    /// A private network namespace with only loopback.
+    None,
+    /// A private network namespace whose only way out is aet's proxy: DNS for these names,
+    /// HTTP `CONNECT` and plain HTTP forwarding to them.
+    Hosts(HostsNetwork),
 }
 
-/// `network`: `"host"`/`"none"`, or the older `true`/`false`.
-fn network_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+/// `network = { hosts = [...], resolver = "ADDRESS:PORT" }`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HostsNetwork {
+    /// The hosts the proxy reaches: `NAME`, `*.NAME`, `*` or an IP address.
+    pub hosts: Vec<String>,
+    /// The DNS server the proxy asks (default: the host's resolver, through getaddrinfo).
+    #[serde(default)]
+    pub resolver: Option<std::net::SocketAddr>,
+}
+
+impl Network {
+    /// Whether the sandbox has a network namespace of its own.
+    pub fn private(&self) -> bool {
+        !matches!(self, Self::Host)
+    }
+
+    /// The proxy's hosts, when it has one.
+    pub fn hosts(&self) -> Option<&HostsNetwork> {
+        match self {
+            Self::Hosts(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// `network`: `"host"`/`"none"`, the older `true`/`false`, or `{ hosts = [...] }`.
+fn network_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Network, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Value {
         Bool(bool),
         Text(String),
+        Hosts(HostsNetwork),
     }
-    match Value::deserialize(d)? {
-        Value::Bool(b) => Ok(b),
-        Value::Text(t) if t == "host" => Ok(true),
-        Value::Text(t) if t == "none" => Ok(false),
+    match Value::deserialize(d).map_err(|_| {
+        serde::de::Error::custom(
+            "network: expected \"host\", \"none\" or { hosts = [NAME, ...], resolver = \"ADDRESS:PORT\" }",
+        )
+    })? {
+        Value::Bool(true) => Ok(Network::Host),
+        Value::Bool(false) => Ok(Network::None),
+        Value::Text(t) if t == "host" => Ok(Network::Host),
+        Value::Text(t) if t == "none" => Ok(Network::None),
         Value::Text(t) => Err(serde::de::Error::custom(format!(
-            "network = {t:?}: expected \"host\" or \"none\""
+            "network = {t:?}: expected \"host\", \"none\" or {{ hosts = [...] }}"
         ))),
+        Value::Hosts(h) => Ok(Network::Hosts(h)),
     }
 }
 
@@ -407,10 +452,29 @@ impl SandboxSpec {
                 }
             }
         }
-        if self.dns && !self.network {
-            problems.push(
-                "dns = true with network = false: names cannot resolve without a network".into(),
-            );
+        match &self.network {
+            Network::None if self.dns => problems.push(
+                "dns = true with network = \"none\": names cannot resolve without a network"
+                    .into(),
+            ),
+            Network::Hosts(_) if self.dns => problems.push(
+                "dns = true with network = { hosts = [...] }: the proxy answers DNS inside the \
+                 sandbox, the host's resolver configuration cannot be bound"
+                    .into(),
+            ),
+            Network::Hosts(h) => {
+                if h.hosts.is_empty() {
+                    problems.push(
+                        "network.hosts is empty: use network = \"none\" for no way out".into(),
+                    );
+                }
+                for (i, p) in h.hosts.iter().enumerate() {
+                    if let Err(e) = aet_core::policy::hosts::check(p) {
+                        problems.push(format!("network.hosts[{i}]: {e}"));
+                    }
+                }
+            }
+            _ => {}
         }
         for (i, name) in self.unsetenv.iter().enumerate() {
             if let Err(p) = check_env_name(name) {
@@ -628,9 +692,9 @@ pub const KEYS: &[SpecKey] = &[
     },
     SpecKey {
         keys: "`network`",
-        kind: "`\"host\"` or `\"none\"` (or `true`/`false`)",
+        kind: "`\"host\"`, `\"none\"` (or `true`/`false`), or `{ hosts = [...], resolver = \"ADDRESS:PORT\" }`",
         default: "`\"host\"`",
-        meaning: "`\"none\"`: a private network namespace with only loopback, checked from inside before the command starts (the report's `network = \"none\"` check: no interface but `lo`)",
+        meaning: "`\"none\"`: a private network namespace with only loopback, checked from inside before the command starts (the report's `network = \"none\"` check: no interface but `lo`). `{ hosts = [\"pypi.org\", \"*.pythonhosted.org\"] }`: that namespace, whose only way out is aet's proxy, [below](#a-network-by-host)",
     },
     SpecKey {
         keys: "`io_uring`",
@@ -723,7 +787,7 @@ dns         = true
         let s = SandboxSpec::parse(text).unwrap();
         assert_eq!(s.workspace, Path::new("/run/ws"));
         assert_eq!(s.deny, vec![PathBuf::from("/repo/inputs/answers")]);
-        assert!(s.dns && s.network);
+        assert!(s.dns && s.network == Network::Host);
         assert_eq!(s.base, Base::Standard);
     }
 

@@ -650,6 +650,8 @@ fn hand_over_view(fd: i32) -> Result<(), String> {
     use std::os::fd::AsRawFd as _;
     let ns = fs::File::open("/proc/self/ns/mnt")
         .map_err(|e| format!("cannot open the view's mount namespace: {e}"))?;
+    let net = fs::File::open("/proc/self/ns/net")
+        .map_err(|e| format!("cannot open the view's network namespace: {e}"))?;
     let held = aet_core::stage::HeldView {
         cwd: std::env::current_dir()
             .unwrap_or_else(|_| "/".into())
@@ -658,18 +660,18 @@ fn hand_over_view(fd: i32) -> Result<(), String> {
         home: std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).into()),
     };
     let msg = serde_json::to_vec(&held).expect("a held view serialises");
-    let fds = [ns.as_raw_fd()];
+    let fds = [ns.as_raw_fd(), net.as_raw_fd()];
     let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
     let iov = [std::io::IoSlice::new(&msg)];
     nix::sys::socket::sendmsg::<()>(fd, &iov, &cmsg, nix::sys::socket::MsgFlags::empty(), None)
         .map_err(|e| format!("cannot hand the view over to aet: {e}"))?;
-    drop(ns);
+    drop((ns, net));
     let mut go = [0u8; 1];
     // SAFETY: reads one byte into a local buffer.
     let n = unsafe { libc::read(fd, go.as_mut_ptr().cast(), 1) };
     if n == 1 && go[0] == aet_core::stage::HOLD_GO {
         Ok(())
     } else {
-        Err("aet could not fingerprint the watched files in the view".into())
+        Err("aet could not fingerprint the watched files in the view, or start its proxy".into())
     }
 }

@@ -1,0 +1,248 @@
+//! The sandbox's way out by host (`network = { hosts = [...] }`): the sandbox has a network
+//! namespace of its own with only loopback, and aet listens on that loopback from outside (its
+//! sockets are made in the namespace, then served from aet's own): DNS on port 53 for the
+//! listed names only, an HTTP proxy on port 3128 that tunnels `CONNECT` and forwards plain HTTP
+//! to listed hosts only. Every request it forwards or refuses is an event the run's ledger
+//! records (`host_source = "proxy"`, `net_decision`). Under `--mode enforce` an unlisted host
+//! is refused; under record and shadow it is forwarded and recorded as `would_refuse`.
+
+mod dns;
+mod http;
+mod peer;
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    os::fd::OwnedFd,
+    path::PathBuf,
+    sync::Arc,
+    time::Duration,
+};
+
+use aet_core::policy::hosts::HostSet;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// The proxy's port on the sandbox's loopback.
+pub const HTTP_PORT: u16 = 3128;
+/// The proxy's URL, as the command's `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` give it.
+pub const URL: &str = "http://127.0.0.1:3128";
+/// What the sandbox's `/etc/resolv.conf` says.
+pub const RESOLV_CONF: &str = "nameserver 127.0.0.1\noptions attempts:1 timeout:5\n";
+/// Most time one upstream connection or lookup may take.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What the proxy did with a request.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// A listed host: forwarded.
+    Allowed,
+    /// An unlisted host, refused (`--mode enforce`).
+    Refused,
+    /// An unlisted host, forwarded (record and shadow): enforce would have refused it.
+    WouldRefuse,
+}
+
+impl Decision {
+    /// The ledger's `net_decision`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Refused => "refused",
+            Self::WouldRefuse => "would_refuse",
+        }
+    }
+}
+
+/// What kind of request.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Request {
+    /// An HTTP `CONNECT` tunnel (HTTPS, and anything else over TCP).
+    Connect,
+    /// A plain HTTP request forwarded.
+    Http,
+    /// A DNS query answered.
+    Dns,
+}
+
+/// One request the proxy forwarded or refused: a ledger row.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Event {
+    /// `CLOCK_BOOTTIME` when the request came (the kernel's clock, as rows have it).
+    pub boot_ns: u64,
+    pub request: Request,
+    /// The host as the request named it.
+    pub host: Vec<u8>,
+    pub port: u16,
+    pub decision: Decision,
+    /// The run's process that asked, when the proxy could tell (its socket's owner).
+    pub pid: Option<u32>,
+    pub uid: u32,
+    pub gid: u32,
+    /// The address the proxy reached (forwarded requests).
+    pub upstream: Option<SocketAddr>,
+    /// Why a forwarded request failed (`ECONNREFUSED`, ...): an errno name.
+    pub errno: Option<i32>,
+    /// A DNS query's type, answer code and records.
+    pub dns_type: Option<String>,
+    pub dns_rcode: Option<String>,
+    pub dns_answers: Vec<String>,
+}
+
+/// What the proxy is started with.
+pub struct Config {
+    pub hosts: HostSet,
+    /// Refuse unlisted hosts (`--mode enforce`); else forward them and say so.
+    pub enforce: bool,
+    /// The DNS server the proxy asks (default: the host's resolver).
+    pub resolver: Option<SocketAddr>,
+    /// The run's cgroup: whose processes' sockets name the client of a request.
+    pub cgroup: PathBuf,
+}
+
+/// The running proxy's shared state.
+pub(crate) struct Proxy {
+    cfg: Config,
+    events: UnboundedSender<Event>,
+}
+
+/// The kernel's boot-time clock now.
+fn boot_now() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+impl Proxy {
+    /// What the proxy does with a request for `host`.
+    fn decide(&self, host: &[u8]) -> Decision {
+        if self.cfg.hosts.matches(host) {
+            Decision::Allowed
+        } else if self.cfg.enforce {
+            Decision::Refused
+        } else {
+            Decision::WouldRefuse
+        }
+    }
+
+    /// A new event of a request from `client` (the sandbox's side of its connection).
+    fn event(
+        &self,
+        request: Request,
+        host: &[u8],
+        port: u16,
+        decision: Decision,
+        client: (SocketAddr, peer::Proto),
+    ) -> Event {
+        let who = peer::owner(&self.cfg.cgroup, client.0, client.1);
+        Event {
+            boot_ns: boot_now(),
+            request,
+            host: host.to_vec(),
+            port,
+            decision,
+            pid: who.map(|w| w.pid),
+            uid: who.map_or(0, |w| w.uid),
+            gid: who.map_or(0, |w| w.gid),
+            upstream: None,
+            errno: None,
+            dns_type: None,
+            dns_rcode: None,
+            dns_answers: Vec::new(),
+        }
+    }
+
+    fn send(&self, e: Event) {
+        let _ = self.events.send(e);
+    }
+
+    /// The addresses of `host` (an IP address is itself), through the configured resolver or
+    /// the host's.
+    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        let h = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = h.parse::<IpAddr>() {
+            return Ok(vec![SocketAddr::new(ip, port)]);
+        }
+        let found = match self.cfg.resolver {
+            Some(server) => dns::lookup(server, h).await?,
+            None => tokio::time::timeout(UPSTREAM_TIMEOUT, tokio::net::lookup_host((h, port)))
+                .await
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??
+                .map(|a| a.ip())
+                .collect(),
+        };
+        if found.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{host} has no address"),
+            ));
+        }
+        Ok(found.into_iter().map(|ip| SocketAddr::new(ip, port)).collect())
+    }
+
+    /// A connection to `host:port`.
+    async fn connect(&self, host: &str, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+        let addrs = self.resolve(host, port).await?;
+        tokio::time::timeout(UPSTREAM_TIMEOUT, tokio::net::TcpStream::connect(&addrs[..]))
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+    }
+}
+
+/// The listening sockets of the proxy, made inside the sandbox's network namespace.
+struct Listeners {
+    http: std::net::TcpListener,
+    dns_udp: std::net::UdpSocket,
+    dns_tcp: std::net::TcpListener,
+}
+
+/// Makes the proxy's sockets on the loopback of the network namespace `netns` (in a thread
+/// that enters it and ends: aet's own threads stay in aet's namespace).
+fn listen_in(netns: OwnedFd) -> std::io::Result<Listeners> {
+    std::thread::Builder::new()
+        .name("aet-proxy-ns".into())
+        .spawn(move || {
+            nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(std::io::Error::from)?;
+            let lo = |port| SocketAddr::from(([127, 0, 0, 1], port));
+            let l = Listeners {
+                http: std::net::TcpListener::bind(lo(HTTP_PORT))?,
+                dns_udp: std::net::UdpSocket::bind(lo(53))?,
+                dns_tcp: std::net::TcpListener::bind(lo(53))?,
+            };
+            l.http.set_nonblocking(true)?;
+            l.dns_udp.set_nonblocking(true)?;
+            l.dns_tcp.set_nonblocking(true)?;
+            Ok(l)
+        })?
+        .join()
+        .map_err(|_| std::io::Error::other("the proxy's namespace thread panicked"))?
+}
+
+/// Starts the proxy in the sandbox's network namespace `netns`; its events go to `events`.
+/// Runs on the current tokio runtime until it ends.
+pub fn start(netns: OwnedFd, cfg: Config, events: UnboundedSender<Event>) -> std::io::Result<()> {
+    let l = listen_in(netns)?;
+    let proxy = Arc::new(Proxy { cfg, events });
+    let http = tokio::net::TcpListener::from_std(l.http)?;
+    let udp = Arc::new(tokio::net::UdpSocket::from_std(l.dns_udp)?);
+    let tcp = tokio::net::TcpListener::from_std(l.dns_tcp)?;
+    tokio::spawn(http::serve(proxy.clone(), http));
+    tokio::spawn(dns::serve_udp(proxy.clone(), udp));
+    tokio::spawn(dns::serve_tcp(proxy, tcp));
+    Ok(())
+}
+
+/// The command's environment variables that point it at the proxy.
+pub fn env() -> Vec<(String, String)> {
+    let mut v = Vec::new();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        v.push((name.to_owned(), URL.to_owned()));
+        v.push((name.to_ascii_lowercase(), URL.to_owned()));
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        v.push((name.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
+    }
+    v
+}
