@@ -103,7 +103,7 @@ fn a_network_value_other_than_host_or_none_is_refused() {
     assert!(!r.status.success());
     let err = text(&r.stderr);
     assert!(
-        err.contains("network") && err.contains("\"host\" or \"none\""),
+        err.contains("network") && err.contains("\"host\", \"none\" or { hosts"),
         "{err}"
     );
 }

@@ -448,6 +448,7 @@ fn end_to_end(aet: &Path, filter: Option<&str>) -> anyhow::Result<()> {
             "query",
             "phases",
             "watch",
+            "names",
         ],
     )?;
     daemon.stop()?;

@@ -102,8 +102,15 @@ pub struct Config {
 }
 
 /// The running proxy's shared state.
+struct Shared {
+    /// The inode of the sandbox's network namespace.
+    netns: u64,
+}
+
+/// The proxy.
 pub(crate) struct Proxy {
     cfg: Config,
+    shared: Shared,
     events: UnboundedSender<Event>,
 }
 
@@ -135,7 +142,7 @@ impl Proxy {
         decision: Decision,
         client: (SocketAddr, peer::Proto),
     ) -> Event {
-        let who = peer::owner(&self.cfg.cgroup, client.0, client.1);
+        let who = peer::owner(&self.cfg.cgroup, self.shared.netns, client.0, client.1);
         Event {
             boot_ns: boot_now(),
             request,
@@ -223,8 +230,16 @@ fn listen_in(netns: OwnedFd) -> std::io::Result<Listeners> {
 /// Starts the proxy in the sandbox's network namespace `netns`; its events go to `events`.
 /// Runs on the current tokio runtime until it ends.
 pub fn start(netns: OwnedFd, cfg: Config, events: UnboundedSender<Event>) -> std::io::Result<()> {
+    let ino = {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::File::from(netns.try_clone()?).metadata()?.ino()
+    };
     let l = listen_in(netns)?;
-    let proxy = Arc::new(Proxy { cfg, events });
+    let proxy = Arc::new(Proxy {
+        cfg,
+        shared: Shared { netns: ino },
+        events,
+    });
     let http = tokio::net::TcpListener::from_std(l.http)?;
     let udp = Arc::new(tokio::net::UdpSocket::from_std(l.dns_udp)?);
     let tcp = tokio::net::TcpListener::from_std(l.dns_tcp)?;

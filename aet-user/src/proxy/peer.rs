@@ -58,8 +58,10 @@ fn socket_inode(pid: u32, local: SocketAddr, proto: Proto) -> Option<u64> {
             let Some((_, port)) = f[1].rsplit_once(':') else {
                 continue;
             };
-            if port == want_port {
-                return f[9].parse().ok().filter(|&i| i != 0);
+            if port == want_port
+                && let Some(inode) = f[9].parse().ok().filter(|&i: &u64| i != 0)
+            {
+                return Some(inode);
             }
         }
     }
@@ -90,9 +92,20 @@ fn ids(pid: u32) -> (u32, u32) {
     (field("Uid:"), field("Gid:"))
 }
 
-/// The process of the run (cgroup `cg`) whose socket is bound to `client`.
-pub(super) fn owner(cg: &Path, client: SocketAddr, proto: Proto) -> Option<Owner> {
-    let pids = pids(cg);
+/// The inode of `pid`'s network namespace.
+fn netns_of(pid: u32) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::metadata(format!("/proc/{pid}/ns/net")).ok().map(|m| m.ino())
+}
+
+/// The process of the run (cgroup `cg`) in the network namespace `netns` whose socket is bound
+/// to `client` there.
+pub(super) fn owner(cg: &Path, netns: u64, client: SocketAddr, proto: Proto) -> Option<Owner> {
+    // Processes of the run outside the namespace (bwrap's first one) see another table.
+    let pids: Vec<u32> = pids(cg)
+        .into_iter()
+        .filter(|&p| netns_of(p) == Some(netns))
+        .collect();
     let inode = pids
         .iter()
         .find_map(|&p| socket_inode(p, client, proto))?;

@@ -457,12 +457,14 @@ impl SandboxSpec {
                 "dns = true with network = \"none\": names cannot resolve without a network"
                     .into(),
             ),
-            Network::Hosts(_) if self.dns => problems.push(
-                "dns = true with network = { hosts = [...] }: the proxy answers DNS inside the \
-                 sandbox, the host's resolver configuration cannot be bound"
-                    .into(),
-            ),
             Network::Hosts(h) => {
+                if self.dns {
+                    problems.push(
+                        "dns = true with network = { hosts = [...] }: the proxy answers DNS \
+                         inside the sandbox, the host's resolver configuration cannot be bound"
+                            .into(),
+                    );
+                }
                 if h.hosts.is_empty() {
                     problems.push(
                         "network.hosts is empty: use network = \"none\" for no way out".into(),
