@@ -108,9 +108,8 @@ fn http_server(ip: &str) -> u16 {
                     Ok(n) => head.extend_from_slice(&b[..n]),
                 }
             }
-            let _ = s.write_all(
-                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-            );
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
         }
     });
     port
@@ -215,7 +214,11 @@ fn names_a_run_resolves_are_dns_rows_and_name_its_connections() {
                 && r.net_port == Some(u32::from(port))
         })
         .expect("curl's connect");
-    assert_eq!(connect.host.as_deref(), Some(&b"repo.test"[..]), "{connect:#?}");
+    assert_eq!(
+        connect.host.as_deref(),
+        Some(&b"repo.test"[..]),
+        "{connect:#?}"
+    );
     assert_eq!(connect.host_source.as_deref(), Some("dns"));
     let http = named(&rows, "net", "repo.test", "http");
     assert_eq!(http.len(), 1, "{http:#?}");
@@ -248,9 +251,17 @@ except OSError: pass'; true"
     ] {
         let got = named(&rows, "net", name, source);
         assert_eq!(got.len(), 1, "{name}: {got:#?}");
-        assert_eq!(got[0].net_address.as_deref(), Some(ip.as_bytes()), "{:#?}", got[0]);
+        assert_eq!(
+            got[0].net_address.as_deref(),
+            Some(ip.as_bytes()),
+            "{:#?}",
+            got[0]
+        );
         assert_eq!(got[0].net_port, Some(u32::from(port)));
-        assert!(dns_rows(&rows, name).is_empty(), "no DNS was asked for {name}");
+        assert!(
+            dns_rows(&rows, name).is_empty(),
+            "no DNS was asked for {name}"
+        );
     }
     assert_complete(&r.ledger());
 
@@ -310,7 +321,13 @@ with zipfile.ZipFile({wheel:?}, "w") as z:
         l.local_addr().unwrap().port()
     };
     let child = Command::new("python3")
-        .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.6"])
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.6",
+        ])
         .arg("--directory")
         .arg(&root)
         .stdout(Stdio::null())
@@ -319,7 +336,10 @@ with zipfile.ZipFile({wheel:?}, "w") as z:
         .unwrap();
     let t0 = Instant::now();
     while std::net::TcpStream::connect(SocketAddr::from(([127, 0, 0, 6], port))).is_err() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "the index did not start");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the index did not start"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     (child, port)
@@ -352,7 +372,11 @@ fn a_sandbox_by_host_reaches_listed_names_through_the_proxy_and_nothing_else() {
         ws = ws.display()
     );
     let out = dir.path().join("run");
-    let r = run_in(&out, &["--sandbox", spec.to_str().unwrap()], &["sh", "-c", &script]);
+    let r = run_in(
+        &out,
+        &["--sandbox", spec.to_str().unwrap()],
+        &["sh", "-c", &script],
+    );
     let _ = index.kill();
     let _ = index.wait();
     assert_eq!(r.code(), 0, "{}", r.stderr());
@@ -374,7 +398,10 @@ fn a_sandbox_by_host_reaches_listed_names_through_the_proxy_and_nothing_else() {
         .find(|c| c["entry"] == "network = { hosts = [...] }")
         .unwrap_or_else(|| panic!("no network check: {sb}"))
         .clone();
-    assert_eq!((&check["ok"], &check["found"]), (&true.into(), &"interfaces lo".into()));
+    assert_eq!(
+        (&check["ok"], &check["found"]),
+        (&true.into(), &"interfaces lo".into())
+    );
     let rows = rows(&ledger);
     // Every request the proxy forwarded or refused is a row, with the process that asked.
     let fetched = named(&rows, "net", "index.test", "proxy");
@@ -405,8 +432,11 @@ fn a_sandbox_by_host_reaches_listed_names_through_the_proxy_and_nothing_else() {
     assert_eq!(q.dns_rcode.as_deref(), Some("REFUSED"));
     // The audit lists what the proxy blocked.
     let policy = dir.path().join("policy.toml");
-    fs::write(&policy, "[allow]\nread = [\"/\"]\nwrite = [\"/\"]\nhosts = [\"index.test\"]\n")
-        .unwrap();
+    fs::write(
+        &policy,
+        "[allow]\nread = [\"/\"]\nwrite = [\"/\"]\nhosts = [\"index.test\"]\n",
+    )
+    .unwrap();
     let (_, v) = audit_json(&out, &policy, &[]);
     let blocked: Vec<(&str, &str)> = v["blocked"]
         .as_array()
@@ -414,7 +444,10 @@ fn a_sandbox_by_host_reaches_listed_names_through_the_proxy_and_nothing_else() {
         .iter()
         .map(|f| (f["rule"].as_str().unwrap(), f["path"].as_str().unwrap()))
         .collect();
-    assert!(blocked.contains(&("barrier.host", "host:blocked.test")), "{v:#}");
+    assert!(
+        blocked.contains(&("barrier.host", "host:blocked.test")),
+        "{v:#}"
+    );
 }
 
 #[test]
@@ -429,9 +462,16 @@ fn a_bad_hosts_network_is_refused_naming_the_entry() {
         ),
     )
     .unwrap();
-    let r = aet().args(["sandbox", "check"]).arg(&spec).output().unwrap();
+    let r = aet()
+        .args(["sandbox", "check"])
+        .arg(&spec)
+        .output()
+        .unwrap();
     assert!(!r.status.success());
     let err = text(&r.stderr);
-    assert!(err.contains("network.hosts[1]") && err.contains("not a host name"), "{err}");
+    assert!(
+        err.contains("network.hosts[1]") && err.contains("not a host name"),
+        "{err}"
+    );
     assert!(err.contains("dns = true with network = { hosts"), "{err}");
 }

@@ -502,17 +502,35 @@ fn hosts_are_judged_by_name_on_dns_and_net_rows_alike() {
     // Allowed: a lookup and connection by name, a TLS name on a connection.
     let mut r = Run::new();
     r.dns(AGENT, "pypi.org", "NOERROR", &["151.101.0.223"]);
-    r.net(AGENT, "connect", ("151.101.0.223", 443), Some(("pypi.org", "dns")), 0);
-    r.net(AGENT, "write", ("151.101.0.223", 443), Some(("files.pythonhosted.org", "tls")), 517)
-        .capture = aet_core::ledger::schema::capture::PAYLOAD;
+    r.net(
+        AGENT,
+        "connect",
+        ("151.101.0.223", 443),
+        Some(("pypi.org", "dns")),
+        0,
+    );
+    r.net(
+        AGENT,
+        "write",
+        ("151.101.0.223", 443),
+        Some(("files.pythonhosted.org", "tls")),
+        517,
+    )
+    .capture = aet_core::ledger::schema::capture::PAYLOAD;
     let (report, _) = audit(&r, &policy);
     assert_eq!(report.verdict, Verdict::Clean, "{:?}", report.out_of_scope);
     // A cheat host reached with a TLS name (no DNS: `curl --resolve`), a mirror looked up and
     // refused, a host outside the allow-list.
     let mut r = Run::new();
     r.net(AGENT, "connect", ("140.82.112.3", 443), None, 0);
-    r.net(AGENT, "sendto", ("140.82.112.3", 443), Some(("GitHub.com.", "tls")), 517)
-        .capture = aet_core::ledger::schema::capture::PAYLOAD;
+    r.net(
+        AGENT,
+        "sendto",
+        ("140.82.112.3", 443),
+        Some(("GitHub.com.", "tls")),
+        517,
+    )
+    .capture = aet_core::ledger::schema::capture::PAYLOAD;
     r.dns(AGENT, "files.example.net", "NXDOMAIN", &[]);
     r.dns(AGENT, "elsewhere.org", "NOERROR", &["10.0.0.1"]);
     let (report, g) = audit(&r, &policy);
@@ -521,9 +539,17 @@ fn hosts_are_judged_by_name_on_dns_and_net_rows_alike() {
     assert_eq!(report.cheat_hits[0].rule, "cheats.upstream");
     assert_eq!(report.cheat_hits[0].path, "host:github.com");
     assert_eq!(report.cheat_hits[0].access, "host");
-    let w: Vec<(&str, &str)> = report.warnings.iter().map(|f| (f.rule.as_str(), f.outcome.name())).collect();
+    let w: Vec<(&str, &str)> = report
+        .warnings
+        .iter()
+        .map(|f| (f.rule.as_str(), f.outcome.name()))
+        .collect();
     assert!(w.contains(&("warns.mirror", "attempted")), "{w:?}");
-    let oos: Vec<&str> = report.out_of_scope.iter().map(|f| f.path.as_str()).collect();
+    let oos: Vec<&str> = report
+        .out_of_scope
+        .iter()
+        .map(|f| f.path.as_str())
+        .collect();
     assert_eq!(oos, ["host:elsewhere.org"]);
     golden("hosts", &g);
 }

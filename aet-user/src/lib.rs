@@ -37,21 +37,24 @@ mod tests {
             "cli",
             &[
                 "run", "daemon", "guard", "monitor", "loader", "sandbox", "identity", "kernel",
+                "proxy",
             ],
         ),
         (
             "run",
             &[
-                "daemon", "guard", "monitor", "loader", "sandbox", "identity", "kernel",
+                "daemon", "guard", "monitor", "loader", "sandbox", "identity", "kernel", "proxy",
             ],
         ),
-        ("daemon", &["monitor", "loader", "kernel", "guard"]),
+        ("daemon", &["monitor", "loader", "kernel", "guard", "proxy"]),
         ("guard", &["kernel"]),
-        ("monitor", &["loader", "kernel"]),
+        ("monitor", &["loader", "kernel", "proxy"]),
         ("identity", &["sandbox", "kernel"]),
-        ("sandbox", &["kernel"]),
+        ("sandbox", &["kernel", "proxy"]),
         ("loader", &["kernel"]),
         ("kernel", &[]),
+        // The sandbox's proxy: what its requests are (a row each) and how it serves them.
+        ("proxy", &[]),
     ];
 
     /// The `crate::X` modules a source text names, grouped `use crate::{X, Y::…}` included.

@@ -602,7 +602,14 @@ pub(super) fn host(
             host: None,
             reached: None,
         };
-        e.record(Class::Barrier, BARRIER_RULE, outcome, Access::Host, id, &row);
+        e.record(
+            Class::Barrier,
+            BARRIER_RULE,
+            outcome,
+            Access::Host,
+            id,
+            &row,
+        );
         return;
     }
     let ok = match kind {

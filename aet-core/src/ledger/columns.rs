@@ -570,6 +570,7 @@ impl Kind for Texts {
         v.clone()
     }
     fn sample(seed: u64) -> Option<Vec<String>> {
-        (!seed.is_multiple_of(3)).then(|| vec![format!("A 10.0.0.{}", seed % 250), "CNAME x.".into()])
+        (!seed.is_multiple_of(3))
+            .then(|| vec![format!("A 10.0.0.{}", seed % 250), "CNAME x.".into()])
     }
 }

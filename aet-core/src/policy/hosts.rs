@@ -112,7 +112,14 @@ mod tests {
         assert!(!s.matches(b"pythonhosted.org"));
         assert!(s.matches(b"127.0.0.1"));
         assert!(HostSet::new(&["*"]).unwrap().matches(b"anything.example"));
-        for bad in ["", "github.com/x", "a..b", "*github.com", "git hub.com", "*.*.x"] {
+        for bad in [
+            "",
+            "github.com/x",
+            "a..b",
+            "*github.com",
+            "git hub.com",
+            "*.*.x",
+        ] {
             assert!(HostSet::new(&[bad]).is_err(), "{bad:?}");
         }
     }
@@ -140,9 +147,15 @@ mod policy_tests {
         assert!(p.allow.unwrap().hosts.unwrap().matches(b"pypi.org"));
         let e = load("[allow]\nread = []\nwrite = []\nhosts = [\"ok.org\", \"bad/host\"]\n")
             .unwrap_err();
-        assert!(e.contains("line 4: allow.hosts[1]") && e.contains("bad/host"), "{e}");
+        assert!(
+            e.contains("line 4: allow.hosts[1]") && e.contains("bad/host"),
+            "{e}"
+        );
         let e = load("[cheats]\nup = { host = \"git hub\" }\n").unwrap_err();
-        assert!(e.contains("line 2: cheats.up") && e.contains("not a host name"), "{e}");
+        assert!(
+            e.contains("line 2: cheats.up") && e.contains("not a host name"),
+            "{e}"
+        );
         let e = load("[cheats]\nup = { host = \"a.b\", pattern = \"x\" }\n").unwrap_err();
         assert!(e.contains("together"), "{e}");
     }

@@ -684,9 +684,8 @@ fn compile_allow(text: &str, a: &AllowSpec) -> Result<Allow, String> {
     let hosts = match &a.hosts {
         Some(l) => {
             for (i, h) in l.iter().enumerate() {
-                hosts::check(h.get_ref()).map_err(|e| {
-                    format!("{}: allow.hosts[{i}]: {e}", LineOf(text, h.span()))
-                })?;
+                hosts::check(h.get_ref())
+                    .map_err(|e| format!("{}: allow.hosts[{i}]: {e}", LineOf(text, h.span())))?;
             }
             let names: Vec<&str> = l.iter().map(|h| h.get_ref().as_str()).collect();
             let set = hosts::HostSet::new(&names)?;

@@ -7,8 +7,8 @@
 use core::ffi::c_void;
 
 use aet_common::{
-    DATA_LIMIT, EventKind, HEADER_SIZE, PAYLOAD_CAP, SOCKADDR_CAP, Syscall, counter, fileio,
-    flags, payload, section,
+    DATA_LIMIT, EventKind, HEADER_SIZE, PAYLOAD_CAP, SOCKADDR_CAP, Syscall, counter, fileio, flags,
+    payload, section,
 };
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 
@@ -157,7 +157,13 @@ fn emit(c: &mut Capture) {
     let mut task = Task::current();
     task.run = c.run;
     let Some(s) = scratch() else { return };
-    fill_header(header(s), &mut task, EventKind::Payload, c.syscall as u16, c.ret);
+    fill_header(
+        header(s),
+        &mut task,
+        EventKind::Payload,
+        c.syscall as u16,
+        c.ret,
+    );
     let h = header(s);
     h.fd = c.fd;
     h.aux = c.moved;

@@ -319,10 +319,16 @@ mod tests {
         let wire = q.to_vec().unwrap();
         let got = dns_messages(&wire);
         assert_eq!(got.len(), 1);
-        assert_eq!((got[0].id, &got[0].name[..], got[0].qtype), (7, &b"github.com"[..], "A"));
+        assert_eq!(
+            (got[0].id, &got[0].name[..], got[0].qtype),
+            (7, &b"github.com"[..], "A")
+        );
         assert!(!got[0].response);
         let mut a = Message::response(7, OpCode::Query);
-        a.add_query(Query::query(Name::from_ascii("github.com.").unwrap(), RecordType::A));
+        a.add_query(Query::query(
+            Name::from_ascii("github.com.").unwrap(),
+            RecordType::A,
+        ));
         a.add_answer(Record::from_rdata(
             Name::from_ascii("github.com.").unwrap(),
             60,

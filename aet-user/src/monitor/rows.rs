@@ -817,8 +817,8 @@ impl RowMaker {
                 .map(|n| (n, "tls"))
                 .or_else(|| names::http_host(bytes).map(|n| (n, "http")));
             if let Some((host, source)) = found {
-                let follows = matches!(ev.syscall, Syscall::Sendto | Syscall::Sendmsg)
-                    && named.is_some();
+                let follows =
+                    matches!(ev.syscall, Syscall::Sendto | Syscall::Sendmsg) && named.is_some();
                 if follows {
                     // The syscall's own net row comes next: the host goes on it.
                     self.names.hold_for_net(h.tid, h.fd, host, source);

@@ -1,5 +1,5 @@
 //! The proxy's DNS (hickory-proto messages): queries on the sandbox's `127.0.0.1:53`, UDP and
-//! TCP, answered for listed names only (an unlisted one is `REFUSED` under enforce), with the
+//! TCP, answered for listed names only (an unlisted one is `REFUSED`, but under `--mode shadow`), with the
 //! addresses the configured resolver, or the host's, gives.
 
 use std::{
@@ -72,8 +72,11 @@ async fn answer(p: &Proxy, bytes: &[u8], client: (SocketAddr, Proto)) -> Option<
                         (IpAddr::V6(v6), RecordType::AAAA) => RData::AAAA(rdata::AAAA(v6)),
                         _ => continue,
                     };
-                    ev.dns_answers
-                        .push(format!("{} {}", <&'static str>::from(q.query_type()), data));
+                    ev.dns_answers.push(format!(
+                        "{} {}",
+                        <&'static str>::from(q.query_type()),
+                        data
+                    ));
                     resp.add_answer(Record::from_rdata(q.name().clone(), 60, data));
                 }
                 ResponseCode::NoError
@@ -116,8 +119,7 @@ pub(super) async fn serve_tcp(p: Arc<Proxy>, listener: tokio::net::TcpListener) 
         };
         let p = p.clone();
         tokio::spawn(async move {
-            loop {
-                let Ok(n) = s.read_u16().await else { break };
+            while let Ok(n) = s.read_u16().await {
                 let mut q = vec![0u8; n as usize];
                 if s.read_exact(&mut q).await.is_err() {
                     break;

@@ -84,10 +84,20 @@ async fn tunnel(p: Arc<Proxy>, client: SocketAddr, req: Request<Incoming>) -> Re
             "aet: CONNECT needs HOST:PORT".into(),
         );
     };
-    let host = auth.host().trim_start_matches('[').trim_end_matches(']').to_owned();
+    let host = auth
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
     let port = auth.port_u16().unwrap_or(443);
     let decision = p.decide(host.as_bytes());
-    let mut ev = p.event(Kind::Connect, host.as_bytes(), port, decision, (client, Proto::Tcp));
+    let mut ev = p.event(
+        Kind::Connect,
+        host.as_bytes(),
+        port,
+        decision,
+        (client, Proto::Tcp),
+    );
     if decision == Decision::Refused {
         p.send(ev);
         return refused(&host, port);
@@ -129,14 +139,22 @@ async fn forward(
     let (Some(host), Some("http")) = (uri.host(), uri.scheme_str()) else {
         return Ok(text(
             StatusCode::BAD_REQUEST,
-            "aet: the proxy forwards http://HOST/... requests and tunnels CONNECT HOST:PORT"
-                .into(),
+            "aet: the proxy forwards http://HOST/... requests and tunnels CONNECT HOST:PORT".into(),
         ));
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
     let port = uri.port_u16().unwrap_or(80);
     let decision = p.decide(host.as_bytes());
-    let mut ev = p.event(Kind::Http, host.as_bytes(), port, decision, (client, Proto::Tcp));
+    let mut ev = p.event(
+        Kind::Http,
+        host.as_bytes(),
+        port,
+        decision,
+        (client, Proto::Tcp),
+    );
     if decision == Decision::Refused {
         p.send(ev);
         return Ok(refused(&host, port));

@@ -3,8 +3,9 @@
 //! sockets are made in the namespace, then served from aet's own): DNS on port 53 for the
 //! listed names only, an HTTP proxy on port 3128 that tunnels `CONNECT` and forwards plain HTTP
 //! to listed hosts only. Every request it forwards or refuses is an event the run's ledger
-//! records (`host_source = "proxy"`, `net_decision`). Under `--mode enforce` an unlisted host
-//! is refused; under record and shadow it is forwarded and recorded as `would_refuse`.
+//! records (`host_source = "proxy"`, `net_decision`). An unlisted host is refused, as the
+//! spec's view is applied, whatever the mode; under `--mode shadow` it is forwarded and
+//! recorded as `would_refuse` (the way a list is tried before it is enforced).
 
 mod dns;
 mod http;
@@ -37,9 +38,9 @@ const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(15);
 pub enum Decision {
     /// A listed host: forwarded.
     Allowed,
-    /// An unlisted host, refused (`--mode enforce`).
+    /// An unlisted host, refused.
     Refused,
-    /// An unlisted host, forwarded (record and shadow): enforce would have refused it.
+    /// An unlisted host, forwarded (`--mode shadow`): enforce would have refused it.
     WouldRefuse,
 }
 
@@ -93,7 +94,7 @@ pub struct Event {
 /// What the proxy is started with.
 pub struct Config {
     pub hosts: HostSet,
-    /// Refuse unlisted hosts (`--mode enforce`); else forward them and say so.
+    /// Refuse unlisted hosts (every mode but shadow); else forward them and say so.
     pub enforce: bool,
     /// The DNS server the proxy asks (default: the host's resolver).
     pub resolver: Option<SocketAddr>,
@@ -185,7 +186,10 @@ impl Proxy {
                 format!("{host} has no address"),
             ));
         }
-        Ok(found.into_iter().map(|ip| SocketAddr::new(ip, port)).collect())
+        Ok(found
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect())
     }
 
     /// A connection to `host:port`.

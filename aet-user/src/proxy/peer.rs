@@ -95,7 +95,9 @@ fn ids(pid: u32) -> (u32, u32) {
 /// The inode of `pid`'s network namespace.
 fn netns_of(pid: u32) -> Option<u64> {
     use std::os::unix::fs::MetadataExt as _;
-    fs::metadata(format!("/proc/{pid}/ns/net")).ok().map(|m| m.ino())
+    fs::metadata(format!("/proc/{pid}/ns/net"))
+        .ok()
+        .map(|m| m.ino())
 }
 
 /// The process of the run (cgroup `cg`) in the network namespace `netns` whose socket is bound
@@ -106,9 +108,7 @@ pub(super) fn owner(cg: &Path, netns: u64, client: SocketAddr, proto: Proto) -> 
         .into_iter()
         .filter(|&p| netns_of(p) == Some(netns))
         .collect();
-    let inode = pids
-        .iter()
-        .find_map(|&p| socket_inode(p, client, proto))?;
+    let inode = pids.iter().find_map(|&p| socket_inode(p, client, proto))?;
     let pid = pids.into_iter().find(|&p| holds(p, inode))?;
     let (uid, gid) = ids(pid);
     Some(Owner { pid, uid, gid })

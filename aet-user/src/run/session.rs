@@ -273,7 +273,9 @@ impl Session {
                     .call(&Request::Proxy { event })
                     .map_err(|e| e.to_string())
                 {
-                    eprintln!("aet: warning: a request of the sandbox's proxy was not recorded: {message}");
+                    eprintln!(
+                        "aet: warning: a request of the sandbox's proxy was not recorded: {message}"
+                    );
                 }
             }
         }

@@ -505,7 +505,9 @@ impl View {
             path: conf.to_owned(),
             source,
         };
-        let file = super::runtime_dir().map_err(host)?.join("resolv-proxy.conf");
+        let file = super::runtime_dir()
+            .map_err(host)?
+            .join("resolv-proxy.conf");
         if fs::read(&file).ok().as_deref() != Some(crate::proxy::RESOLV_CONF.as_bytes()) {
             let tmp = file.with_extension(format!("{}", std::process::id()));
             fs::write(&tmp, crate::proxy::RESOLV_CONF).map_err(host)?;

@@ -454,8 +454,7 @@ impl SandboxSpec {
         }
         match &self.network {
             Network::None if self.dns => problems.push(
-                "dns = true with network = \"none\": names cannot resolve without a network"
-                    .into(),
+                "dns = true with network = \"none\": names cannot resolve without a network".into(),
             ),
             Network::Hosts(h) => {
                 if self.dns {
