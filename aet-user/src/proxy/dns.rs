@@ -1,6 +1,6 @@
 //! The proxy's DNS (hickory-proto messages): queries on the sandbox's `127.0.0.1:53`, UDP and
-//! TCP, answered for listed names only (an unlisted one is `REFUSED`, but under `--mode shadow`), with the
-//! addresses the configured resolver, or the host's, gives.
+//! TCP, answered for listed names only (an unlisted one is `REFUSED`, but under `--mode
+//! shadow`), with the addresses the configured resolver, or the host's, gives.
 
 use std::{
     net::{IpAddr, SocketAddr},
