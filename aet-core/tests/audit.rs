@@ -555,6 +555,45 @@ fn hosts_are_judged_by_name_on_dns_and_net_rows_alike() {
 }
 
 #[test]
+fn the_swe_bench_preset_warns_on_the_upstream_the_spec_names() {
+    let preset = include_str!("../../policies/swe-bench.toml");
+    let mut r = Run::new();
+    let sandbox = aet_core::ledger::record::SandboxRecord {
+        spec: "/task/sandbox.toml".into(),
+        bwrap_argv: Vec::new(),
+        env: Vec::new(),
+        env_removed: Vec::new(),
+        verified: true,
+        report: None,
+        network: aet_core::ledger::record::NetworkRecord {
+            mode: "host".into(),
+            hosts: Vec::new(),
+            upstream_hosts: vec!["github.com".into()],
+        },
+    };
+    r.meta.set_json(meta::SANDBOX, &sandbox);
+    r.dns(AGENT, "GitHub.com", "NOERROR", &["140.82.112.3"]);
+    r.dns(AGENT, "pypi.org", "NOERROR", &["151.101.0.223"]);
+    let (report, _) = audit(&r, preset);
+    let w: Vec<(&str, &str)> = report
+        .warnings
+        .iter()
+        .map(|f| (f.rule.as_str(), f.path.as_str()))
+        .collect();
+    assert_eq!(w, [("warns.upstream_host", "host:github.com")], "{w:?}");
+    // Without an upstream in the spec, the rule names nothing.
+    r.meta.set_json(
+        meta::SANDBOX,
+        &aet_core::ledger::record::SandboxRecord {
+            network: Default::default(),
+            ..sandbox
+        },
+    );
+    let (report, _) = audit(&r, preset);
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+}
+
+#[test]
 fn an_incomplete_record_is_inconclusive_unless_a_cheat_was_found() {
     let mut r = Run::new();
     r.meta

@@ -207,6 +207,12 @@ pub(super) fn start<'p>(
         }
     }
     let mut e = Scanner::new(policy, protected_ids);
+    e.upstream = meta
+        .sandbox
+        .iter()
+        .flat_map(|s| &s.network.upstream_hosts)
+        .map(|h| crate::policy::hosts::normalize(h.as_bytes()))
+        .collect();
     e.barrier = meta
         .barrier
         .as_ref()
@@ -620,7 +626,15 @@ pub(super) fn host(
             (ok || pending) && !refused
         }
     };
-    let id = e.path_id(&crate::policy::hosts::key(name));
+    let mut ids = vec![e.path_id(&crate::policy::hosts::key(name))];
+    // A task repository's upstream is also `host:@upstream`, which `{ host = "@upstream" }`
+    // rules name.
+    let norm = crate::policy::hosts::normalize(name);
+    if e.upstream.contains(&norm) {
+        let mut k = crate::policy::hosts::PREFIX.to_vec();
+        k.extend_from_slice(crate::policy::hosts::UPSTREAM.as_bytes());
+        ids.push(e.path_id(&k));
+    }
     let row = RowRef {
         cols: &c.cols,
         i,
@@ -631,7 +645,7 @@ pub(super) fn host(
         host: None,
         reached: None,
     };
-    e.classify(&row, Access::Host, &[id], None);
+    e.classify(&row, Access::Host, &ids, None);
 }
 
 /// Network endpoints: connects and addressed sends, by `ADDRESS:PORT`, `[ADDRESS]:PORT` or

@@ -77,6 +77,9 @@ pub(super) struct Scanner<'p> {
     pub(super) argv_index: FxHashMap<(usize, u32, Outcome), usize>,
     /// The run's barrier (`--mode shadow|enforce`), as the stage built it.
     pub(super) barrier: Option<crate::policy::barrier::Model>,
+    /// The hosts of the task repositories' upstreams (from `aet.sandbox`), normalized: what
+    /// `{ host = "@upstream" }` names.
+    pub(super) upstream: Vec<Vec<u8>>,
 }
 
 impl<'p> Scanner<'p> {
@@ -100,6 +103,7 @@ impl<'p> Scanner<'p> {
             proc_index: FxHashMap::default(),
             argv_index: FxHashMap::default(),
             barrier: None,
+            upstream: Vec::new(),
         }
     }
 

@@ -111,6 +111,24 @@ pub struct SandboxRecord {
     /// The stage checked the view and found it as specified.
     pub verified: bool,
     pub report: Option<Report>,
+    /// The hosts of the task repositories' upstreams (`[[repo]] upstream`): what a policy's
+    /// The sandbox's network: its mode, the proxy's hosts, the repositories' upstream hosts.
+    #[serde(default)]
+    pub network: NetworkRecord,
+}
+
+/// What `aet.sandbox` keeps of the sandbox's network.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetworkRecord {
+    /// `host`, `none` or `hosts`.
+    pub mode: String,
+    /// `network = { hosts = [...] }`: the hosts the proxy reaches.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// The hosts of the task repositories' upstreams (`[[repo]] upstream`): what a policy's
+    /// `{ host = "@upstream" }` names.
+    #[serde(default)]
+    pub upstream_hosts: Vec<String>,
 }
 
 /// `aet.identity`: what the run record keeps of the agent identity (variable names, never

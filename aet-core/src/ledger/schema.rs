@@ -83,8 +83,9 @@ meta_keys! {
     /// `aet run`: processes killed at the end of the run, a JSON array of `{pid, comm}`.
     KILLED = "aet.killed";
     /// `aet run --sandbox`: JSON with `spec`, `bwrap_argv`, `env` (names), `env_removed`
-    /// (names), `verified`, and the stage's `report` (each check with what it expected and
-    /// found, failures, writable mounts).
+    /// (names), `verified`, the stage's `report` (each check with what it expected and found,
+    /// failures, writable mounts), and `network` (`mode`: `host`, `none` or `hosts`; `hosts`,
+    /// the proxy's; `upstream_hosts`, the hosts of the `[[repo]]` upstreams).
     SANDBOX = "aet.sandbox";
     /// `aet run --identity`: JSON with `uid`, `gid`, `home`, `workspace`, `env` and
     /// `env_removed` (names), `workspace_handover`/`home_handover`/`rw_binds_handover`

@@ -22,9 +22,32 @@ pub fn key(host: &[u8]) -> Vec<u8> {
     k
 }
 
+/// The pattern that names the hosts of the run's task repositories' upstreams (`[[repo]]
+/// upstream` in the sandbox spec, kept in `aet.sandbox`).
+pub const UPSTREAM: &str = "@upstream";
+
+/// The host of a repository's upstream: a URL (`https://github.com/o/r`), an scp-like address
+/// (`git@github.com:o/r.git`) or a host name.
+pub fn upstream_host(u: &str) -> Option<String> {
+    let u = u.trim();
+    let authority = if let Some((_, rest)) = u.split_once("://") {
+        let a = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        a.rsplit('@').next().unwrap_or(a)
+    } else if let Some((before, _)) = u.split_once(':') {
+        before.rsplit('@').next().unwrap_or(before)
+    } else {
+        u
+    };
+    let host = match authority.strip_prefix('[') {
+        Some(r) => r.split(']').next().unwrap_or(r),
+        None => authority.split(':').next().unwrap_or(authority),
+    };
+    check(host).ok().filter(|h| !h.starts_with('*'))
+}
+
 /// Checks a pattern; returns its normalized form.
 pub fn check(p: &str) -> Result<String, String> {
-    if p == "*" || p.parse::<std::net::IpAddr>().is_ok() {
+    if p == "*" || p == UPSTREAM || p.parse::<std::net::IpAddr>().is_ok() {
         return Ok(p.to_ascii_lowercase());
     }
     let name = p.strip_prefix("*.").unwrap_or(p);
@@ -39,7 +62,7 @@ pub fn check(p: &str) -> Result<String, String> {
         });
     if !ok {
         return Err(format!(
-            "{p:?} is not a host name (NAME, *.NAME, * or an IP address)"
+            "{p:?} is not a host name (NAME, *.NAME, *, an IP address or @upstream)"
         ));
     }
     let prefix = if p.starts_with("*.") { "*." } else { "" };
@@ -51,6 +74,8 @@ pub fn regex(p: &str) -> Result<String, String> {
     let p = check(p)?;
     Ok(if p == "*" {
         "^host:.+$".into()
+    } else if p == UPSTREAM {
+        format!("^host:{UPSTREAM}$")
     } else if let Some(name) = p.strip_prefix("*.") {
         format!("^host:(?:[^.]+\\.)+{}$", regex::escape(name))
     } else {
@@ -112,6 +137,15 @@ mod tests {
         assert!(!s.matches(b"pythonhosted.org"));
         assert!(s.matches(b"127.0.0.1"));
         assert!(HostSet::new(&["*"]).unwrap().matches(b"anything.example"));
+        for (u, h) in [
+            ("https://github.com/astropy/astropy", "github.com"),
+            ("git@GitHub.com:o/r.git", "github.com"),
+            ("ssh://git@gitlab.example:2222/o/r", "gitlab.example"),
+            ("codeberg.org", "codeberg.org"),
+        ] {
+            assert_eq!(upstream_host(u).as_deref(), Some(h), "{u}");
+        }
+        assert_eq!(upstream_host("/srv/repo"), None);
         for bad in [
             "",
             "github.com/x",

@@ -289,6 +289,27 @@ impl Prepared {
             env_removed: self.env.removed.clone(),
             verified: report.is_some_and(|r| r.ok),
             report: report.cloned(),
+            network: aet_core::ledger::record::NetworkRecord {
+                mode: match &self.spec.network {
+                    spec::Network::Host => "host",
+                    spec::Network::None => "none",
+                    spec::Network::Hosts(_) => "hosts",
+                }
+                .into(),
+                hosts: self
+                    .spec
+                    .network
+                    .hosts()
+                    .map(|h| h.hosts.clone())
+                    .unwrap_or_default(),
+                upstream_hosts: self
+                    .spec
+                    .repo
+                    .iter()
+                    .filter_map(|r| r.upstream.as_deref())
+                    .filter_map(aet_core::policy::hosts::upstream_host)
+                    .collect(),
+            },
         }
     }
 }

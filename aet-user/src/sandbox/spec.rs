@@ -89,6 +89,10 @@ pub struct RepoSpec {
     pub base: String,
     #[serde(default)]
     pub history: History,
+    /// Where the repository comes from (`https://github.com/o/r`, `git@github.com:o/r.git`, or a
+    /// host name): its host is what a policy's `{ host = "@upstream" }` names.
+    #[serde(default)]
+    pub upstream: Option<String>,
 }
 
 /// What the sandbox does with a repository's history.
@@ -476,6 +480,15 @@ impl SandboxSpec {
                 }
             }
             _ => {}
+        }
+        for (i, r) in self.repo.iter().enumerate() {
+            if let Some(u) = &r.upstream
+                && aet_core::policy::hosts::upstream_host(u).is_none()
+            {
+                problems.push(format!(
+                    "repo[{i}].upstream = {u:?}: names no host (a URL, USER@HOST:PATH or a host name)"
+                ));
+            }
         }
         for (i, name) in self.unsetenv.iter().enumerate() {
             if let Err(p) = check_env_name(name) {
