@@ -27,7 +27,7 @@ const DNS: &str = "127.0.0.77:53";
 fn address_of(name: &str) -> Option<Ipv4Addr> {
     Some(match name.trim_end_matches('.') {
         "repo.test" => Ipv4Addr::new(127, 0, 0, 2),
-        "pkgs.test" | "tcp.test" => Ipv4Addr::new(127, 0, 0, 3),
+        "pkgs.test" | "tcp.test" | "udp.test" => Ipv4Addr::new(127, 0, 0, 3),
         "python.test" => Ipv4Addr::new(127, 0, 0, 4),
         "index.test" => Ipv4Addr::new(127, 0, 0, 6),
         _ => return None,
@@ -173,6 +173,10 @@ fn names_a_run_resolves_are_dns_rows_and_name_its_connections() {
          /usr/bin/python3 -c 'import socket; print(socket.getaddrinfo(\"python.test\", 80, proto=socket.IPPROTO_TCP)[0][4][0])' && \
          dig +short +tries=1 +time=2 @127.0.0.77 pkgs.test && \
          dig +tcp +short +tries=1 +time=2 @127.0.0.77 tcp.test && \
+         /usr/bin/python3 -c 'import socket\n\
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)\n\
+s.sendto(bytes.fromhex(\"abcd01000001000000000000037564700474657374000001 0001\".replace(\" \", \"\")), (\"127.0.0.77\", 53))\n\
+print(socket.inet_ntoa(s.recvfrom(512)[0][-4:]))' && \
          curl -sS -m 5 http://repo.test:{port}/ && echo",
         resolv = resolv.display()
     );
@@ -180,12 +184,13 @@ fn names_a_run_resolves_are_dns_rows_and_name_its_connections() {
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert_eq!(
         r.stdout(),
-        "127.0.0.2       STREAM repo.test\n127.0.0.4\n127.0.0.3\n127.0.0.3\nok\n"
+        "127.0.0.2       STREAM repo.test\n127.0.0.4\n127.0.0.3\n127.0.0.3\n127.0.0.3\nok\n"
     );
     let rows = r.rows();
-    // glibc (getent, curl), Python and dig over UDP and TCP: each query a row, with its
-    // answer.
+    // glibc (getent, curl), Python (through glibc, and its own datagram on an unconnected
+    // socket) and dig over UDP and TCP: each query a row, with its answer.
     for (name, ip) in [
+        ("udp.test", "127.0.0.3"),
         ("repo.test", "127.0.0.2"),
         ("python.test", "127.0.0.4"),
         ("pkgs.test", "127.0.0.3"),

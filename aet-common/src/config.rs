@@ -120,7 +120,9 @@ pub struct Config {
     /// aet's own mount namespace: a task in another one gets file-system walks for its objects.
     pub host_mntns: u32,
     pub offsets: Offsets,
-    pub _pad: u32,
+    /// 1: socket payloads are not captured (the benchmark's baseline for what their capture
+    /// costs: `AET_DEBUG_NO_PAYLOAD`).
+    pub no_payload: u32,
 }
 
 const _: () = assert!(size_of::<Offsets>() == 312);

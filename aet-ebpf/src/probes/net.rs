@@ -8,12 +8,23 @@ use core::ffi::c_void;
 use aet_common::{EventKind, SOCKADDR_CAP, Syscall, flags, section};
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 
-use super::{fileio::fileio_key, payload, syscall::Args};
+use super::{
+    fileio::{fileio_entry, fileio_key},
+    payload,
+    syscall::Args,
+};
 use crate::{
     maps::FILEIO,
     record::{fill_header, header, scratch, section_start, send, user_word},
     task::Task,
 };
+
+/// Makes the accounting entry of socket `fd` (a subprogram: verified apart from the rest of
+/// the exit, whose paths it would multiply).
+#[inline(never)]
+fn make_entry(task: &Task, fd: i32) -> i64 {
+    fileio_entry(task, fd).is_some() as i64
+}
 
 /// `net` syscall exits.
 #[inline(always)]
@@ -44,6 +55,15 @@ pub(crate) fn exit_net(args: &Args, task: &mut Task, syscall: u16, ret: i64) {
         (0, 0)
     };
     let sends = syscall == Syscall::Sendto as u16 || syscall == Syscall::Sendmsg as u16;
+    // The socket's accounting entry, made on first sight (one call site: making one is the
+    // dearest code to verify): its identity, and the marks of its payload capture.
+    let entry = if ret >= 0 || ret == -115 {
+        let fd = args.get(0) as i32;
+        make_entry(task, fd);
+        FILEIO.get_ptr_mut(fileio_key(task.tgid, fd))
+    } else {
+        None
+    };
     if sends {
         // Its first bytes, when they may name a host.
         payload::sent(args, task, syscall, ret);
@@ -52,7 +72,7 @@ pub(crate) fn exit_net(args: &Args, task: &mut Task, syscall: u16, ret: i64) {
         payload::messages(args, task, syscall, ret);
         return;
     } else if syscall == Syscall::Connect as u16 {
-        payload::connected(task, args.get(0) as i32, addr, len, ret);
+        payload::connected(entry, addr, len, ret);
     }
     // A send without a destination is a send on a connected socket: no record.
     if sends && addr == 0 {
@@ -67,9 +87,9 @@ pub(crate) fn exit_net(args: &Args, task: &mut Task, syscall: u16, ret: i64) {
     h.fd = args.get(0) as i32;
     h.aux = len;
     // The socket's identity: what its later payload records are matched to.
-    // (A connect made the entry above; a lookup costs the verifier far less than making one.)
-    // SAFETY: read only.
-    if let Some(e) = unsafe { FILEIO.get(fileio_key(task.tgid, h.fd)) } {
+    if let Some(p) = entry {
+        // SAFETY: a map value, read.
+        let e = unsafe { &*p };
         let h = header(s);
         h.dev = e.dev;
         h.ino = e.ino;

@@ -7,17 +7,14 @@
 use core::ffi::c_void;
 
 use aet_common::{
-    DATA_LIMIT, EventKind, HEADER_SIZE, PAYLOAD_CAP, SOCKADDR_CAP, Syscall, counter, fileio, flags,
-    payload, section,
+    DATA_LIMIT, EventKind, FileIo, HEADER_SIZE, PAYLOAD_CAP, SOCKADDR_CAP, Syscall, counter,
+    fileio, flags, payload, section,
 };
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 
-use super::{
-    fileio::{fileio_entry, fileio_key},
-    syscall::Args,
-};
+use super::{fileio::fileio_key, syscall::Args};
 use crate::{
-    maps::{FILEIO, count},
+    maps::{CONFIG, FILEIO, cfg, count},
     record::{fill_header, header, scratch, send, user_word},
     task::Task,
 };
@@ -56,6 +53,12 @@ struct Capture {
     _pad: u32,
 }
 
+/// Whether payloads are captured (always, but in the benchmark's baseline).
+#[inline(always)]
+fn on() -> bool {
+    cfg(&CONFIG.no_payload) == 0
+}
+
 /// The destination port of a socket address (0 when it is not inet or inet6).
 #[inline(always)]
 fn port_of(addr: u64, len: u64) -> u16 {
@@ -79,12 +82,12 @@ mod libc_af {
 /// A connect of a socket: a new peer is a new connection (its first message is captured again),
 /// and a peer on port 53 makes it a DNS socket.
 #[inline(always)]
-pub(crate) fn connected(task: &Task, fd: i32, addr: u64, len: u64, ret: i64) {
+pub(crate) fn connected(entry: Option<*mut FileIo>, addr: u64, len: u64, ret: i64) {
     // 0, or EINPROGRESS for a non-blocking connect.
-    if ret != 0 && ret != -115 {
+    if ret != 0 && ret != -115 || !on() {
         return;
     }
-    let Some(p) = fileio_entry(task, fd) else {
+    let Some(p) = entry else {
         return;
     };
     // SAFETY: a map value of this process.
@@ -239,7 +242,11 @@ fn wanted(key: u64, dir: u64, port: u16, c: &mut Capture) -> bool {
     }
     c.dev = e.dev;
     c.ino = e.ino;
-    if e.marks & fileio::DNS != 0 || port == DNS_PORT {
+    if port == DNS_PORT {
+        // A query sent to a DNS port: its answers come back on this socket.
+        e.marks |= fileio::DNS;
+    }
+    if e.marks & fileio::DNS != 0 {
         return true;
     }
     if dir == payload::RECV || e.marks & fileio::SENT != 0 {
@@ -263,7 +270,7 @@ pub(crate) fn received(args: &Args, task: &Task, syscall: u16, ret: i64) {
 
 #[inline(always)]
 fn capture_one(args: &Args, task: &Task, syscall: u16, ret: i64, dir: u64) {
-    if ret <= 0 {
+    if ret <= 0 || !on() {
         return;
     }
     let fd = args.get(0) as i32;
@@ -384,7 +391,7 @@ extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
 /// [`sent`] and [`received`] capture one.
 #[inline(always)]
 pub(crate) fn messages(args: &Args, task: &Task, syscall: u16, ret: i64) {
-    if ret <= 0 {
+    if ret <= 0 || !on() {
         return;
     }
     let fd = args.get(0) as i32;
@@ -393,13 +400,11 @@ pub(crate) fn messages(args: &Args, task: &Task, syscall: u16, ret: i64) {
     } else {
         payload::RECV
     };
-    // Only sockets with an accounting entry (the connect made one) are looked at: an entry
-    // made here would not have been marked DNS.
-    let Some(p) = fileio_entry(task, fd) else {
+    // The socket's entry: made by the exit of its send (or its connect, for a receive).
+    // SAFETY: read only.
+    let Some(e) = (unsafe { FILEIO.get(fileio_key(task.tgid, fd)) }) else {
         return;
     };
-    // SAFETY: a map value.
-    let e = unsafe { &*p };
     if e.class != fileio::SOCKET || dir == payload::RECV && e.marks & fileio::DNS == 0 {
         return;
     }

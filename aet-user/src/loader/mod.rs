@@ -19,6 +19,10 @@ use crate::kernel::{btf::KernelBtf, tracefs};
 /// The compiled eBPF object (built by `build.rs` from `aet-ebpf`).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/aet"));
 
+/// Set (to anything): the programs do not capture socket payloads (no names on the network).
+/// For the benchmark's baseline of what the capture costs; a run recorded so is not complete.
+pub const NO_PAYLOAD_ENV: &str = "AET_DEBUG_NO_PAYLOAD";
+
 /// The eBPF object built into this binary (for the signed manifest's hash).
 pub fn ebpf_object() -> &'static [u8] {
     EBPF_OBJECT
@@ -281,6 +285,7 @@ impl Programs {
             exit_has_group_dead: u32::from(
                 btf.raw_tracepoint_args("sched_process_exit").unwrap_or(1) >= 2,
             ),
+            no_payload: u32::from(std::env::var_os(NO_PAYLOAD_ENV).is_some()),
             ..Config::default()
         };
         let object = kfunc::link_kfuncs(EBPF_OBJECT, &btf)?;

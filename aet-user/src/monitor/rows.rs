@@ -846,13 +846,16 @@ impl RowMaker {
     pub fn proxy_row(&mut self, ev: &crate::proxy::Event) -> Row<'static> {
         use crate::proxy::Request;
         let pid = ev.pid.unwrap_or(0);
-        let info = match self.procs.get(&pid) {
-            Some(i) => *i,
-            None if pid != 0 => {
-                let (ppid, comm) = self.proc.process(pid);
-                ProcInfo { ppid, comm }
-            }
-            None => ProcInfo::default(),
+        // Its creator from the process table (as its recorded fork says), else its parent then;
+        // its name as the proxy read it while it asked (the consumer may not have reached its
+        // exec yet), else the table's.
+        let known = self.procs.get(&pid).copied();
+        let info = ProcInfo {
+            ppid: known.map_or(ev.ppid, |k| k.ppid),
+            comm: match known {
+                Some(k) if ev.comm[0] == 0 => k.comm,
+                _ => ev.comm,
+            },
         };
         let mut row = Row {
             seq: self.next_seq(),

@@ -297,6 +297,14 @@ impl Monitor {
         extra: MetaMap,
         mut reasons: Reasons,
     ) -> Result<MonitorReport, MonitorError> {
+        if std::env::var_os(crate::loader::NO_PAYLOAD_ENV).is_some() {
+            reasons.push(Incomplete::AetFailed {
+                error: format!(
+                    "socket payloads were not captured ({} is set): no names on the network",
+                    crate::loader::NO_PAYLOAD_ENV
+                ),
+            });
+        }
         let tracked = self.lock_programs().tracked(slot);
         if let Err(e) = self.lock_programs().unregister(slot) {
             reasons.push(Incomplete::AetFailed {

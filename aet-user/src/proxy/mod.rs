@@ -79,6 +79,9 @@ pub struct Event {
     pub decision: Decision,
     /// The run's process that asked, when the proxy could tell (its socket's owner).
     pub pid: Option<u32>,
+    /// Its parent and name as `/proc` said while it held the socket.
+    pub ppid: u32,
+    pub comm: [u8; 16],
     pub uid: u32,
     pub gid: u32,
     /// The address the proxy reached (forwarded requests).
@@ -151,6 +154,8 @@ impl Proxy {
             port,
             decision,
             pid: who.map(|w| w.pid),
+            ppid: who.map_or(0, |w| w.ppid),
+            comm: who.map_or([0; 16], |w| w.comm),
             uid: who.map_or(0, |w| w.uid),
             gid: who.map_or(0, |w| w.gid),
             upstream: None,

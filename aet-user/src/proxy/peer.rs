@@ -14,8 +14,11 @@ pub(super) enum Proto {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Owner {
     pub(super) pid: u32,
+    pub(super) ppid: u32,
     pub(super) uid: u32,
     pub(super) gid: u32,
+    /// Its name now (read while it holds the socket: it may be gone when the row is made).
+    pub(super) comm: [u8; 16],
 }
 
 /// The pids of the cgroup tree at `cg`.
@@ -78,8 +81,8 @@ fn holds(pid: u32, inode: u64) -> bool {
         .any(|e| fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
 }
 
-/// The real uid and gid of `pid`.
-fn ids(pid: u32) -> (u32, u32) {
+/// The real uid and gid and the parent of `pid`.
+fn ids(pid: u32) -> (u32, u32, u32) {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
         status
@@ -89,7 +92,7 @@ fn ids(pid: u32) -> (u32, u32) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    (field("Uid:"), field("Gid:"))
+    (field("Uid:"), field("Gid:"), field("PPid:"))
 }
 
 /// The inode of `pid`'s network namespace.
@@ -110,6 +113,18 @@ pub(super) fn owner(cg: &Path, netns: u64, client: SocketAddr, proto: Proto) -> 
         .collect();
     let inode = pids.iter().find_map(|&p| socket_inode(p, client, proto))?;
     let pid = pids.into_iter().find(|&p| holds(p, inode))?;
-    let (uid, gid) = ids(pid);
-    Some(Owner { pid, uid, gid })
+    let (uid, gid, ppid) = ids(pid);
+    let mut comm = [0u8; 16];
+    if let Ok(c) = fs::read(format!("/proc/{pid}/comm")) {
+        let c = c.strip_suffix(b"\n").unwrap_or(&c);
+        let n = c.len().min(15);
+        comm[..n].copy_from_slice(&c[..n]);
+    }
+    Some(Owner {
+        pid,
+        ppid,
+        uid,
+        gid,
+        comm,
+    })
 }

@@ -15,6 +15,7 @@ use anyhow::{Context as _, bail};
 use crate::root;
 
 mod barrier;
+mod names;
 mod overload;
 mod query;
 mod report;
@@ -381,6 +382,7 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&fixtures);
+    names::run(aet, &timeit, &storm, &args)?;
     resident::run(aet, &timeit, &storm, &args)?;
     overload::run(aet, &storm, &args)?;
     overload::consumer(aet, &storm, &args)?;
