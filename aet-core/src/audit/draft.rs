@@ -32,6 +32,8 @@ pub struct Draft {
     pub write: BTreeSet<String>,
     pub exec: BTreeSet<String>,
     pub connect: BTreeSet<String>,
+    /// Host names the run looked up or named on its connections (proposed as `hosts`).
+    pub hosts: BTreeSet<String>,
     /// Test directories the run read in (`tests`, `test`, `testing`), and test files it read
     /// outside them (`test_*.py`, `*_test.py`): proposed as watched files.
     pub watch_tests: BTreeSet<String>,
@@ -182,7 +184,7 @@ fn collapse(paths: BTreeSet<String>) -> BTreeSet<String> {
 /// Drafts a policy from the ledger at `ledger` (a file or a run directory's ledger).
 pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
     let empty = Policy::parse(
-        "[allow]\nread = []\nwrite = []\nexec = []\nconnect = []\n",
+        "[allow]\nread = []\nwrite = []\nexec = []\nconnect = []\nhosts = []\n",
         Path::new("(draft)"),
     )
     .expect("the empty allow-list parses");
@@ -244,6 +246,16 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
             }
             "connect" => {
                 d.connect.insert(p);
+            }
+            "host" => {
+                // A name no pattern can write (bytes DNS allows, host names do not) is left
+                // for a person to see in the report.
+                match p.strip_prefix("host:").map(crate::policy::hosts::check) {
+                    Some(Ok(h)) => {
+                        d.hosts.insert(h);
+                    }
+                    _ => d.skipped += 1,
+                }
             }
             _ => {}
         }
@@ -337,6 +349,9 @@ pub fn to_toml(d: &Draft, source: &Path) -> String {
     let _ = writeln!(o, "exec = {}", list(&d.exec, true));
     if !d.connect.is_empty() {
         let _ = writeln!(o, "connect = {}", list(&d.connect, false));
+    }
+    if !d.hosts.is_empty() {
+        let _ = writeln!(o, "hosts = {}", list(&d.hosts, false));
     }
     if !d.watch_tests.is_empty() || !d.watch_test_files.is_empty() || !d.watch_config.is_empty() {
         let _ = writeln!(
@@ -436,6 +451,7 @@ mod tests {
             write: set(&["/tmp"]),
             exec: set(&["/usr/bin"]),
             connect: set(&["127.0.0.1:8080"]),
+            hosts: set(&["pypi.org"]),
             watch_tests: set(&["/task/repo/tests"]),
             watch_test_files: set(&["/task/repo/test_top.py"]),
             collapsed: vec![Collapsed {

@@ -219,6 +219,15 @@ fn emit(c: &mut Capture) {
             )
         };
     }
+    // Buffers past the fourth held bytes the capture wanted: what they hold is not seen.
+    let want = if c.moved > PAYLOAD_CAP as u64 {
+        PAYLOAD_CAP as u64
+    } else {
+        c.moved
+    };
+    if c.iovcnt > IOVS as u64 && c.done < want {
+        count(c.run, counter::PAYLOAD_UNRECORDED);
+    }
     let Some(s) = scratch() else { return };
     let h = header(s);
     h.len[section::ARGV] = (c.done & 0x1fff) as u16;
@@ -350,9 +359,6 @@ fn msghdr(c: &mut Capture, m: u64) -> bool {
     c.addrlen = if name == 0 { 0 } else { namelen as u64 };
     c.buf = iovp;
     c.iovcnt = n;
-    if n > IOVS as u64 {
-        count(c.run, counter::PAYLOAD_UNRECORDED);
-    }
     n > 0
 }
 

@@ -103,12 +103,23 @@ pub(super) fn run(aet: &Path, timeit: &Path, storm: &Path, args: &Args) -> anyho
         let mut rows = 0;
         untraced(timeit, &cmd)?;
         traced(aet, timeit, &cmd, &dir, false)?;
-        for _ in 0..args.runs {
+        for i in 0..args.runs {
             base.push(untraced(timeit, &cmd)?);
-            off.push(traced(aet, timeit, &cmd, &dir, true)?.0);
-            let (t, r) = traced(aet, timeit, &cmd, &dir, false)?;
-            on.push(t);
-            rows = r;
+            // Which of the two goes first alternates too (a storm of connections leaves its
+            // sockets in TIME_WAIT for the next run).
+            for no_payload in if i % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            } {
+                let (t, r) = traced(aet, timeit, &cmd, &dir, no_payload)?;
+                if no_payload {
+                    off.push(t);
+                } else {
+                    on.push(t);
+                    rows = r;
+                }
+            }
         }
         let (b, f, n) = (median(base), median(off), median(on));
         let per = if messages > 0 {
