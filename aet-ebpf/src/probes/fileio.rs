@@ -12,7 +12,6 @@ use aya_ebpf::helpers::generated;
 
 use super::{
     handover::{fanotify_read, is_fanotify},
-    payload,
     syscall::Args,
 };
 use crate::{
@@ -245,9 +244,10 @@ extern "C" fn flush_fd(i: u32, ctx: *mut c_void) -> i64 {
     0
 }
 
-/// Accounting syscalls: reads and writes add bytes, closes emit them.
+/// Accounting syscalls: reads and writes add bytes, closes emit them. Returns whether the fd
+/// read or written is a socket (whose payload may be captured).
 #[inline(always)]
-pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16, ret: i64) {
+pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16, ret: i64) -> bool {
     let fd = args.get(shape.fd) as i32;
     match shape.io {
         io::READ => {
@@ -255,14 +255,11 @@ pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16,
             // A fanotify group's events carry fds: each is recorded.
             if class == fileio::FANOTIFY && syscall == Syscall::Read as u16 {
                 fanotify_read(task, syscall, args.get(1), ret);
-            } else if class == fileio::SOCKET {
-                payload::received(args, task, syscall, ret);
             }
+            return class == fileio::SOCKET;
         }
         io::WRITE => {
-            if fileio_add(task, fd, ret, true) == fileio::SOCKET {
-                payload::sent(args, task, syscall, ret);
-            }
+            return fileio_add(task, fd, ret, true) == fileio::SOCKET;
         }
         io::SENDFILE => {
             fileio_add(task, args.get(1) as i32, ret, false);
@@ -284,14 +281,14 @@ pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16,
             if shape.io == io::FCNTL {
                 let cmd = args.get(1);
                 if cmd != F_DUPFD && cmd != F_DUPFD_CLOEXEC {
-                    return;
+                    return false;
                 }
             }
             let newfd = ret as i32;
             // dup2/dup3 onto an open fd close it first.
             fileio_close(task, newfd, false);
             let Some(p) = fileio_entry(task, fd) else {
-                return;
+                return false;
             };
             // SAFETY: a map value, copied.
             let mut v = unsafe { *p };
@@ -306,15 +303,15 @@ pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16,
         }
         io::LIST if ret >= 0 => {
             let Some(p) = fileio_entry(task, fd) else {
-                return;
+                return false;
             };
             // SAFETY: a map value.
             let e = unsafe { &mut *p };
             if e.class != fileio::DIRECTORY || e.marks & fileio::LISTED != 0 {
-                return;
+                return false;
             }
             e.marks |= fileio::LISTED;
-            let Some(s) = scratch() else { return };
+            let Some(s) = scratch() else { return false };
             fill_header(header(s), task, EventKind::List, syscall, ret);
             header(s).fd = fd;
             record_file(s, task, fd_file(task, fd as i64));
@@ -322,4 +319,5 @@ pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16,
         }
         _ => {}
     }
+    false
 }

@@ -216,12 +216,7 @@ pub(crate) fn exit_received(args: &Args, task: &Task, syscall: u16, ret: i64) {
     if ret < 0 {
         return;
     }
-    // DNS answers.
-    if syscall == Syscall::Recvmmsg as u16 {
-        super::payload::messages(args, task, syscall, ret);
-    } else {
-        super::payload::received(args, task, syscall, ret);
-    }
+
     let mut m = Msg {
         addr: args.get(1),
         fds: 0,

@@ -64,12 +64,9 @@ pub(crate) fn exit_net(args: &Args, task: &mut Task, syscall: u16, ret: i64) {
     } else {
         None
     };
-    if sends {
-        // Its first bytes, when they may name a host.
-        payload::sent(args, task, syscall, ret);
-    } else if syscall == Syscall::Sendmmsg as u16 {
+    // (Sends' payloads are captured after this exit: `payload::exit`.)
+    if syscall == Syscall::Sendmmsg as u16 {
         // Each message a payload record (an addressed one names its destination).
-        payload::messages(args, task, syscall, ret);
         return;
     } else if syscall == Syscall::Connect as u16 {
         payload::connected(entry, addr, len, ret);

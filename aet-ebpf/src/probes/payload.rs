@@ -265,21 +265,37 @@ fn wanted(key: u64, dir: u64, port: u16, c: &mut Capture) -> bool {
     true
 }
 
-/// A successful `write`, `writev`, `sendto` or `sendmsg` on a socket.
-#[inline(always)]
-pub(crate) fn sent(args: &Args, task: &Task, syscall: u16, ret: i64) {
-    capture_one(args, task, syscall, ret, payload::SEND);
+/// The payload of a socket syscall's exit, if it has one to capture: one call site in
+/// `sys_exit` (a subprogram, so the verifier checks this code once, not at every exit that
+/// touches a socket). `tgid` and `run` are the task's.
+#[inline(never)]
+pub(crate) fn exit(args: &Args, tgid: u32, run: u32, syscall: u16, ret: i64) {
+    if !on() || ret <= 0 {
+        return;
+    }
+    let who = &Who { tgid, run };
+    if syscall == Syscall::Sendmmsg as u16 || syscall == Syscall::Recvmmsg as u16 {
+        messages(args, who, syscall, ret);
+    } else if syscall == Syscall::Write as u16
+        || syscall == Syscall::Writev as u16
+        || syscall == Syscall::Sendto as u16
+        || syscall == Syscall::Sendmsg as u16
+    {
+        capture_one(args, who, syscall, ret, payload::SEND);
+    } else {
+        capture_one(args, who, syscall, ret, payload::RECV);
+    }
 }
 
-/// A successful `read`, `readv`, `recvfrom` or `recvmsg` on a socket: captured on DNS sockets.
-#[inline(always)]
-pub(crate) fn received(args: &Args, task: &Task, syscall: u16, ret: i64) {
-    capture_one(args, task, syscall, ret, payload::RECV);
+/// The process and run a capture is for.
+struct Who {
+    tgid: u32,
+    run: u32,
 }
 
 #[inline(always)]
-fn capture_one(args: &Args, task: &Task, syscall: u16, ret: i64, dir: u64) {
-    if ret <= 0 || !on() {
+fn capture_one(args: &Args, task: &Who, syscall: u16, ret: i64, dir: u64) {
+    if ret <= 0 {
         return;
     }
     let fd = args.get(0) as i32;
@@ -394,10 +410,10 @@ extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
 }
 
 /// A successful `sendmmsg` or `recvmmsg`: each message (sent or received) is captured as
-/// [`sent`] and [`received`] capture one.
+/// [`capture_one`] captures one.
 #[inline(always)]
-pub(crate) fn messages(args: &Args, task: &Task, syscall: u16, ret: i64) {
-    if ret <= 0 || !on() {
+fn messages(args: &Args, task: &Who, syscall: u16, ret: i64) {
+    if ret <= 0 {
         return;
     }
     let fd = args.get(0) as i32;

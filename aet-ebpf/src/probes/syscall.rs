@@ -18,6 +18,7 @@ use super::{
     fileio::{exit_io, fileio_key},
     handover::exit_received,
     net::exit_net,
+    payload,
 };
 use crate::{
     kernel::KPtr,
@@ -131,16 +132,27 @@ pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     let args = Args::read(regs, compat);
+    let (tgid, run) = (task.tgid, task.run);
+    // Whether the syscall moved a socket's bytes (its payload may name a host).
+    let mut socket = false;
     if shape.io != io::NONE {
-        exit_io(&args, &mut task, &shape, syscall, ret);
+        socket = exit_io(&args, &mut task, &shape, syscall, ret);
     } else if shape.kind == EventKind::Exec as u8 {
         exit_exec(&args, task, syscall, ret);
     } else if syscall == Syscall::Recvmsg as u16 || syscall == Syscall::Recvmmsg as u16 {
         exit_received(&args, &task, syscall, ret);
+        socket = true;
     } else if shape.kind == EventKind::Net as u8 {
         exit_net(&args, &mut task, syscall, ret);
+        socket = syscall == Syscall::Sendto as u16
+            || syscall == Syscall::Sendmsg as u16
+            || syscall == Syscall::Sendmmsg as u16;
     } else if shape.kind != 0 {
         exit_event(&args, task, &shape, syscall, ret);
+    }
+    // After the exit's own record (one call site: the verifier checks the capture once).
+    if socket && ret > 0 {
+        payload::exit(&args, tgid, run, syscall, ret);
     }
     0
 }

@@ -197,8 +197,6 @@ pub(super) struct Names {
     order: VecDeque<(u64, u16, Vec<u8>)>,
     answered: HashSet<(u64, u16, Vec<u8>)>,
     answered_order: VecDeque<(u64, u16, Vec<u8>)>,
-    /// A host a payload named for the `net` row its own syscall makes next: by thread.
-    next_net: HashMap<u32, (i32, Vec<u8>, &'static str)>,
 }
 
 impl Names {
@@ -215,19 +213,6 @@ impl Names {
     pub(super) fn name_of(&self, address: &[u8]) -> Option<&[u8]> {
         let ip: IpAddr = std::str::from_utf8(address).ok()?.parse().ok()?;
         self.resolved.get(&ip).map(Vec::as_slice)
-    }
-
-    /// Holds the host a payload named for the `net` row of thread `tid`'s same syscall.
-    pub(super) fn hold_for_net(&mut self, tid: u32, fd: i32, host: Vec<u8>, source: &'static str) {
-        self.next_net.insert(tid, (fd, host, source));
-    }
-
-    /// The host held for thread `tid`'s `net` row on `fd`.
-    pub(super) fn take_for_net(&mut self, tid: u32, fd: i32) -> Option<(Vec<u8>, &'static str)> {
-        match self.next_net.remove(&tid) {
-            Some((f, host, source)) if f == fd => Some((host, source)),
-            _ => None,
-        }
     }
 
     /// A query sent on socket `ino`: held until its answer. Returns the rows of queries pushed

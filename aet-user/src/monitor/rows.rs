@@ -747,10 +747,7 @@ impl RowMaker {
                 },
             );
         }
-        if let Some((host, source)) = self.names.take_for_net(h.tid, h.fd) {
-            row.host = Some(host.into());
-            row.host_source = Some(source);
-        } else if let Some(name) = address.as_deref().and_then(|a| self.names.name_of(a)) {
+        if let Some(name) = address.as_deref().and_then(|a| self.names.name_of(a)) {
             row.host = Some(name.to_vec().into());
             row.host_source = Some("dns");
         }
@@ -817,12 +814,9 @@ impl RowMaker {
                 .map(|n| (n, "tls"))
                 .or_else(|| names::http_host(bytes).map(|n| (n, "http")));
             if let Some((host, source)) = found {
-                let follows =
-                    matches!(ev.syscall, Syscall::Sendto | Syscall::Sendmsg) && named.is_some();
-                if follows {
-                    // The syscall's own net row comes next: the host goes on it.
-                    self.names.hold_for_net(h.tid, h.fd, host, source);
-                } else if addressed_mmsg {
+                // (An addressed sendto or sendmsg made its own row already, before this record:
+                // the name is a row of its own, as on a connected socket.)
+                if addressed_mmsg {
                     let row = out.last_mut().expect("the message's row");
                     row.host = Some(host.into());
                     row.host_source = Some(source);
