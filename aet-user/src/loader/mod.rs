@@ -286,7 +286,6 @@ impl Programs {
                 btf.raw_tracepoint_args("sched_process_exit").unwrap_or(1) >= 2,
             ),
             no_payload: u32::from(std::env::var_os(NO_PAYLOAD_ENV).is_some()),
-            ..Config::default()
         };
         let object = kfunc::link_kfuncs(EBPF_OBJECT, &btf)?;
         let mut loader = loader
