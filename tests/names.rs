@@ -29,7 +29,7 @@ fn address_of(name: &str) -> Option<Ipv4Addr> {
         "repo.test" => Ipv4Addr::new(127, 0, 0, 2),
         "pkgs.test" | "tcp.test" | "udp.test" => Ipv4Addr::new(127, 0, 0, 3),
         "python.test" => Ipv4Addr::new(127, 0, 0, 4),
-        "index.test" => Ipv4Addr::new(127, 0, 0, 6),
+        "index.test" | "other.test" => Ipv4Addr::new(127, 0, 0, 6),
         _ => return None,
     })
 }
@@ -479,4 +479,60 @@ fn a_bad_hosts_network_is_refused_naming_the_entry() {
         "{err}"
     );
     assert!(err.contains("dns = true with network = { hosts"), "{err}");
+}
+
+#[test]
+fn under_shadow_an_unlisted_host_is_forwarded_and_recorded_as_enforce_would_refuse_it() {
+    dns_server();
+    let dir = tempdir();
+    let (mut index, port) = package_index(dir.path());
+    let ws = dir.path().join("ws");
+    fs::create_dir(&ws).unwrap();
+    let spec = dir.path().join("spec.toml");
+    fs::write(
+        &spec,
+        format!(
+            "workspace = {ws:?}\nnetwork = {{ hosts = [\"index.test\"], resolver = \"{DNS}\" }}\n"
+        ),
+    )
+    .unwrap();
+    let policy = dir.path().join("policy.toml");
+    fs::write(
+        &policy,
+        "[allow]\nread = [\"/\"]\nwrite = [\"/\"]\nhosts = [\"index.test\"]\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let script = format!(
+        "curl -sS -m 10 http://other.test:{port}/simple/aetprobe/ -o /dev/null -w '%{{http_code}}\\n'"
+    );
+    let r = run_in(
+        &out,
+        &[
+            "--sandbox",
+            spec.to_str().unwrap(),
+            "--policy",
+            policy.to_str().unwrap(),
+            "--mode",
+            "shadow",
+        ],
+        &["sh", "-c", &script],
+    );
+    let _ = index.kill();
+    let _ = index.wait();
+    assert_eq!(r.stdout(), "200\n", "{}", r.stderr());
+    let rows = rows(&r.ledger());
+    let forwarded = named(&rows, "net", "other.test", "proxy");
+    assert_eq!(forwarded.len(), 1, "{rows:#?}");
+    assert_eq!(forwarded[0].net_decision.as_deref(), Some("would_refuse"));
+    assert_eq!(forwarded[0].net_address.as_deref(), Some(&b"127.0.0.6"[..]));
+    let (_, v) = audit_json(&out, &policy, &[]);
+    let would: Vec<&str> = v["blocked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["outcome"] == "would_block")
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(would.contains(&"host:other.test"), "{v:#}");
 }
