@@ -599,7 +599,7 @@ fn bad_specs_are_refused_whole_with_every_problem_named() {
             vec![
                 format!("rw_binds[0] = {:?}", f.s("repo/tools")),
                 "name the same path".into(),
-                "dns = true with network = false".into(),
+                "dns = true with network = \"none\"".into(),
             ],
         ),
         (
