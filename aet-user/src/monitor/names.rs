@@ -12,8 +12,10 @@ use std::{
 use aet_core::ledger::writer::Row;
 use hickory_proto::{
     op::{Message, MessageType},
-    rr::{Name, RData},
+    rr::RData,
 };
+
+use crate::proxy::dns::{name_bytes, rcode_name};
 
 /// Queries held for their answers at once; past it, the oldest is written unanswered.
 const PENDING_MAX: usize = 4096;
@@ -52,31 +54,6 @@ pub(super) struct Dns {
     pub(super) addrs: Vec<IpAddr>,
 }
 
-/// A DNS name's exact bytes, without the root's final dot.
-fn name_bytes(n: &Name) -> Vec<u8> {
-    let mut out = Vec::with_capacity(n.len());
-    for (i, label) in n.iter().enumerate() {
-        if i > 0 {
-            out.push(b'.');
-        }
-        out.extend_from_slice(label);
-    }
-    out
-}
-
-/// The mnemonic of a response code.
-fn rcode_name(code: u16) -> &'static str {
-    match code {
-        0 => "NOERROR",
-        1 => "FORMERR",
-        2 => "SERVFAIL",
-        3 => "NXDOMAIN",
-        4 => "NOTIMP",
-        5 => "REFUSED",
-        _ => "OTHER",
-    }
-}
-
 fn dns_of(m: &Message) -> Vec<Dns> {
     let response = m.metadata.message_type == MessageType::Response;
     let mut records = Vec::new();
@@ -97,7 +74,7 @@ fn dns_of(m: &Message) -> Vec<Dns> {
             response,
             name: name_bytes(q.name()),
             qtype: q.query_type().into(),
-            rcode: rcode_name(u16::from(m.metadata.response_code)),
+            rcode: rcode_name(m.metadata.response_code),
             records: records.clone(),
             addrs: addrs.clone(),
         })

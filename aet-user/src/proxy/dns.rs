@@ -18,8 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{Decision, Proxy, Request as Kind, UPSTREAM_TIMEOUT, peer::Proto};
 
-/// The bytes of a name, without the root's dot.
-fn name_bytes(n: &Name) -> Vec<u8> {
+/// A DNS name's exact bytes, without the root's final dot (the ledger's `host`).
+pub(crate) fn name_bytes(n: &Name) -> Vec<u8> {
     let mut out = Vec::new();
     for (i, label) in n.iter().enumerate() {
         if i > 0 {
@@ -30,7 +30,8 @@ fn name_bytes(n: &Name) -> Vec<u8> {
     out
 }
 
-fn rcode_name(c: ResponseCode) -> &'static str {
+/// The mnemonic of a response code (the ledger's `dns_rcode`).
+pub(crate) fn rcode_name(c: ResponseCode) -> &'static str {
     match c {
         ResponseCode::NoError => "NOERROR",
         ResponseCode::FormErr => "FORMERR",

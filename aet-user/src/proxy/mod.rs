@@ -7,7 +7,7 @@
 //! spec's view is applied, whatever the mode; under `--mode shadow` it is forwarded and
 //! recorded as `would_refuse` (the way a list is tried before it is enforced).
 
-mod dns;
+pub(crate) mod dns;
 mod http;
 mod peer;
 
