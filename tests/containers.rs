@@ -158,40 +158,102 @@ fn a_docker_container_outside_the_run_makes_the_record_incomplete_naming_docker(
     assert_audit_inconclusive(&r.out);
 }
 
+/// A detached Docker container of the test image running `script`, named for this test; removed
+/// when dropped.
+struct Detached(String);
+
+impl Detached {
+    fn start(tag: &str, script: &str) -> Self {
+        rootfs();
+        let name = format!("aet-test-{tag}-{}", std::process::id());
+        let started = Command::new("docker")
+            .args([
+                "run",
+                "-d",
+                "--rm",
+                "--name",
+                &name,
+                "aet-bb:test",
+                "sh",
+                "-c",
+            ])
+            .arg(script)
+            .output()
+            .unwrap();
+        assert!(started.status.success(), "{}", text(&started.stderr));
+        Self(name)
+    }
+
+    /// `docker kill`, then `docker wait` for its end: the shell command a test runs.
+    fn kill_command(&self) -> String {
+        format!(
+            "docker kill {0} >/dev/null 2>&1; docker wait {0} >/dev/null 2>&1; true",
+            self.0
+        )
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+    }
+}
+
 /// `aet monitor --container` attaches to a running container's cgroup; its record says the
-/// container's processes were already running.
+/// container's processes were already running. The container reads until the test ends it,
+/// after the monitor has said it is attached: nothing here depends on how long the attach takes.
 #[test]
 fn aet_monitor_attaches_to_a_running_container() {
-    rootfs();
     let d = tempdir();
-    let name = format!("aet-test-{}", std::process::id());
-    let started = Command::new("docker")
-        .args([
-            "run",
-            "-d",
-            "--rm",
-            "--name",
-            &name,
-            "aet-bb:test",
-            "sh",
-            "-c",
-        ])
-        // Reads again and again for about four seconds: some of them come after the monitor
-        // has attached, however long a standalone start takes.
-        .arg(format!(
-            "for i in $(seq 20); do cat {INSIDE} > /dev/null; sleep 0.2; done"
-        ))
-        .output()
-        .unwrap();
-    assert!(started.status.success(), "{}", text(&started.stderr));
+    let c = Detached::start(
+        "attach",
+        &format!("while :; do cat {INSIDE} > /dev/null; sleep 0.1; done"),
+    );
     let out = d.path().join("mon");
-    let m = aet()
-        .args(["monitor", "--container", &name, "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert_eq!(m.status.code(), Some(1), "incomplete: {}", text(&m.stderr));
+    let m = Attached::spawn(
+        aet()
+            .args(["monitor", "--container", &c.0, "--out"])
+            .arg(&out),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let kill = Command::new("sh").arg("-c").arg(c.kill_command()).status();
+    assert!(kill.unwrap().success());
+    let (status, stderr) = m.wait_within(std::time::Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "incomplete: {stderr}");
+    assert!(stderr.contains("stopping: the target is gone"), "{stderr}");
     let ledger = out.join("ledger.arrow");
-    assert!(!inside_reads(&rows(&ledger)).is_empty());
-    assert!(meta(&ledger)["aet.incomplete_reasons"].contains("already_running"));
+    assert!(inside_reads(&rows(&ledger)).len() >= 3);
+    let reasons = &meta(&ledger)["aet.incomplete_reasons"];
+    assert!(reasons.contains("already_running"), "{reasons}");
+    assert!(!reasons.contains("target_ended"), "{reasons}");
+}
+
+/// A container that ends while the monitor attaches (here: killed by the test hook that runs
+/// between finding the container and loading the programs): the monitor ends at once, its
+/// record incomplete and saying that the container ended, never waiting on it.
+#[test]
+fn aet_monitor_of_a_container_that_ends_during_the_attach_ends_at_once() {
+    let d = tempdir();
+    let c = Detached::start("ends", "sleep 1000");
+    let out = d.path().join("mon");
+    let m = output_within(
+        aet()
+            .args(["monitor", "--container", &c.0, "--out"])
+            .arg(&out)
+            .env("AET_DEBUG_AT_ATTACH", c.kill_command()),
+        std::time::Duration::from_secs(60),
+    );
+    let stderr = text(&m.stderr);
+    assert_eq!(m.status.code(), Some(1), "incomplete: {stderr}");
+    assert!(
+        stderr.contains("ended before or while the monitor attached"),
+        "{stderr}"
+    );
+    let ledger = out.join("ledger.arrow");
+    let meta = meta(&ledger);
+    assert_eq!(meta["aet.finished"], "true");
+    let reasons = &meta["aet.incomplete_reasons"];
+    assert!(reasons.contains("target_ended"), "{reasons}");
+    assert!(reasons.contains(&c.0), "names the container: {reasons}");
+    assert_audit_inconclusive(&out);
 }

@@ -633,6 +633,71 @@ fn monitor_on_a_cgroup_stops_cleanly_on_sigint() {
     assert!(ok_opens(&rows(&ledger), &marker).len() >= 5);
 }
 
+/// A target that ends while the monitor attaches (the test hook runs between finding the
+/// target and loading the programs): the monitor ends at once, never waiting on what is gone,
+/// and its record says the target ended. A cgroup removed, and a process that exited.
+#[test]
+fn monitor_whose_target_ends_during_the_attach_ends_at_once_incomplete() {
+    let d = tempdir();
+    let root = aet::kernel::cgroup::cgroup2_root().unwrap();
+    let cg = root.join(format!("aet-test-ends-{}", std::process::id()));
+    fs::create_dir(&cg).unwrap();
+    let mut worker = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs; exec sleep 1000",
+            cg.display()
+        ))
+        .spawn()
+        .unwrap();
+    while !fs::read_to_string(cg.join("cgroup.events"))
+        .unwrap()
+        .contains("populated 1")
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let hook = format!(
+        "kill -9 {pid}; until grep -qx 'populated 0' {cg}/cgroup.events; do sleep 0.01; done; \
+         rmdir {cg}",
+        pid = worker.id(),
+        cg = cg.display()
+    );
+    let out = d.path().join("cg");
+    let m = output_within(
+        aet()
+            .args(["monitor", "--cgroup"])
+            .arg(&cg)
+            .arg("--out")
+            .arg(&out)
+            .env("AET_DEBUG_AT_ATTACH", &hook),
+        Duration::from_secs(60),
+    );
+    worker.wait().unwrap();
+    let _ = fs::remove_dir(&cg);
+    let stderr = text(&m.stderr);
+    assert_eq!(m.status.code(), Some(1), "{stderr}");
+    let reasons = &meta(&out.join("ledger.arrow"))["aet.incomplete_reasons"];
+    assert!(reasons.contains("target_ended"), "{reasons}");
+    assert!(reasons.contains(&*cg.to_string_lossy()), "{reasons}");
+
+    // A process tree whose process exits during the attach.
+    let mut target = Command::new("sleep").arg("1000").spawn().unwrap();
+    let out = d.path().join("pid");
+    let m = output_within(
+        aet()
+            .args(["monitor", "--pid", &target.id().to_string(), "--out"])
+            .arg(&out)
+            .env("AET_DEBUG_AT_ATTACH", format!("kill -9 {}", target.id())),
+        Duration::from_secs(60),
+    );
+    target.wait().unwrap();
+    let stderr = text(&m.stderr);
+    assert_eq!(m.status.code(), Some(1), "{stderr}");
+    let ledger = out.join("ledger.arrow");
+    assert_eq!(meta(&ledger)["aet.finished"], "true");
+    assert!(meta(&ledger)["aet.incomplete_reasons"].contains("target_ended"));
+}
+
 #[test]
 fn doctor_says_aet_can_run_here() {
     let out = aet().arg("doctor").output().unwrap();

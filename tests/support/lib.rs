@@ -11,6 +11,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Command, Output},
     sync::Mutex,
+    time::Duration,
 };
 
 pub use aet_core::ledger::rows::LedgerRow;
@@ -336,10 +337,71 @@ impl Attached {
     }
 
     /// Waits for aet to end; its exit status and everything it wrote to stderr.
-    pub fn wait(mut self) -> (std::process::ExitStatus, String) {
-        let status = self.child.wait().unwrap();
+    pub fn wait(self) -> (std::process::ExitStatus, String) {
+        self.wait_within(Duration::from_secs(600))
+    }
+
+    /// Waits for aet to end, at most `limit`: past it, aet is killed and the test fails with
+    /// what aet wrote (a hung monitor never hangs the suite).
+    pub fn wait_within(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let Some(status) = wait_child_within(&mut self.child, limit) else {
+            panic!(
+                "aet did not end within {limit:?}; killed. It wrote first:\n{}",
+                self.head
+            );
+        };
         let rest = self.rest.join().unwrap();
         (status, self.head + &rest)
+    }
+}
+
+/// Waits for a child at most `limit`; kills it and returns `None` past that.
+pub fn wait_child_within(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `cmd` to its end, at most `limit` (then it is killed and the test fails naming it),
+/// with stdout and stderr captured.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let o = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut v).unwrap();
+        v
+    });
+    let e = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut v).unwrap();
+        v
+    });
+    // Past the limit the pipes may still be held by what the command left behind: not joined.
+    let Some(status) = wait_child_within(&mut child, limit) else {
+        panic!("{cmd:?} did not end within {limit:?}; killed");
+    };
+    Output {
+        status,
+        stdout: o.join().unwrap(),
+        stderr: e.join().unwrap(),
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod chain;
 pub mod columns;
+pub mod incomplete;
 pub mod ipc;
 pub mod reader;
 pub mod record;

@@ -113,13 +113,39 @@ fn resolve_scope(target: &Target, kind: Option<ScopeKind>) -> Result<Scope, RunE
     }
 }
 
-/// Is the monitored work gone?
+/// Where the monitored work is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Presence {
+    /// It has processes.
+    Running,
+    /// It has none now, but may have later (an empty cgroup, a uid with no process).
+    Idle,
+    /// It can have none again: the cgroup was removed (or replaced by another of the same
+    /// name), the process has exited.
+    Gone,
+}
+
+fn presence(scope: &Scope) -> Presence {
+    match scope {
+        Scope::Cgroup { path, id, .. } => match cgroup::cgroup_id(path) {
+            Ok(now) if now == *id => match cgroup::populated(path) {
+                Ok(true) => Presence::Running,
+                Ok(false) => Presence::Idle,
+                Err(_) => Presence::Gone,
+            },
+            _ => Presence::Gone,
+        },
+        Scope::Uid(uid) if procfs::processes_of_uid(*uid).is_empty() => Presence::Idle,
+        Scope::Uid(_) => Presence::Running,
+        Scope::Pid(pid) if procfs::exists(*pid) => Presence::Running,
+        Scope::Pid(_) => Presence::Gone,
+    }
+}
+
+/// Is the monitored work gone? `seen` says whether it has had processes since the monitor
+/// started (an idle cgroup or uid is waited for until it has had some).
 fn target_gone(scope: &Scope, seen: &mut bool, monitor: &mut Session) -> bool {
-    let present = match scope {
-        Scope::Cgroup { path, .. } => cgroup::populated(path).unwrap_or(false),
-        Scope::Uid(uid) => !procfs::processes_of_uid(*uid).is_empty(),
-        Scope::Pid(pid) => procfs::exists(*pid),
-    };
+    let now = presence(scope);
     // Drop tracked tasks that are gone without an exit seen (exited before the attach).
     let tracked = monitor.tracked();
     let mut live = 0;
@@ -130,18 +156,37 @@ fn target_gone(scope: &Scope, seen: &mut bool, monitor: &mut Session) -> bool {
             monitor.untrack(tid);
         }
     }
-    if present || live > 0 {
+    if now == Presence::Running || live > 0 {
         *seen = true;
         return false;
     }
-    // A pid target that is gone is gone; a cgroup or uid must have had work first.
-    *seen || matches!(scope, Scope::Pid(_))
+    now == Presence::Gone || *seen
+}
+
+/// Test hook: `AET_DEBUG_AT_ATTACH=COMMAND` runs COMMAND (with `sh -c`) after `aet monitor` has
+/// found its target and before it attaches, so that a test can end the target during the attach
+/// without depending on how long the attach takes. Never set it for a real run.
+pub const AT_ATTACH_ENV: &str = "AET_DEBUG_AT_ATTACH";
+
+fn at_attach_hook() {
+    if let Some(cmd) = std::env::var_os(AT_ATTACH_ENV) {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .status();
+        eprintln!("aet: {AT_ATTACH_ENV} ran: {status:?}");
+    }
 }
 
 /// `aet monitor`. Once the monitor is attached, every path out of here finishes the ledger.
 pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
     let scope = resolve_scope(&opts.target, opts.scope)?;
+    // A container was found running; a cgroup, uid or process that has processes now has been
+    // seen: if it has none once the monitor is attached, it ended during the attach.
+    let mut seen =
+        matches!(opts.target, Target::Container(_)) || presence(&scope) == Presence::Running;
     let ledger = prepare_out(&opts.out)?;
+    at_attach_hook();
     let mut head = MetaMap::new();
     head.set_json(meta::COMMAND, &Vec::<String>::new());
     let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
@@ -183,6 +228,14 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
         reasons.push(Incomplete::AetFailed {
             error: e.to_string(),
         });
+    } else if target_gone(&scope, &mut seen, &mut monitor) {
+        // Nothing to wait for: the target ended before or while the programs were loaded.
+        let target = match &opts.target {
+            Target::Container(c) => format!("container {c} ({})", scope.describe()),
+            _ => scope.describe(),
+        };
+        eprintln!("aet: {target} ended before or while the monitor attached; stopping");
+        reasons.push(Incomplete::TargetEnded { target });
     } else {
         note(
             opts.quiet,
@@ -192,7 +245,6 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
                 ledger.display()
             ),
         );
-        let mut seen = false;
         let mut reason = "the target is gone";
         loop {
             tokio::select! {
