@@ -113,6 +113,7 @@ pub fn setup_for(purpose: Purpose) -> anyhow::Result<()> {
     bpf_linker()?;
     if purpose == Purpose::Test {
         python()?;
+        fixtures()?;
     }
     tracefs()?;
     if purpose == Purpose::Test {
@@ -285,6 +286,68 @@ fn python() -> anyhow::Result<()> {
     sh(pip()
         .args(["--no-deps", "--force-reinstall"])
         .arg(crate::root().join("python")))
+}
+
+/// Files from PyPI the end-to-end tests use, pinned by SHA-256, kept in `target/aet-fixtures`:
+/// a real project's source (its own test suite, graded in the provenance tests) and a wheel
+/// installed into a venv before the agent starts.
+pub const FIXTURES: &[(&str, &str, &str)] = &[
+    (
+        "more-itertools==10.5.0",
+        "more-itertools-10.5.0.tar.gz",
+        "5482bfef7849c25dc3c6dd53a6173ae4795da2a41a80faea6700d9f5846c5da6",
+    ),
+    (
+        "six==1.16.0",
+        "six-1.16.0-py2.py3-none-any.whl",
+        "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254",
+    ),
+];
+
+fn sha256_of(path: &Path) -> anyhow::Result<String> {
+    let out = Command::new("sha256sum").arg(path).output()?;
+    anyhow::ensure!(out.status.success(), "sha256sum {}", path.display());
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+fn fixtures() -> anyhow::Result<()> {
+    let dir = crate::root().join("target/aet-fixtures");
+    std::fs::create_dir_all(&dir)?;
+    for (req, file, sha) in FIXTURES {
+        let path = dir.join(file);
+        if path.exists() && sha256_of(&path)? == *sha {
+            println!("ok   {file}");
+            continue;
+        }
+        println!("..   pip download {req}");
+        let _ = std::fs::remove_file(&path);
+        let mut c = Command::new("python3");
+        c.args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+        ]);
+        if file.ends_with(".whl") {
+            c.args(["--only-binary", ":all:"]);
+        } else {
+            c.args(["--no-binary", ":all:"]);
+        }
+        sh(c.arg("-d").arg(&dir).arg(req))?;
+        let got = sha256_of(&path)?;
+        anyhow::ensure!(
+            got == *sha,
+            "{}: SHA-256 {got}, expected {sha} (not the file the tests were written for)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 fn tracefs() -> anyhow::Result<()> {

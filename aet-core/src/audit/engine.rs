@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 use aet_common::{EventKind, Syscall};
 
 use super::reached::Reached;
-use super::targets::{endpoint, proc_alias, ptrace_access};
+use super::targets::proc_alias;
 use crate::access::{RowFields, classify};
 use crate::ledger::{
     reader::{Form, Ledger, ReadError},
@@ -23,9 +23,9 @@ use crate::ledger::{
 use crate::policy::{Access, Policy};
 
 use super::batch::{BatchCols, COLUMNS, ColFields, RowRef, argv_at};
-use super::finding::{Ancestor, Class, Finding, Outcome, Proc};
+use super::finding::{Ancestor, Finding, Proc};
 use super::phases::Phases;
-use super::scanner::{BARRIER_RULE, Scanner, lossy};
+use super::scanner::{Scanner, lossy};
 
 /// What one pass found.
 #[derive(Debug, Default)]
@@ -51,8 +51,13 @@ pub struct Scan {
     pub phase_hits: Vec<(String, Vec<u64>)>,
     /// The watched files: what changed, and who changed it.
     pub watch: Option<super::watched::WatchReport>,
-    /// Why the watched files leave the record incomplete.
+    /// Why the watched files or provenance leave the record incomplete.
     pub watch_reasons: Vec<crate::ledger::record::Incomplete>,
+    /// Each phase's provenance: what it loaded that an earlier phase wrote, by place.
+    pub provenance: Vec<super::provenance::PhaseProvenance>,
+    /// Rows of a container runtime's set-up (processes that entered the run from outside it,
+    /// before their first exec), left out like aet's own.
+    pub runtime_rows: u64,
 }
 
 pub(super) fn is_stage(exe: &[u8], argv: Option<&[String]>) -> bool {
@@ -95,6 +100,11 @@ pub(super) struct Walk {
     phases: Option<Phases>,
     /// The first pass's account of the watched files: the rows that wrote them.
     watch: Option<super::watched::Attribution>,
+    /// The first pass's provenance: who produced what each later phase loads.
+    prov: Option<super::provenance::Tracker>,
+    /// `aet run` (a command): a process that enters the run without a fork the run made is a
+    /// container runtime's until its first exec.
+    runtime_entries: bool,
 }
 
 /// Scans a ledger: every finding, process and count the report is made of. The top-level
@@ -141,6 +151,7 @@ fn pass(
     if account {
         w.phases = Some(Phases::new(&meta.phases));
         w.watch = super::watched::Attribution::new(policy, &meta);
+        w.prov = super::provenance::Tracker::new(policy, &meta);
         if !policy.watches.is_empty() && meta.watch.is_none() {
             e.scan
                 .watch_reasons
@@ -160,6 +171,19 @@ fn pass(
         for i in 0..b.num_rows() {
             scan_row(&mut e, &mut w, &c, i);
         }
+    }
+    if let Some(t) = w.prov.take() {
+        let (findings, accounts, reasons) = t.finish();
+        for f in &findings {
+            if matches!(f.class, super::Class::Cheat | super::Class::Contaminant)
+                && let Some(p) = e.procs.get_mut(&f.pid)
+            {
+                p.flagged = true;
+            }
+        }
+        e.findings.extend(findings);
+        e.scan.provenance = accounts;
+        e.scan.watch_reasons.extend(reasons);
     }
     if let Some(a) = w.watch.take() {
         let (findings, report, reasons) = a.finish(policy);
@@ -235,6 +259,8 @@ pub(super) fn start<'p>(
         judges: policy.phase.as_bytes().to_vec(),
         phases: None,
         watch: None,
+        prov: None,
+        runtime_entries: !meta.command.is_empty(),
     };
     for f in &meta.inherited_fds {
         if f.kind == "file" || f.kind == "directory" {
@@ -279,6 +305,9 @@ pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: 
     };
     let row_ident = (dev.is_valid(i) && ino.is_valid(i)).then(|| (dev.value(i), ino.value(i)));
     let reached = reached(w, c, i, p, kind, ok, row_ident);
+    if let (Some(t), Some(phases)) = (w.prov.as_mut(), w.phases.as_ref()) {
+        t.row(e, c, i, p, kind, ok, phases.current(), row_ident);
+    }
     if !judged {
         return;
     }
@@ -337,16 +366,27 @@ pub(super) fn track(
     } else {
         let pp = ppid.value(i);
         w.last_pid = p;
-        w.last_setup = e.proc_mut(p, pp, c(), t()).setup;
+        let new = !e.procs.contains_key(&p);
+        let pr = e.proc_mut(p, pp, c(), t());
+        if new && w.runtime_entries {
+            // No process of the run forked it: it entered the run's cgroup from outside (a
+            // container runtime's `runc init`, joining the container it sets up). Until its
+            // first exec it is the runtime's, not the command's; its children are too.
+            pr.setup = true;
+            pr.runtime = true;
+        }
+        w.last_setup = pr.setup;
         w.last_setup
     };
     match kind {
         Some(EventKind::Fork) => {
             if child.is_valid(i) {
                 let ch = child.value(i);
+                let runtime = e.procs.get(&p).is_some_and(|x| x.runtime && x.setup);
                 let pr = e.proc_mut(ch, p, c(), t());
                 pr.seen_start = true;
                 pr.setup = setup;
+                pr.runtime = runtime;
                 pr.ppid = p;
                 if ch == w.last_pid {
                     w.last_setup = setup;
@@ -388,6 +428,9 @@ pub(super) fn track(
     }
     if setup {
         e.scan.setup_rows += 1;
+        if e.procs.get(&p).is_some_and(|x| x.runtime) {
+            e.scan.runtime_rows += 1;
+        }
         // The stage's exec of the command is the command's first access.
         if kind == Some(EventKind::Exec)
             && e.barrier.is_some()
@@ -505,188 +548,6 @@ pub(super) fn reached(
                 })
         }
         _ => Some(Reached::Path),
-    }
-}
-
-/// Accesses to processes outside the run.
-pub(super) fn outside(
-    e: &mut Scanner<'_>,
-    c: &BatchCols<'_>,
-    i: usize,
-    p: u32,
-    kind: EventKind,
-    ok: bool,
-) {
-    let BatchCols {
-        syscall,
-        resolved,
-        flags,
-        cols,
-        target,
-        target_in,
-        preq,
-        ..
-    } = c;
-    let policy = e.policy;
-    if target.is_valid(i)
-        && !(target_in.is_valid(i) && target_in.value(i))
-        && let Some(sev) = policy.processes_outside
-    {
-        let sc = syscall
-            .is_valid(i)
-            .then(|| syscall.value(i))
-            .and_then(Syscall::from_name);
-        let access = match (kind, sc) {
-            (EventKind::Process, Some(Syscall::ProcessVmReadv)) => Some("read"),
-            (EventKind::Process, Some(Syscall::ProcessVmWritev)) => Some("write"),
-            (EventKind::Process, Some(Syscall::PidfdOpen)) => Some("pidfd"),
-            (EventKind::Process, Some(Syscall::Ptrace)) => {
-                ptrace_access(preq.is_valid(i).then(|| preq.value(i)))
-            }
-            (EventKind::Fd, Some(Syscall::PidfdGetfd)) => Some("copy_fd"),
-            (EventKind::Open, _) => Some(
-                match crate::access::open_accesses(if flags.is_valid(i) {
-                    flags.value(i)
-                } else {
-                    0
-                })
-                .contains(Access::Write)
-                {
-                    true => "write",
-                    false => "read",
-                },
-            ),
-            _ => None,
-        };
-        if let Some(access) = access {
-            let row = RowRef {
-                cols,
-                i,
-                pid: p,
-                ok,
-                resolved: resolved.get(i),
-                raw: resolved.get(i),
-                host: None,
-                reached: None,
-            };
-            e.record_process(sev, access, target.value(i), &row);
-        }
-    }
-}
-
-/// Host names: a `dns` row's question (done when it was answered `NOERROR`), a `net` row's
-/// host (done when the call or the proxy's forwarding was), against the host rules and
-/// `allow.hosts`.
-pub(super) fn host(
-    e: &mut Scanner<'_>,
-    c: &BatchCols<'_>,
-    i: usize,
-    p: u32,
-    kind: EventKind,
-    ok: bool,
-) {
-    let Some(name) = c.host_name.get(i) else {
-        return;
-    };
-    let decision = c.net_decision.is_valid(i).then(|| c.net_decision.value(i));
-    if c.host_source.is_valid(i) && c.host_source.value(i) == b"proxy" {
-        // The sandbox's proxy's decision (the run's own rows of the request are judged by
-        // the rules): what it refused, or would have refused under enforce.
-        let outcome = match decision {
-            Some(b"refused") => Outcome::Blocked,
-            Some(b"would_refuse") => Outcome::WouldBlock,
-            _ => return,
-        };
-        let id = e.path_id(&crate::policy::hosts::key(name));
-        let row = RowRef {
-            cols: &c.cols,
-            i,
-            pid: p,
-            ok: false,
-            resolved: None,
-            raw: None,
-            host: None,
-            reached: None,
-        };
-        e.record(
-            Class::Barrier,
-            BARRIER_RULE,
-            outcome,
-            Access::Host,
-            id,
-            &row,
-        );
-        return;
-    }
-    let ok = match kind {
-        EventKind::Dns => c.dns_rcode.is_valid(i) && c.dns_rcode.value(i) == b"NOERROR",
-        _ => {
-            let refused = decision == Some(b"refused");
-            let pending = c.errno.is_valid(i) && c.errno.value(i) == b"EINPROGRESS";
-            (ok || pending) && !refused
-        }
-    };
-    let mut ids = vec![e.path_id(&crate::policy::hosts::key(name))];
-    // A task repository's upstream is also `host:@upstream`, which `{ host = "@upstream" }`
-    // rules name.
-    let norm = crate::policy::hosts::normalize(name);
-    if e.upstream.contains(&norm) {
-        let mut k = crate::policy::hosts::PREFIX.to_vec();
-        k.extend_from_slice(crate::policy::hosts::UPSTREAM.as_bytes());
-        ids.push(e.path_id(&k));
-    }
-    let row = RowRef {
-        cols: &c.cols,
-        i,
-        pid: p,
-        ok,
-        resolved: None,
-        raw: None,
-        host: None,
-        reached: None,
-    };
-    e.classify(&row, Access::Host, &ids, None);
-}
-
-/// Network endpoints: connects and addressed sends, by `ADDRESS:PORT`, `[ADDRESS]:PORT` or
-/// `unix:PATH`, against the rules and `allow.connect`.
-pub(super) fn net(e: &mut Scanner<'_>, c: &BatchCols<'_>, i: usize, p: u32, ok: bool) {
-    let BatchCols {
-        syscall,
-        cols,
-        net_family,
-        net_address,
-        net_port,
-        ..
-    } = c;
-    let outgoing = matches!(
-        syscall
-            .is_valid(i)
-            .then(|| syscall.value(i))
-            .and_then(Syscall::from_name),
-        Some(Syscall::Connect | Syscall::Sendto | Syscall::Sendmsg)
-    );
-    // A row made of a connection's first message (its TLS or HTTP host) is not a second send
-    // to the endpoint its connect went to.
-    let named_by_payload = c.capture.value(i) & crate::ledger::schema::capture::PAYLOAD != 0;
-    let family = net_family.is_valid(i).then(|| net_family.value(i));
-    let port = net_port.is_valid(i).then(|| net_port.value(i));
-    if outgoing
-        && !named_by_payload
-        && let Some(ep) = endpoint(family, net_address.get(i), port)
-    {
-        let id = e.path_id(&ep);
-        let row = RowRef {
-            cols,
-            i,
-            pid: p,
-            ok,
-            resolved: None,
-            raw: None,
-            host: None,
-            reached: None,
-        };
-        e.classify(&row, Access::Connect, &[id], None);
     }
 }
 
@@ -925,18 +786,18 @@ pub(super) fn judge(
 /// The scan's results: each finding's ancestry from the recorded creators, the processes in
 /// order, the counts.
 pub(super) fn finish(mut e: Scanner<'_>) -> Scan {
-    // Ancestry for each finding, from the recorded creators.
+    // Ancestry for each finding (and each provenance step), from the recorded creators.
     let root = e.scan.root_pid;
-    for f in &mut e.findings {
-        let mut cur = e.procs.get(&f.pid).map(|p| p.ppid);
-        let mut guard = 0;
+    let procs = &e.procs;
+    let ancestry = |pid: u32| {
+        let mut out = Vec::new();
+        let mut cur = procs.get(&pid).map(|p| p.ppid);
         while let Some(pp) = cur {
-            guard += 1;
-            if guard > 256 {
+            if out.len() >= 256 {
                 break;
             }
-            let Some(p) = e.procs.get(&pp) else { break };
-            f.ancestry.push(Ancestor {
+            let Some(p) = procs.get(&pp) else { break };
+            out.push(Ancestor {
                 pid: p.pid,
                 comm: p.comm.clone(),
             });
@@ -945,7 +806,12 @@ pub(super) fn finish(mut e: Scanner<'_>) -> Scan {
             }
             cur = Some(p.ppid);
         }
+        out
+    };
+    for f in &mut e.findings {
+        f.ancestry = ancestry(f.pid);
     }
+    super::provenance::fill_ancestry(&mut e.findings, ancestry);
     e.scan.unseen_starts = e
         .procs
         .values()
@@ -963,3 +829,6 @@ pub(super) fn finish(mut e: Scanner<'_>) -> Scan {
 
 #[cfg(test)]
 mod tests;
+
+mod network;
+use network::{host, net, outside};

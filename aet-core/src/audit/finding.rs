@@ -139,13 +139,16 @@ pub struct Finding {
     /// A watched file's change: what changed, and its fingerprints before and after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<Box<super::watched::WatchDetail>>,
+    /// A later phase loaded what an earlier one wrote: where it lies, and who wrote it how.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Box<super::provenance::ProvenanceDetail>>,
 }
 
 fn agent_phase() -> String {
     crate::ledger::record::FIRST_PHASE.to_owned()
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Ancestor {
     pub pid: u32,
     pub comm: String,
@@ -160,8 +163,12 @@ pub struct Proc {
     pub exe: Option<String>,
     pub argv: Option<Vec<String>>,
     pub first_ts_ns: i64,
-    /// Part of aet's own set-up (bwrap, aet's stage): not audited.
+    /// Part of aet's own set-up (bwrap, aet's stage) or a container runtime's: not audited.
     pub setup: bool,
+    /// It entered the run from outside (a container runtime's process): its rows before its
+    /// first exec are the runtime's set-up.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub runtime: bool,
     /// Has a finding (cheat, contaminant or out-of-scope).
     pub flagged: bool,
     #[serde(skip)]

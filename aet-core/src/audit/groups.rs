@@ -305,6 +305,18 @@ pub fn line(r: &Report, g: &Group) -> String {
 
 /// The findings in the terminal: every cheat finding (under its group) and every contaminant
 /// group, then the largest groups of the rest, and what is not shown.
+/// The lines under a finding: a watched file's change, or who wrote what a later phase loaded.
+fn details(f: &Finding) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(w) = &f.watch {
+        v.push(w.detail.clone());
+    }
+    if let Some(p) = &f.provenance {
+        v.push(p.text());
+    }
+    v
+}
+
 pub fn render_text(r: &Report, s: &mut String) {
     use std::fmt::Write as _;
     let lists = r.finding_lists();
@@ -337,8 +349,8 @@ pub fn render_text(r: &Report, s: &mut String) {
                             }
                         );
                     }
-                    if let Some(w) = &f.watch {
-                        let _ = writeln!(s, "{:<9}{}", "", w.detail);
+                    for d in details(f) {
+                        let _ = writeln!(s, "{:<9}{d}", "");
                     }
                 }
             }
@@ -348,14 +360,15 @@ pub fn render_text(r: &Report, s: &mut String) {
             _ if folded_lines < FOLDED_LINES => {
                 let _ = writeln!(s, "{}", line(r, g));
                 folded_lines += 1;
-                if let Some(w) = g
+                if let Some(f) = g
                     .members
                     .first()
                     .filter(|_| !g.dir)
                     .and_then(|&fi| list(&g.list).get(fi))
-                    .and_then(|f| f.watch.as_ref())
                 {
-                    let _ = writeln!(s, "{:<9}{}", "", w.detail);
+                    for d in details(f) {
+                        let _ = writeln!(s, "{:<9}{d}", "");
+                    }
                 }
             }
             _ => {

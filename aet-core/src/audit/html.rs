@@ -109,6 +109,11 @@ fn finding_row(out: &mut String, kind: &str, f: &Finding, t0: i64) {
         esc(outcome),
         esc(&match (f.reached, &f.watch) {
             (_, Some(w)) => format!("{} ({})", f.path, w.detail),
+            _ if f.provenance.is_some() => format!(
+                "{} ({})",
+                f.path,
+                f.provenance.as_ref().map(|p| p.text()).unwrap_or_default()
+            ),
             (Some(r), _) if r != super::Reached::Path =>
                 format!("{} (through an fd {})", f.path, r.text()),
             _ => f.path.clone(),
@@ -432,6 +437,75 @@ fn groups(o: &mut String, r: &Report, t0: i64) {
     o.push_str("</section>\n");
 }
 
+/// Provenance: for each phase judged by it, what it loaded that an earlier phase wrote, the
+/// process that loaded each file beside the one that wrote it.
+fn provenance(o: &mut String, r: &Report, t0: i64) {
+    let _ = write!(
+        o,
+        "<section id=\"provenance\"><h2>What a later phase loaded that an earlier one wrote</h2>"
+    );
+    for p in &r.provenance {
+        let _ = write!(o, "<p>{}</p>", esc(&super::provenance::summary(p)));
+    }
+    let found: Vec<&Finding> = r
+        .finding_lists()
+        .into_iter()
+        .flat_map(|(_, l)| l.iter())
+        .filter(|f| f.provenance.is_some())
+        .collect();
+    if !found.is_empty() {
+        o.push_str(
+            "<table><thead><tr><th>class</th><th>loaded</th><th>where</th>\
+             <th>loaded by</th><th>written by</th></tr></thead><tbody>",
+        );
+        for f in found.iter().take(GROUP_FINDINGS * 20) {
+            let d = f.provenance.as_ref().expect("filtered");
+            let writers: Vec<String> = d
+                .steps
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{}{} by {} in {} at {:.3} s",
+                        s.how,
+                        s.from
+                            .as_deref()
+                            .map(|x| format!(" from {x}"))
+                            .unwrap_or_default(),
+                        super::chain(&s.comm, s.pid, &s.ancestry),
+                        s.phase,
+                        (s.ts_ns - t0) as f64 / 1e9
+                    )
+                })
+                .collect();
+            let _ = write!(
+                o,
+                "<tr class=\"{}\"><td>{}</td><td class=\"path\">{}</td><td>{}{}</td>\
+                 <td>{} in {} at {:.3} s{}</td><td>{}</td></tr>",
+                class_of(f.class.name()),
+                esc(f.class.name()),
+                esc(&f.path),
+                esc(d.place.words()),
+                if d.judged != f.path {
+                    format!("<br><span class=\"muted\">as {}</span>", esc(&d.judged))
+                } else {
+                    String::new()
+                },
+                esc(&super::who(f)),
+                esc(&f.phase),
+                (f.first_ts_ns - t0) as f64 / 1e9,
+                if f.count > 1 {
+                    format!(" x{}", f.count)
+                } else {
+                    String::new()
+                },
+                esc(&writers.join("; then ")),
+            );
+        }
+        o.push_str("</tbody></table>");
+    }
+    o.push_str("</section>\n");
+}
+
 /// The watched files: what was fingerprinted, every change with who made it, what was touched.
 fn watched(o: &mut String, w: &super::watched::WatchReport) {
     let _ = write!(
@@ -575,6 +649,9 @@ pub fn render(r: &Report) -> String {
 
     if let Some(w) = &r.watched {
         watched(&mut o, w);
+    }
+    if !r.provenance.is_empty() {
+        provenance(&mut o, r, t0);
     }
 
     if let Some(b) = &r.barrier {

@@ -16,6 +16,7 @@ pub mod finding;
 pub mod groups;
 pub mod html;
 pub mod phases;
+pub mod provenance;
 pub mod reached;
 mod scanner;
 mod targets;
@@ -105,6 +106,10 @@ pub struct RunInfo {
 pub struct Counts {
     pub rows: u64,
     pub setup_rows: u64,
+    /// Of `setup_rows`, those of a container runtime's set-up (its processes before their
+    /// first exec).
+    #[serde(default)]
+    pub runtime_rows: u64,
     pub distinct_paths: usize,
     pub processes: usize,
     pub findings: usize,
@@ -208,6 +213,9 @@ pub struct Report {
     /// first. The lists above keep every finding.
     #[serde(default)]
     pub groups: Vec<groups::Group>,
+    /// Each phase judged by provenance: what it loaded that an earlier phase wrote, by place.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provenance: Vec<provenance::PhaseProvenance>,
 }
 
 impl Report {
@@ -387,6 +395,7 @@ fn build_report(
         counts: Counts {
             rows: scan.rows,
             setup_rows: scan.setup_rows,
+            runtime_rows: scan.runtime_rows,
             distinct_paths: scan.distinct_paths,
             processes: scan.processes.len(),
             findings: nfind,
@@ -403,6 +412,7 @@ fn build_report(
         phases: phase_infos,
         watched: scan.watch.take(),
         groups: Vec::new(),
+        provenance: std::mem::take(&mut scan.provenance),
     };
     report.groups = groups::group(&report);
     report
@@ -600,8 +610,19 @@ pub fn render_text(r: &Report) -> String {
     let _ = writeln!(s, "policy        {}", r.policy.display());
     let _ = writeln!(
         s,
-        "rows          {} ({} of aet's set-up left out), {} distinct paths, {} processes",
-        r.counts.rows, r.counts.setup_rows, r.counts.distinct_paths, r.counts.processes
+        "rows          {} ({} of aet's set-up left out{}), {} distinct paths, {} processes",
+        r.counts.rows,
+        r.counts.setup_rows,
+        if r.counts.runtime_rows > 0 {
+            format!(
+                ", {} of them the container runtime's",
+                r.counts.runtime_rows
+            )
+        } else {
+            String::new()
+        },
+        r.counts.distinct_paths,
+        r.counts.processes
     );
     if r.phases.len() > 1 {
         let shown: Vec<String> = r
@@ -628,6 +649,9 @@ pub fn render_text(r: &Report) -> String {
     );
     if let Some(w) = &r.watched {
         let _ = writeln!(s, "watched       {}", watched::summary(w));
+    }
+    for p in &r.provenance {
+        let _ = writeln!(s, "provenance    {}", provenance::summary(p));
     }
     if let Some(b) = &r.barrier {
         let _ = writeln!(

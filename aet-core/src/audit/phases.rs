@@ -183,6 +183,11 @@ impl Phases {
         e.findings.push(f);
     }
 
+    /// The index of the last row's phase (in the order phases appeared).
+    pub(super) fn current(&self) -> usize {
+        self.last
+    }
+
     fn exempt(&self, e: &Scanner<'_>, pid: u32, phase: usize) -> bool {
         e.scan.root_pid == Some(pid) || self.keep[..=phase].iter().any(|k| k.contains(&pid))
     }

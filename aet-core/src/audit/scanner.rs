@@ -149,6 +149,7 @@ impl<'p> Scanner<'p> {
             target_pid: None,
             phase: self.policy.phase.clone(),
             watch: None,
+            provenance: None,
         }
     }
 

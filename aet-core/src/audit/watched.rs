@@ -118,6 +118,8 @@ pub(super) struct Attribution {
     record: WatchRecord,
     by_path: BTreeMap<Box<[u8]>, usize>,
     slots: Vec<Slot>,
+    /// The tree watches' directories (their slots): a write below one is its change.
+    trees: BTreeMap<Box<[u8]>, usize>,
 }
 
 /// Whether a row may have replaced what lies below its path (a directory renamed, or mounted
@@ -139,22 +141,27 @@ impl Attribution {
         let record = meta.watch.clone()?;
         let mut by_path = BTreeMap::new();
         let mut slots = Vec::new();
+        let mut trees = BTreeMap::new();
         for s in [&record.before, &record.after].into_iter().flatten() {
             for f in &s.entries {
                 let key: Box<[u8]> = f.path.as_path().as_os_str().as_encoded_bytes().into();
-                by_path.entry(key).or_insert_with(|| {
+                let slot = *by_path.entry(key.clone()).or_insert_with(|| {
                     slots.push(Slot {
                         rows: 0,
                         first: None,
                     });
                     slots.len() - 1
                 });
+                if f.tree.is_some() && f.kind == crate::watch::Kind::Dir {
+                    trees.insert(key, slot);
+                }
             }
         }
         Some(Self {
             record,
             by_path,
             slots,
+            trees,
         })
     }
 
@@ -196,6 +203,20 @@ impl Attribution {
             }
             if let Some(&slot) = self.by_path.get(p) {
                 self.hit(e, slot, row, p);
+            }
+            if !self.trees.is_empty() {
+                // A tree watch's directory above the path: its digest covers it.
+                let mut at = p.len();
+                while let Some(i) = p[..at].iter().rposition(|&c| c == b'/') {
+                    if i == 0 {
+                        break;
+                    }
+                    if let Some(&slot) = self.trees.get(&p[..i]) {
+                        self.hit(e, slot, row, p);
+                        break;
+                    }
+                    at = i;
+                }
             }
             if below {
                 let mut dir = p.to_vec();
@@ -322,6 +343,13 @@ impl Attribution {
             let rows = slot.map_or(0, |s| s.rows);
             let first = slot.and_then(|s| s.first.clone());
             let mut detail = c.detail.clone();
+            if let Some(f) = &first
+                && c.before.iter().chain(&c.after).any(|x| x.tree.is_some())
+                && f.path != c.path.as_path().to_string_lossy()
+            {
+                // A tree entry: the file below it that the run wrote.
+                detail.push_str(&format!("; {} written below it", f.path));
+            }
             if c.what == diff::What::Created
                 && let Some(sh) = shadows(&c.path, &rec.resolved.path_dirs, after)
             {
@@ -484,6 +512,7 @@ fn outside_finding(
         target_pid: None,
         phase: crate::ledger::record::FIRST_PHASE.into(),
         watch,
+        provenance: None,
     }
 }
 

@@ -5,7 +5,9 @@
 //! the spans the parser kept.
 
 pub mod barrier;
+mod globs;
 pub mod hosts;
+pub mod provenance;
 pub mod watch;
 
 use std::{
@@ -14,7 +16,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globs::{endpoint_globs, globs};
+use globset::GlobSet;
 use regex::bytes::RegexSet;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
@@ -111,6 +114,9 @@ struct PolicySpec {
     watch: BTreeMap<String, Spanned<watch::WatchEntrySpec>>,
     #[serde(default)]
     limits: Option<watch::LimitsSpec>,
+    /// `[phases.NAME.provenance]`: what the phase may load that an earlier phase wrote.
+    #[serde(default)]
+    provenance: Option<Spanned<provenance::ProvenanceSpec>>,
 }
 
 /// A policy that cannot be used.
@@ -194,6 +200,8 @@ pub struct Policy {
     pub watches: Vec<watch::Watch>,
     /// `[limits]`: what fingerprinting the watched files may cost.
     pub watch_limits: crate::watch::Limits,
+    /// `[phases.NAME.provenance]`: what this phase may load that an earlier one wrote.
+    pub provenance: Option<provenance::Provenance>,
 }
 
 pub(crate) struct LineOf<'a>(pub(crate) &'a str, pub(crate) std::ops::Range<usize>);
@@ -313,83 +321,6 @@ fn rule_fields(
 /// A regular expression that matches nothing (the path set's entry for an argv rule).
 const NEVER: &str = r"[^\s\S]";
 
-/// Compiles globs; a pattern without glob characters is a path prefix (itself and below).
-/// `allow.connect`: endpoint globs, `ADDRESS:PORT` (`127.0.0.1:*`, `[::1]:443`) or
-/// `unix:PATH` (`unix:/run/*.sock`); `*` matches within a path component.
-fn endpoint_globs(text: &str, list: &[Spanned<String>]) -> Result<(GlobSet, Vec<String>), String> {
-    let mut b = GlobSetBuilder::new();
-    let mut shown = Vec::new();
-    for (i, g) in list.iter().enumerate() {
-        let p = g.get_ref();
-        let at = LineOf(text, g.span());
-        let ok = match p.strip_prefix("unix:") {
-            Some(path) => path.starts_with('/') || path.starts_with('@'),
-            None => p.rsplit_once(':').is_some_and(|(host, port)| {
-                !host.is_empty() && !port.is_empty() && !host.contains('/')
-            }),
-        };
-        if !ok {
-            return Err(format!(
-                "{at}: allow.connect[{i}] = {p:?}: not an endpoint (ADDRESS:PORT, [ADDRESS]:PORT or unix:PATH)"
-            ));
-        }
-        // The brackets of an IPv6 endpoint are literal, not a glob's character class.
-        let pat = match p.strip_prefix('[') {
-            Some(rest) => format!("\\[{}", rest.replacen("]:", "\\]:", 1)),
-            None => p.clone(),
-        };
-        let glob = GlobBuilder::new(&pat)
-            .literal_separator(true)
-            .backslash_escape(true)
-            .build()
-            .map_err(|e| format!("{at}: allow.connect[{i}] = {p:?}: {e}"))?;
-        b.add(glob);
-        shown.push(p.clone());
-    }
-    let set = b.build().map_err(|e| format!("allow.connect: {e}"))?;
-    Ok((set, shown))
-}
-
-fn globs(
-    text: &str,
-    key: &str,
-    list: &[Spanned<String>],
-) -> Result<(GlobSet, Vec<String>), String> {
-    let mut b = GlobSetBuilder::new();
-    let mut shown = Vec::new();
-    for (i, g) in list.iter().enumerate() {
-        let p = g.get_ref();
-        let at = LineOf(text, g.span());
-        if !p.starts_with('/') {
-            return Err(format!(
-                "{at}: allow.{key}[{i}] = {p:?}: not an absolute path or glob"
-            ));
-        }
-        let literal = !p.contains(['*', '?', '[', '{']);
-        let mut pats = vec![p.trim_end_matches('/').to_owned()];
-        if literal {
-            let base = p.trim_end_matches('/');
-            pats = vec![if base.is_empty() {
-                "/".into()
-            } else {
-                base.into()
-            }];
-            pats.push(format!("{base}/**"));
-        }
-        for pat in pats {
-            let glob = GlobBuilder::new(&pat)
-                .literal_separator(true)
-                .backslash_escape(true)
-                .build()
-                .map_err(|e| format!("{at}: allow.{key}[{i}] = {p:?}: {e}"))?;
-            b.add(glob);
-        }
-        shown.push(p.clone());
-    }
-    let set = b.build().map_err(|e| format!("allow.{key}: {e}"))?;
-    Ok((set, shown))
-}
-
 impl Policy {
     /// The protected files' identities now (those that exist), for a run to record at its start.
     pub fn protected_identities(
@@ -486,19 +417,37 @@ impl Policy {
             if let Some((key, _)) = nested.iter().find(|(_, has)| *has) {
                 problems.push(format!(
                     "{at}: phases.{name}.{key}: a phase section holds only allow, cheats, \
-                     contaminants and warns ({key} is the whole policy's)"
+                     contaminants, warns and provenance ({key} is the whole policy's)"
                 ));
                 continue;
             }
-            match compile(text, section, path, name, &format!("phases.{name}.")) {
-                Ok(p) => {
+            let prov = section
+                .provenance
+                .as_ref()
+                .map(|p| provenance::compile(text, p.get_ref()))
+                .transpose()
+                .map_err(|e| format!("phases.{name}.{e}"));
+            match (
+                compile(text, section, path, name, &format!("phases.{name}.")),
+                prov,
+            ) {
+                (Ok(mut p), Ok(prov)) => {
+                    p.provenance = prov;
                     phases.insert(name.clone(), p);
                 }
-                Err(e) => problems.push(e),
+                (Err(e), _) | (_, Err(e)) => problems.push(e),
             }
         }
         if !problems.is_empty() {
             return Err(problems.join("\n"));
+        }
+        if let Some(p) = &spec.provenance {
+            return Err(format!(
+                "{}: provenance: the agent's phase has no earlier phase to have written what it \
+                 loads; write it in the section of the phase that grades (`[phases.grading.\
+                 provenance]`)",
+                LineOf(text, p.span())
+            ));
         }
         let mut top = compile(text, &spec, path, crate::ledger::record::FIRST_PHASE, "")?;
         top.protected = protected_of(text, &spec)?;
@@ -509,6 +458,13 @@ impl Policy {
         top.watches = watch::compile(text, &spec.watch)?;
         top.watch_limits = watch::limits(spec.limits.as_ref())?;
         Ok(top)
+    }
+
+    /// Whether a phase's provenance needs what the task repositories tracked at the start.
+    pub fn needs_tracked(&self) -> bool {
+        self.phases
+            .values()
+            .any(|p| p.provenance.as_ref().is_some_and(|v| v.tracked))
     }
 
     /// The policy that judges rows of `phase` (`None`: the phase is recorded, not judged).
@@ -552,6 +508,7 @@ fn compile(
         phase: phase.to_owned(),
         watches: Vec::new(),
         watch_limits: crate::watch::Limits::default(),
+        provenance: None,
     })
 }
 
@@ -754,196 +711,4 @@ fn severity_of(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SMALLEST: &str = r#"
-[allow]
-read  = ["/task/**", "/usr/**"]
-write = ["/task/out/**"]
-
-[cheats]
-golden = 'golden\.yaml'
-oracle = 'solver/oracle'
-
-[contaminants]
-other_proj = '/other/projects/'
-
-[warns]
-oracle_src = 'oracle\.py'
-"#;
-
-    #[test]
-    fn the_smallest_policy_compiles() {
-        let p = Policy::parse(SMALLEST, Path::new("p.toml")).unwrap();
-        let names: Vec<&str> = p.rules.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "cheats.golden",
-                "cheats.oracle",
-                "contaminants.other_proj",
-                "warns.oracle_src"
-            ]
-        );
-        let a = p.allow.unwrap();
-        assert!(a.read.is_match("/task/x/y.txt"));
-        assert!(!a.read.is_match("/taskforce/x"));
-        assert!(a.write.is_match("/task/out/result.txt"));
-        assert!(!a.write.is_match("/task/in.txt"));
-    }
-
-    #[test]
-    fn every_policy_under_policies_loads() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
-        let mut n = 0;
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "toml") {
-                let pol = Policy::load(&p).unwrap_or_else(|e| panic!("{e}"));
-                assert!(!pol.rules.is_empty(), "{}", p.display());
-                n += 1;
-            }
-        }
-        assert!(n >= 2, "the example policies are there");
-    }
-
-    #[test]
-    fn every_bad_rule_is_named_and_the_cost_is_bounded() {
-        let e = Policy::parse(
-            "[cheats]\na = '(unclosed'\nb = { pattern = 'x', access = [] }\nc = 'fine'\n\
-             [warns]\nd = '[z-a]'\n",
-            Path::new("p"),
-        )
-        .unwrap_err();
-        for want in ["cheats.a", "cheats.b", "warns.d"] {
-            assert!(e.contains(want), "{want}: {e}");
-        }
-        assert_eq!(e.lines().count(), 3, "{e}");
-        // Too many rules, too many bytes: refused at once, the limit named.
-        let mut many = String::from("[cheats]\n");
-        for i in 0..=MAX_RULES {
-            many += &format!("r{i} = 'x{i}'\n");
-        }
-        let t = std::time::Instant::now();
-        let e = Policy::parse(&many, Path::new("p")).unwrap_err();
-        assert!(e.contains(&MAX_RULES.to_string()), "{e}");
-        assert!(t.elapsed() < std::time::Duration::from_secs(5));
-        let big = format!("# {}\n", "x".repeat(MAX_POLICY_BYTES));
-        let e = Policy::parse(&big, Path::new("p")).unwrap_err();
-        assert!(e.contains(&MAX_POLICY_BYTES.to_string()), "{e}");
-        // One pattern that compiles too large is named.
-        let e = Policy::parse("[cheats]\nhuge = '(\\w{100}){100}'\n", Path::new("p")).unwrap_err();
-        assert!(e.contains("cheats.huge"), "{e}");
-    }
-
-    #[test]
-    fn literal_allow_entries_are_prefixes() {
-        let p = Policy::parse("[allow]\nread = [\"/usr\"]\n", Path::new("p")).unwrap();
-        let a = p.allow.unwrap();
-        assert!(a.read.is_match("/usr") && a.read.is_match("/usr/lib/x.so"));
-        assert!(!a.read.is_match("/usrx"));
-    }
-
-    #[test]
-    fn errors_name_the_line_and_key() {
-        let e = Policy::parse(
-            "[cheats]\ngolden = 'golden\\.yaml'\nbad = '(unclosed'\n",
-            Path::new("p"),
-        )
-        .unwrap_err();
-        assert!(e.contains("line 3") && e.contains("cheats.bad"), "{e}");
-        let e = Policy::parse("[allow]\nread = [\"/a/[\"]\n", Path::new("p")).unwrap_err();
-        assert!(e.contains("line 2") && e.contains("allow.read[0]"), "{e}");
-        let e = Policy::parse("[cheat]\nx = 'y'\n", Path::new("p")).unwrap_err();
-        assert!(e.contains("line 1") && e.contains("cheat"), "{e}");
-        let e = Policy::parse("[allow]\nread = \"/a\"\n", Path::new("p")).unwrap_err();
-        assert!(e.contains("line 2"), "{e}");
-        let e = Policy::parse(
-            "[cheats]\nx = { pattern = 'y', access = [\"reed\"] }\n",
-            Path::new("p"),
-        )
-        .unwrap_err();
-        assert!(e.contains("line 2"), "{e}");
-    }
-}
-
-#[cfg(test)]
-mod endpoint_tests {
-    use super::*;
-
-    #[test]
-    fn connect_globs_match_endpoints_and_bad_ones_are_refused() {
-        let p = Policy::parse(
-            "[allow]\nread = [\"/usr\"]\nwrite = []\nconnect = [\"127.0.0.1:*\", \"[::1]:443\", \"unix:/run/*.sock\"]\n",
-            Path::new("p.toml"),
-        )
-        .unwrap();
-        let c = p.allow.as_ref().unwrap().connect.as_ref().unwrap();
-        for (ep, want) in [
-            ("127.0.0.1:8080", true),
-            ("127.0.0.2:8080", false),
-            ("[::1]:443", true),
-            ("[::1]:80", false),
-            ("unix:/run/x.sock", true),
-            ("unix:/run/a/x.sock", false),
-        ] {
-            assert_eq!(c.is_match(ep), want, "{ep}");
-        }
-        let e = Policy::parse(
-            "[allow]\nread = []\nwrite = []\nconnect = [\"github.com\"]\n",
-            Path::new("p.toml"),
-        )
-        .unwrap_err();
-        assert!(e.contains("line 4") && e.contains("not an endpoint"), "{e}");
-    }
-
-    #[test]
-    fn phase_sections_are_policies_of_their_own_and_bad_ones_are_named() {
-        let p = Policy::parse(
-            "[cheats]\ntests = '^/tests/'\n\n[phases.grading.cheats]\nresults = '^/results'\n\n\
-             [processes]\nlingering = \"warn\"\n",
-            Path::new("p.toml"),
-        )
-        .unwrap();
-        assert_eq!(p.phase, "agent");
-        assert_eq!(p.lingering, Some(Severity::Warn));
-        let g = p.for_phase("grading").expect("a section");
-        assert_eq!(g.phase, "grading");
-        assert_eq!(g.rules[0].name, "phases.grading.cheats.results");
-        assert!(g.set.is_match(b"/results.txt") && !g.set.is_match(b"/tests/x"));
-        assert!(
-            p.for_phase("setup").is_none(),
-            "a phase without a section is not judged"
-        );
-        assert_eq!(
-            Policy::parse("", Path::new("p.toml")).unwrap().lingering,
-            Some(Severity::Cheat)
-        );
-        for (text, says) in [
-            (
-                "[phases.Grading.cheats]\nx = 'y'\n",
-                "line 1: phases.Grading: \"Grading\" is not a phase name",
-            ),
-            (
-                "[phases.agent.cheats]\nx = 'y'\n",
-                "phases.agent: the top-level rules are the `agent` phase's",
-            ),
-            (
-                "[phases.grading.protected]\nk = '/k'\n",
-                "phases.grading.protected: a phase section holds only",
-            ),
-            (
-                "[phases.grading.cheats]\nx = '('\n",
-                "line 2: phases.grading.cheats.x = \"(\": invalid regular expression",
-            ),
-            (
-                "[processes]\nlingering = \"maybe\"\n",
-                "processes.lingering = \"maybe\": expected",
-            ),
-        ] {
-            let e = Policy::parse(text, Path::new("p.toml")).unwrap_err();
-            assert!(e.contains(says), "{text:?}: {e}");
-        }
-    }
-}
+mod tests;

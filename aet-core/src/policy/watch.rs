@@ -7,6 +7,8 @@
 //! change = "cheat"            # a change the run made: cheat (default), contaminant, warn
 //! outside = "inconclusive"    # a change no row of the run could have made: inconclusive
 //!                             # (default), cheat, contaminant, warn, allow
+//! fingerprint = "content"     # content (default): SHA-256 of every file; tree: metadata
+//!                             # only, a directory by its whole subtree (site-packages)
 //! [limits]
 //! watch_files = 50000         # most entries a snapshot fingerprints
 //! watch_bytes = 1073741824    # most bytes a snapshot hashes
@@ -27,6 +29,8 @@ pub(super) struct WatchEntrySpec {
     change: Option<Spanned<String>>,
     #[serde(default)]
     outside: Option<Spanned<String>>,
+    #[serde(default)]
+    fingerprint: Option<Spanned<String>>,
 }
 
 /// `[limits]` as written.
@@ -71,6 +75,8 @@ pub struct Watch {
     pub paths: Vec<String>,
     pub change: Severity,
     pub outside: Outside,
+    /// `fingerprint = "tree"`: by metadata, directories by their subtree.
+    pub tree: bool,
 }
 
 impl Watch {
@@ -83,6 +89,7 @@ impl Watch {
         WatchSpec {
             name: self.name.clone(),
             paths: self.paths.clone(),
+            tree: self.tree,
         }
     }
 }
@@ -158,11 +165,27 @@ pub(super) fn compile(
                 }
             },
         };
+        let tree = match s
+            .fingerprint
+            .as_ref()
+            .map(|v| (v.get_ref().as_str(), v.span()))
+        {
+            None | Some(("content", _)) => false,
+            Some(("tree", _)) => true,
+            Some((other, span)) => {
+                problems.push(format!(
+                    "{}: watch.{name}.fingerprint = {other:?}: expected \"content\" or \"tree\"",
+                    LineOf(text, span)
+                ));
+                continue;
+            }
+        };
         out.push(Watch {
             name: name.clone(),
             paths: s.paths.iter().map(|p| p.get_ref().clone()).collect(),
             change,
             outside,
+            tree,
         });
     }
     if problems.is_empty() {

@@ -262,7 +262,10 @@ pub fn run_row(
 /// One row per finding of one or more audit reports: `run`, `class`, `rule`, `outcome`,
 /// `access`, `path`, `path_hex` (the exact bytes when the path is not UTF-8), `errno`, `count`,
 /// `first_seq`, `first_ts_ns`, `pid`, `uid`, `comm`, `exe`, `argv`, `ancestry` (`pid comm` of
-/// each ancestor, nearest first, joined with ` < `), `reached`, `target_pid`.
+/// each ancestor, nearest first, joined with ` < `), `reached`, `target_pid`, `phase`, and for
+/// what a later phase loaded that an earlier one wrote: `provenance` (where it lies:
+/// `repository`, `new`, `outside`), `judged_path`, and the first writer's `writer_pid`,
+/// `writer_comm`, `writer_phase`, `writer_how`, `writer_ts_ns`.
 pub fn finding_rows<'a>(
     reports: impl IntoIterator<Item = (&'a str, &'a Report)>,
 ) -> Result<RecordBatch, ArrowError> {
@@ -273,6 +276,10 @@ pub fn finding_rows<'a>(
     let mut argv = ListBuilder::new(StringBuilder::new());
     let mut ancestry = StringBuilder::new();
     let mut reached = StringBuilder::new();
+    // Provenance: place, judged path, writer comm, phase, how; writer pid and time.
+    let mut prov: [StringBuilder; 5] = Default::default();
+    let mut writer_pid: Vec<Option<u64>> = Vec::new();
+    let mut writer_ts: Vec<Option<i64>> = Vec::new();
     for (name, report) in reports {
         for f in report.finding_lists().into_iter().flat_map(|(_, l)| l) {
             run.append_value(name);
@@ -318,6 +325,20 @@ pub fn finding_rows<'a>(
                 .collect();
             ancestry.append_value(chain.join(" < "));
             reached.append_option(f.reached.map(Reached::name));
+            let d = f.provenance.as_deref();
+            let w = d.and_then(|d| d.writer());
+            let v = [
+                d.map(|d| d.place.name()),
+                d.map(|d| d.judged.as_str()),
+                w.map(|w| w.comm.as_str()),
+                w.map(|w| w.phase.as_str()),
+                w.map(|w| w.how.as_str()),
+            ];
+            for (b, x) in prov.iter_mut().zip(v) {
+                b.append_option(x);
+            }
+            writer_pid.push(w.map(|w| u64::from(w.pid)));
+            writer_ts.push(w.map(|w| w.ts_ns));
         }
     }
     let mut columns: Vec<(&str, ArrayRef, bool)> = vec![("run", Arc::new(run.finish()), false)];
@@ -360,6 +381,20 @@ pub fn finding_rows<'a>(
         ("reached", t(reached), true),
         ("target_pid", n(target_pid), true),
         ("phase", t(phase), true),
+    ]);
+    let [place, judged, wcomm, wphase, whow] = prov;
+    columns.extend([
+        ("provenance", t(place), true),
+        ("judged_path", t(judged), true),
+        ("writer_pid", n(writer_pid), true),
+        ("writer_comm", t(wcomm), true),
+        ("writer_phase", t(wphase), true),
+        ("writer_how", t(whow), true),
+        (
+            "writer_ts_ns",
+            Arc::new(Int64Array::from(writer_ts)) as ArrayRef,
+            true,
+        ),
     ]);
     RecordBatch::try_from_iter_with_nullable(columns)
 }

@@ -73,6 +73,29 @@ fn differences(b: &Fingerprint, a: &Fingerprint) -> Vec<(What, String)> {
         }
         return d;
     }
+    if b.tree != a.tree {
+        let (bt, at) = (b.tree.as_ref(), a.tree.as_ref());
+        fn digest(t: Option<&super::TreeDigest>) -> &str {
+            short(t.map(|t| t.digest.as_str()))
+        }
+        d.push((
+            What::Content,
+            if b.kind == Kind::Dir {
+                format!(
+                    "changed below: {} -> {} entries, tree digest {} -> {}",
+                    bt.map_or(0, |t| t.below),
+                    at.map_or(0, |t| t.below),
+                    digest(bt),
+                    digest(at)
+                )
+            } else {
+                format!(
+                    "rewritten or replaced: {} -> {} bytes, inode {} -> {}",
+                    b.size, a.size, b.ino, a.ino
+                )
+            },
+        ));
+    }
     if b.sha256 != a.sha256 {
         d.push((
             What::Content,
@@ -117,7 +140,7 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> (Vec<Change>, Vec<PPath>) {
     let mut touched = Vec::new();
     for (p, fb) in &b {
         match a.get(p) {
-            None if fb.kind == Kind::Dir => {}
+            None if fb.kind == Kind::Dir && fb.tree.is_none() => {}
             None => changes.push(Change {
                 path: (*p).clone(),
                 what: What::Deleted,
@@ -144,13 +167,17 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> (Vec<Change>, Vec<PPath>) {
         }
     }
     for (p, fa) in &a {
-        if !b.contains_key(p) && fa.kind != Kind::Dir {
+        if !b.contains_key(p) && (fa.kind != Kind::Dir || fa.tree.is_some()) {
             changes.push(Change {
                 path: (*p).clone(),
                 what: What::Created,
-                detail: match &fa.target {
-                    Some(t) => format!("created: a symlink to {}", t.as_path().display()),
-                    None => format!(
+                detail: match (&fa.target, &fa.tree) {
+                    (Some(t), _) => format!("created: a symlink to {}", t.as_path().display()),
+                    (None, Some(t)) if fa.kind == Kind::Dir => format!(
+                        "created (a directory, {} entries below it, mode {:04o})",
+                        t.below, fa.mode
+                    ),
+                    _ => format!(
                         "created ({}, {} bytes, mode {:04o}, sha256 {})",
                         fa.kind.name(),
                         fa.size,
@@ -185,6 +212,7 @@ mod tests {
             ino: 2,
             mtime_ns: 0,
             ctime_ns: ctime,
+            tree: None,
         }
     }
 

@@ -16,6 +16,7 @@
 //! joined the run's mount namespace.
 
 pub mod diff;
+pub mod gitindex;
 pub mod resolve;
 pub mod walk;
 
@@ -56,8 +57,13 @@ impl Default for Limits {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct WatchSpec {
     pub name: String,
-    /// As written: absolute, relative (at the task's repository), `@path/GLOB`, `@site/GLOB`.
+    /// As written: absolute, relative (at the task's repository), `@path/GLOB`, `@site/GLOB`,
+    /// `@prefix/GLOB`, `@above/NAME`.
     pub paths: Vec<String>,
+    /// `fingerprint = "tree"`: entries are fingerprinted by their metadata, a directory by its
+    /// whole subtree's (no file is read).
+    #[serde(default)]
+    pub tree: bool,
 }
 
 /// A watch's globs made absolute in the run's view.
@@ -67,6 +73,9 @@ pub struct ResolvedWatch {
     pub paths: Vec<String>,
     /// Absolute globs (`*` within a component, `**` across).
     pub globs: Vec<String>,
+    /// Fingerprinted by metadata, directories by their subtree (`fingerprint = "tree"`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tree: bool,
 }
 
 /// What a run's view is, for resolving a policy's watches: seen from inside it.
@@ -91,7 +100,25 @@ pub struct Resolved {
     pub path_dirs: Vec<PPath>,
     /// The interpreters' site-packages directories found.
     pub site_dirs: Vec<PPath>,
+    /// The interpreters' prefixes (`@prefix/`).
+    #[serde(default)]
+    pub prefix_dirs: Vec<PPath>,
     pub watches: Vec<ResolvedWatch>,
+    /// The files each task repository tracked when the run started (its index), when the
+    /// policy's provenance asked for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tracked: Vec<TrackedRepo>,
+}
+
+/// What one task repository tracked at the run's start.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TrackedRepo {
+    pub root: PPath,
+    /// Paths relative to the repository, sorted (a directory entry ends with `/`).
+    pub files: Vec<PPath>,
+    /// Why its index could not be read (then `files` is empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What an entry is.
@@ -138,6 +165,20 @@ pub struct Fingerprint {
     /// The change time: no process can set it, so an entry whose identity and change time are
     /// those of an earlier snapshot is unchanged since.
     pub ctime_ns: i64,
+    /// An entry of a tree watch (`fingerprint = "tree"`): a digest of its metadata and, for a
+    /// directory, of every entry below it. No file is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<TreeDigest>,
+}
+
+/// A tree watch's fingerprint of one entry: SHA-256 over the relative path, type, mode, owner,
+/// size, identity, modification and change times and link target of the entry and of every
+/// entry below it (sorted by name), and how many entries that was.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TreeDigest {
+    /// Entries below it (0 for a file).
+    pub below: u64,
+    pub digest: String,
 }
 
 /// What a snapshot cost.
@@ -195,6 +236,9 @@ pub struct Request {
     /// The snapshot before, whose hashes are reused for entries unchanged since.
     pub previous: Option<Snapshot>,
     pub at: String,
+    /// With the first snapshot: read each task repository's index (what it tracks now).
+    #[serde(default)]
+    pub tracked: bool,
 }
 
 /// The helper's answer.
@@ -209,12 +253,38 @@ pub enum Answer {
     },
 }
 
+/// What a repository's index tracks now.
+fn tracked_repo(root: &PPath) -> TrackedRepo {
+    use std::os::unix::ffi::OsStrExt as _;
+    match gitindex::read_repo(root.as_path()) {
+        Ok(t) => TrackedRepo {
+            root: root.clone(),
+            files: t
+                .paths
+                .into_iter()
+                .map(|p| PPath(std::ffi::OsStr::from_bytes(&p).into()))
+                .collect(),
+            error: None,
+        },
+        Err(e) => TrackedRepo {
+            root: root.clone(),
+            files: Vec::new(),
+            error: Some(e),
+        },
+    }
+}
+
 /// Resolves (when asked) and snapshots: the helper's whole job, in whatever view it runs.
 pub fn answer(req: &Request) -> Answer {
     let resolved = match &req.resolved {
         Some(r) => r.clone(),
         None => match resolve::resolve(&req.watches, &req.context) {
-            Ok(r) => r,
+            Ok(mut r) => {
+                if req.tracked {
+                    r.tracked = r.anchors.iter().map(tracked_repo).collect();
+                }
+                r
+            }
             Err(message) => return Answer::Refused { message },
         },
     };

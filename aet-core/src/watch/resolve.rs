@@ -8,7 +8,13 @@
 //! - `@site/GLOB`: at each site-packages directory of the interpreters on that `PATH` (their
 //!   prefix's `lib/python3*/site-packages` and `dist-packages`, a virtual environment's own, every
 //!   pyenv version's behind its `shims`, Debian's `lib/python3/dist-packages`) and the user's
-//!   (`~/.local/lib/python3*/site-packages`).
+//!   (`~/.local/lib/python3*/site-packages`);
+//! - `@prefix/GLOB`: at each of those interpreters' prefixes (a virtual environment's directory,
+//!   `/usr`, a pyenv version): its `pyvenv.cfg`, its standard library
+//!   (`@prefix/lib/python3*/unittest/**`);
+//! - `@above/NAME`: at every directory above each task repository, from `/` down to the
+//!   repository's parent (the `conftest.py` and configuration files a test runner finds there).
+//!   NAME is one component: a glob that walked from `/` would walk the whole file system.
 //!
 //! No program of the view is run to find these: a trojaned interpreter cannot answer for itself.
 
@@ -27,6 +33,8 @@ pub enum Anchor {
     Repo,
     Path,
     Site,
+    Prefix,
+    Above,
 }
 
 /// Splits a glob as written into its anchor and the rest (relative for the anchors).
@@ -35,6 +43,10 @@ pub fn split(p: &str) -> (Anchor, &str) {
         (Anchor::Path, rest)
     } else if let Some(rest) = p.strip_prefix("@site/") {
         (Anchor::Site, rest)
+    } else if let Some(rest) = p.strip_prefix("@prefix/") {
+        (Anchor::Prefix, rest)
+    } else if let Some(rest) = p.strip_prefix("@above/") {
+        (Anchor::Above, rest)
     } else if p.starts_with('/') {
         (Anchor::Absolute, p)
     } else {
@@ -49,7 +61,17 @@ pub fn check(p: &str) -> Result<Anchor, String> {
         return Err("empty glob".into());
     }
     if p.starts_with('@') && anchor == Anchor::Repo {
-        return Err("unknown anchor (`@path/GLOB` or `@site/GLOB`)".into());
+        return Err(
+            "unknown anchor (`@path/GLOB`, `@site/GLOB`, `@prefix/GLOB` or `@above/NAME`)".into(),
+        );
+    }
+    if anchor == Anchor::Above && (rest.contains('/') || rest.contains("**")) {
+        return Err(
+            "`@above/` takes one name (`@above/conftest.py`): it is matched in every \
+                    directory above the repository, and a deeper glob would walk the whole file \
+                    system"
+                .into(),
+        );
     }
     if anchor != Anchor::Absolute && rest.starts_with('/') {
         return Err("an anchor is followed by a relative glob".into());
@@ -146,7 +168,14 @@ fn lib_sites(prefix: &Path, out: &mut Vec<PPath>) {
 
 /// The site-packages directories of the interpreters on the PATH, and the user's.
 pub fn site_dirs(path_dirs: &[PPath], home: Option<&Path>) -> Vec<PPath> {
+    interpreters(path_dirs, home).0
+}
+
+/// The site-packages directories of the interpreters on the PATH and the user's, and the
+/// interpreters' prefixes (a virtual environment's directory, `/usr`, a pyenv version's).
+pub fn interpreters(path_dirs: &[PPath], home: Option<&Path>) -> (Vec<PPath>, Vec<PPath>) {
     let mut out = Vec::new();
+    let mut prefixes = Vec::new();
     for dir in path_dirs {
         let dir = dir.as_path();
         let Ok(rd) = std::fs::read_dir(dir) else {
@@ -166,6 +195,7 @@ pub fn site_dirs(path_dirs: &[PPath], home: Option<&Path>) -> Vec<PPath> {
             && prefix.join("pyvenv.cfg").is_file()
         {
             lib_sites(prefix, &mut out);
+            push_unique(&mut prefixes, prefix.to_owned());
         }
         // pyenv's shims are scripts that pick one of its versions: every version's.
         if dir.file_name().is_some_and(|n| n == "shims")
@@ -176,6 +206,7 @@ pub fn site_dirs(path_dirs: &[PPath], home: Option<&Path>) -> Vec<PPath> {
             vs.sort();
             for v in vs {
                 lib_sites(&v, &mut out);
+                push_unique(&mut prefixes, v);
             }
         }
         for py in pythons {
@@ -184,6 +215,7 @@ pub fn site_dirs(path_dirs: &[PPath], home: Option<&Path>) -> Vec<PPath> {
             };
             if let Some(prefix) = real.parent().and_then(Path::parent) {
                 lib_sites(prefix, &mut out);
+                push_unique(&mut prefixes, prefix.to_owned());
                 if let Some(c) = canonical_dir(&prefix.join("lib/python3/dist-packages")) {
                     push_unique(&mut out, c);
                 }
@@ -196,7 +228,18 @@ pub fn site_dirs(path_dirs: &[PPath], home: Option<&Path>) -> Vec<PPath> {
     if let Some(h) = home {
         lib_sites(&h.join(".local"), &mut out);
     }
-    out
+    (out, prefixes)
+}
+
+/// The directories above `dir`, from `/` down to its parent.
+fn above(dir: &Path) -> Vec<PPath> {
+    let mut v: Vec<PPath> = dir
+        .ancestors()
+        .skip(1)
+        .map(|a| PPath(a.to_owned()))
+        .collect();
+    v.reverse();
+    v
 }
 
 /// An absolute glob with its literal directories resolved (the longest existing literal
@@ -244,7 +287,16 @@ pub fn resolve(watches: &[WatchSpec], ctx: &Context) -> Result<Resolved, String>
         }
     }
     r.path_dirs = path_dirs(ctx.path_var.as_deref().unwrap_or(""));
-    r.site_dirs = site_dirs(&r.path_dirs, ctx.home.as_ref().map(PPath::as_path));
+    (r.site_dirs, r.prefix_dirs) =
+        interpreters(&r.path_dirs, ctx.home.as_ref().map(PPath::as_path));
+    let mut above_dirs = Vec::new();
+    for a in &r.anchors {
+        for d in above(a.as_path()) {
+            if !above_dirs.contains(&d) {
+                above_dirs.push(d);
+            }
+        }
+    }
     for w in watches {
         let mut globs = Vec::new();
         for p in &w.paths {
@@ -264,6 +316,8 @@ pub fn resolve(watches: &[WatchSpec], ctx: &Context) -> Result<Resolved, String>
                 Anchor::Repo => &r.anchors,
                 Anchor::Path => &r.path_dirs,
                 Anchor::Site => &r.site_dirs,
+                Anchor::Prefix => &r.prefix_dirs,
+                Anchor::Above => &above_dirs,
             };
             for d in dirs {
                 globs.push(join(d.as_path(), rest)?);
@@ -274,6 +328,7 @@ pub fn resolve(watches: &[WatchSpec], ctx: &Context) -> Result<Resolved, String>
             name: w.name.clone(),
             paths: w.paths.clone(),
             globs,
+            tree: w.tree,
         });
     }
     Ok(r)
@@ -317,6 +372,10 @@ mod tests {
         assert_eq!(check("@site/*.pth").unwrap(), Anchor::Site);
         assert_eq!(check("/srv/grader/**").unwrap(), Anchor::Absolute);
         assert!(check("@home/x").unwrap_err().contains("unknown anchor"));
+        assert_eq!(check("@above/conftest.py").unwrap(), Anchor::Above);
+        assert_eq!(check("@prefix/pyvenv.cfg").unwrap(), Anchor::Prefix);
+        assert!(check("@above/**/x").unwrap_err().contains("one name"));
+        assert!(check("@above/a/b").unwrap_err().contains("one name"));
         assert!(check("../x").unwrap_err().contains(".."));
         assert!(check("tests/[").is_err());
         assert!(check("@path/").unwrap_err().contains("empty"));
@@ -376,7 +435,14 @@ mod tests {
         };
         let w = vec![WatchSpec {
             name: "t".into(),
-            paths: vec!["tests/**".into(), "@path/*".into(), "@site/*.pth".into()],
+            paths: vec![
+                "tests/**".into(),
+                "@path/*".into(),
+                "@site/*.pth".into(),
+                "@prefix/pyvenv.cfg".into(),
+                "@above/conftest.py".into(),
+            ],
+            tree: false,
         }];
         let r = resolve(&w, &ctx).unwrap();
         assert_eq!(r.anchors, vec![PPath(repo.clone())]);
@@ -395,7 +461,15 @@ mod tests {
                 format!("{}/*", bin.display()),
                 "/nonexistent/bin/*".to_owned(),
                 format!("{}/venv/lib/python3.11/site-packages/*.pth", root.display()),
+                format!("{}/venv/pyvenv.cfg", root.display()),
             ]
+            .into_iter()
+            .chain(above(&repo).iter().map(|d| {
+                let d = d.as_path().display().to_string();
+                format!("{}/conftest.py", d.trim_end_matches('/'))
+            }))
+            .collect::<Vec<_>>()
         );
+        assert_eq!(r.prefix_dirs, vec![PPath(root.join("venv"))]);
     }
 }

@@ -5,8 +5,11 @@
 //! `/sys` or `/dev` from above, and never into a `.git` directory the glob does not name.
 //! Regular files are hashed with SHA-256, opened with `O_NOFOLLOW | O_NONBLOCK` (a FIFO swapped in
 //! cannot block the walk); a file whose identity, size and times are those of the snapshot before
-//! keeps that snapshot's hash (no process can set a change time). The limits bound entries and bytes hashed: past one, the snapshot is refused
-//! with the limit, the watch and the directory named.
+//! keeps that snapshot's hash (no process can set a change time). An entry only tree watches
+//! (`fingerprint = "tree"`) match is not read: its fingerprint is a digest of its metadata and,
+//! for a directory, of every entry below it, which the walk does not enter otherwise. The
+//! limits bound entries and bytes hashed: past one, the snapshot is refused with the limit, the
+//! watch and the directory named.
 
 use std::{
     collections::BTreeMap,
@@ -34,6 +37,17 @@ pub struct Matcher {
     /// The watch of each glob in `set`.
     pub watch_of: Vec<usize>,
     pub globs: Vec<String>,
+    /// Whether each glob is a tree watch's.
+    tree: Vec<bool>,
+}
+
+/// How the globs that match an entry fingerprint it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Matched {
+    No,
+    Content,
+    /// Only tree watches match it.
+    Tree,
 }
 
 impl Matcher {
@@ -41,6 +55,7 @@ impl Matcher {
         let mut b = GlobSetBuilder::new();
         let mut watch_of = Vec::new();
         let mut globs = Vec::new();
+        let mut tree = Vec::new();
         for (wi, w) in r.watches.iter().enumerate() {
             for g in &w.globs {
                 let glob = GlobBuilder::new(g)
@@ -51,13 +66,26 @@ impl Matcher {
                 b.add(glob);
                 watch_of.push(wi);
                 globs.push(g.clone());
+                tree.push(w.tree);
             }
         }
         Ok(Self {
             set: b.build().map_err(|e| e.to_string())?,
             watch_of,
             globs,
+            tree,
         })
+    }
+
+    fn matched(&self, path: &Path) -> Matched {
+        let m = self.set.matches(path);
+        if m.is_empty() {
+            Matched::No
+        } else if m.iter().all(|&g| self.tree[g]) {
+            Matched::Tree
+        } else {
+            Matched::Content
+        }
     }
 
     /// The watches (indices) whose globs match `path`.
@@ -102,8 +130,15 @@ struct Walker<'a> {
 }
 
 impl Walker<'_> {
-    /// Fingerprints one entry (already lstat'ed).
-    fn entry(&mut self, path: &Path, m: &std::fs::Metadata, why: &str) -> Result<(), String> {
+    /// Fingerprints one entry (already lstat'ed): by content, or (`tree`) by its metadata and
+    /// its subtree's.
+    fn entry(
+        &mut self,
+        path: &Path,
+        m: &std::fs::Metadata,
+        tree: bool,
+        why: &str,
+    ) -> Result<(), String> {
         if self.entries.contains_key(path) {
             return Ok(());
         }
@@ -128,9 +163,19 @@ impl Walker<'_> {
             ino: m.ino(),
             mtime_ns: ns(m.mtime(), m.mtime_nsec()),
             ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+            tree: None,
         };
+        if kind == Kind::Symlink {
+            fp.target = std::fs::read_link(path).ok().map(PPath);
+        }
+        if tree {
+            fp.tree = Some(self.tree_digest(path, &fp, why)?);
+            self.cost.entries += 1;
+            self.entries.insert(path.to_owned(), fp);
+            return Ok(());
+        }
         match kind {
-            Kind::Symlink => fp.target = std::fs::read_link(path).ok().map(PPath),
+            Kind::Symlink => {}
             Kind::File => {
                 let same = self.previous.get(path).filter(|p| {
                     p.kind == Kind::File
@@ -169,6 +214,101 @@ impl Walker<'_> {
         Ok(())
     }
 
+    /// A tree watch's digest of an entry: its own metadata, then (a directory) every entry
+    /// below it by name, never through a symlink, into `.git` or a pseudo file system.
+    fn tree_digest(
+        &mut self,
+        path: &Path,
+        top: &Fingerprint,
+        why: &str,
+    ) -> Result<super::TreeDigest, String> {
+        let mut h = Sha256::new();
+        let feed = |h: &mut Sha256, rel: &[u8], f: &Fingerprint| {
+            h.update((rel.len() as u64).to_le_bytes());
+            h.update(rel);
+            h.update([f.kind as u8]);
+            for v in [
+                f.mode as u64,
+                f.uid as u64,
+                f.gid as u64,
+                f.size,
+                f.dev,
+                f.ino,
+                f.mtime_ns as u64,
+                f.ctime_ns as u64,
+            ] {
+                h.update(v.to_le_bytes());
+            }
+            let t = f
+                .target
+                .as_ref()
+                .map(|t| t.as_path().as_os_str().as_bytes())
+                .unwrap_or_default();
+            h.update((t.len() as u64).to_le_bytes());
+            h.update(t);
+        };
+        feed(&mut h, b"", top);
+        let mut below = 0u64;
+        if top.kind == Kind::Dir {
+            let mut stack = vec![path.to_owned()];
+            while let Some(dir) = stack.pop() {
+                let Ok(rd) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
+                let mut children: Vec<_> = rd.flatten().collect();
+                children.sort_by_key(|e| e.file_name());
+                // Depth first, in name order: pushed in reverse.
+                let mut dirs = Vec::new();
+                for e in children {
+                    self.cost.walked += 1;
+                    if self.cost.walked > MAX_WALKED {
+                        return Err(format!(
+                            "{why}: more than {MAX_WALKED} directory entries to look at; \
+                             narrow the watch"
+                        ));
+                    }
+                    let p = e.path();
+                    let Ok(m) = std::fs::symlink_metadata(&p) else {
+                        continue;
+                    };
+                    let f = Fingerprint {
+                        path: PPath(PathBuf::new()),
+                        kind: kind_of(m.file_type()),
+                        mode: m.mode() & 0o7777,
+                        uid: m.uid(),
+                        gid: m.gid(),
+                        size: m.size(),
+                        sha256: None,
+                        target: m
+                            .file_type()
+                            .is_symlink()
+                            .then(|| std::fs::read_link(&p).ok().map(PPath))
+                            .flatten(),
+                        dev: m.dev(),
+                        ino: m.ino(),
+                        mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+                        ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+                        tree: None,
+                    };
+                    let rel = p.strip_prefix(path).unwrap_or(&p);
+                    feed(&mut h, rel.as_os_str().as_bytes(), &f);
+                    below += 1;
+                    if m.is_dir()
+                        && e.file_name().as_bytes() != b".git"
+                        && !PSEUDO.iter().any(|x| p == Path::new(x))
+                    {
+                        dirs.push(p);
+                    }
+                }
+                stack.extend(dirs.into_iter().rev());
+            }
+        }
+        Ok(super::TreeDigest {
+            below,
+            digest: crate::util::hex(&h.finalize()),
+        })
+    }
+
     /// Walks `root` down to `depth` levels (`None`: all), fingerprinting what matches.
     fn walk(
         &mut self,
@@ -180,10 +320,11 @@ impl Walker<'_> {
         let Ok(m) = std::fs::symlink_metadata(root) else {
             return Ok(false);
         };
-        if self.matcher.set.is_match(root) {
-            self.entry(root, &m, why)?;
+        let matched = self.matcher.matched(root);
+        if matched != Matched::No {
+            self.entry(root, &m, matched == Matched::Tree, why)?;
         }
-        if !m.is_dir() || depth == Some(0) {
+        if !m.is_dir() || depth == Some(0) || matched == Matched::Tree {
             return Ok(true);
         }
         let mut stack = vec![(root.to_owned(), depth)];
@@ -205,11 +346,14 @@ impl Walker<'_> {
                 let Ok(m) = std::fs::symlink_metadata(&path) else {
                     continue;
                 };
-                if self.matcher.set.is_match(&path) {
-                    self.entry(&path, &m, why)?;
+                let matched = self.matcher.matched(&path);
+                if matched != Matched::No {
+                    self.entry(&path, &m, matched == Matched::Tree, why)?;
                 }
                 let below = left.map(|l| l - 1);
+                // A tree entry's digest covers what is below it.
                 if m.is_dir()
+                    && matched != Matched::Tree
                     && below != Some(0)
                     && (into_git || e.file_name().as_bytes() != b".git")
                     && !PSEUDO.iter().any(|p| path == Path::new(p))
@@ -330,6 +474,7 @@ mod tests {
                 name: "t".into(),
                 paths: globs.to_vec(),
                 globs: globs.to_vec(),
+                tree: false,
             }],
             ..Resolved::default()
         }
@@ -381,6 +526,79 @@ mod tests {
         assert_eq!(again.cost.hashed_files, 0);
         assert_eq!(again.cost.reused, 2);
         assert_eq!(again.entries, s.entries);
+    }
+
+    #[test]
+    fn a_tree_watch_fingerprints_directories_by_their_subtree_without_reading_files() {
+        let d = tempfile::tempdir().unwrap();
+        let site = d.path().join("site");
+        std::fs::create_dir_all(site.join("pkg/sub")).unwrap();
+        std::fs::write(site.join("pkg/sub/a.py"), "x = 1\n").unwrap();
+        std::fs::write(site.join("mod.py"), "y = 2\n").unwrap();
+        std::fs::write(site.join("hook.pth"), "import x\n").unwrap();
+        let base = site.display().to_string();
+        let mut res = resolved(&[format!("{base}/*")]);
+        res.watches[0].tree = true;
+        // The .pth files by content, as a second (content) watch.
+        res.watches.push(ResolvedWatch {
+            name: "pth".into(),
+            paths: vec![],
+            globs: vec![format!("{base}/*.pth")],
+            tree: false,
+        });
+        let s = snapshot(&res, Limits::default(), None, "start").unwrap();
+        let by = |n: &str| s.entries.iter().find(|f| f.path.as_path() == site.join(n));
+        assert_eq!(
+            s.entries.len(),
+            3,
+            "the directory is one entry: {:?}",
+            s.entries
+        );
+        let pkg = by("pkg").unwrap();
+        assert_eq!(pkg.tree.as_ref().unwrap().below, 2);
+        assert!(pkg.sha256.is_none());
+        assert!(
+            by("mod.py").unwrap().sha256.is_none(),
+            "a tree file is not read"
+        );
+        assert!(
+            by("hook.pth").unwrap().sha256.is_some(),
+            "a content watch reads it"
+        );
+        assert_eq!(s.cost.hashed_files, 1);
+        // A file rewritten deep below changes the directory's digest; a new package is new.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::write(site.join("pkg/sub/a.py"), "x = 2\n").unwrap();
+        std::fs::create_dir_all(site.join("evil-1.0.dist-info")).unwrap();
+        let after = snapshot(&res, Limits::default(), Some(&s), "end").unwrap();
+        let (changes, _) = crate::watch::diff::diff(&s, &after);
+        let what: Vec<(String, crate::watch::diff::What)> = changes
+            .iter()
+            .map(|c| {
+                (
+                    c.path
+                        .as_path()
+                        .file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                    c.what,
+                )
+            })
+            .collect();
+        use crate::watch::diff::What;
+        assert_eq!(
+            what,
+            [
+                ("evil-1.0.dist-info".to_owned(), What::Created),
+                ("pkg".to_owned(), What::Content)
+            ]
+        );
+        assert!(
+            changes[1].detail.contains("changed below"),
+            "{}",
+            changes[1].detail
+        );
     }
 
     #[test]

@@ -94,6 +94,9 @@ impl View {
 /// A run's watched files.
 pub struct Fingerprints {
     watches: Vec<watch::WatchSpec>,
+    /// Read what the task repositories track at the start (a phase's provenance names
+    /// `@tracked`).
+    tracked: bool,
     limits: Limits,
     view: Option<View>,
     record: WatchRecord,
@@ -102,13 +105,16 @@ pub struct Fingerprints {
 }
 
 impl Fingerprints {
-    /// `None` when the policy watches nothing.
+    /// `None` when the policy watches nothing and judges no phase by provenance (which needs
+    /// the run's task repositories, as its view names them, and what they tracked).
     pub fn new(policy: &Policy, deferred: bool) -> Option<Self> {
-        if policy.watches.is_empty() {
+        let provenance = policy.phases.values().any(|p| p.provenance.is_some());
+        if policy.watches.is_empty() && !provenance {
             return None;
         }
         Some(Self {
             watches: policy.watches.iter().map(|w| w.spec()).collect(),
+            tracked: policy.needs_tracked(),
             limits: policy.watch_limits,
             view: None,
             record: WatchRecord {
@@ -139,6 +145,7 @@ impl Fingerprints {
             limits: self.limits,
             previous: None,
             at: "start".into(),
+            tracked: self.tracked,
         };
         let (resolved, snapshot) = take(&view, &req)?;
         self.record.view = view.label();
@@ -185,6 +192,7 @@ impl Fingerprints {
             limits: self.limits,
             previous: Some(before.clone()),
             at: at.into(),
+            tracked: false,
         };
         let (_, snapshot) = take(view, &req)?;
         self.record.after = Some(snapshot);
