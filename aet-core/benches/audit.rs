@@ -1,8 +1,10 @@
 //! Audit throughput on a large ledger (run by `cargo xtask bench --only audit`).
 //!
-//! `cargo bench -p aet-core --bench audit -- TEMPLATE POLICY ROWS [RUNS]`: writes a ledger of at
-//! least ROWS rows by repeating the batches of TEMPLATE (a ledger recorded from a real run), then
-//! audits it RUNS times on one thread and prints the median rows/s.
+//! `cargo bench -p aet-core --bench audit -- TEMPLATE POLICY ROWS [RUNS] [POLICY2]`: writes a
+//! ledger of at least ROWS rows by repeating the batches of TEMPLATE (a ledger recorded from a
+//! real run), its second half in the phase `grading`, then audits it RUNS times on one thread
+//! and prints the median rows/s; with POLICY2 (one that judges `grading` by provenance), each
+//! run audits with both, one after the other, and prints both medians and their ratio.
 
 use std::{fs::File, path::PathBuf, time::Instant};
 
@@ -14,7 +16,7 @@ fn main() -> anyhow::Result<()> {
         .filter(|a| a != "--bench")
         .collect();
     let [template, policy, rows, rest @ ..] = args.as_slice() else {
-        anyhow::bail!("usage: audit TEMPLATE POLICY ROWS [RUNS]");
+        anyhow::bail!("usage: audit TEMPLATE POLICY ROWS [RUNS] [POLICY2]");
     };
     let want: u64 = rows.parse()?;
     let runs: usize = rest.first().map(|r| r.parse()).transpose()?.unwrap_or(3);
@@ -34,9 +36,20 @@ fn main() -> anyhow::Result<()> {
         let out = std::io::BufWriter::with_capacity(1 << 20, File::create(&big)?);
         let mut w = FileWriter::try_new(out, &schema)?;
         n = 0;
+        let phase_at = schema.index_of(aet_core::ledger::schema::col::PHASE)?;
         while n < want {
             for b in &batches {
-                w.write(b)?;
+                if n >= want / 2 {
+                    // The second half: the grader's phase.
+                    let mut cols = b.columns().to_vec();
+                    cols[phase_at] = std::sync::Arc::new(arrow_array::StringArray::from(vec![
+                        "grading";
+                        b.num_rows()
+                    ]));
+                    w.write(&arrow_array::RecordBatch::try_new(b.schema(), cols)?)?;
+                } else {
+                    w.write(b)?;
+                }
             }
             n += per;
         }
@@ -78,28 +91,53 @@ fn main() -> anyhow::Result<()> {
             t.elapsed().as_secs_f64()
         );
     }
+    let second = rest
+        .get(1)
+        .map(|p| aet_core::policy::Policy::load(p.as_ref()))
+        .transpose()?;
     let mut rates = Vec::new();
+    let mut rates2 = Vec::new();
     for i in 0..runs {
-        let t = Instant::now();
-        let r = aet_core::audit::audit_with(&big, &policy, &opts)?;
-        let secs = t.elapsed().as_secs_f64();
-        let rate = r.counts.rows as f64 / secs;
-        println!(
-            "run {}: {} rows in {:.2} s = {:.1} M rows/s ({} distinct paths, verdict {})",
-            i + 1,
-            r.counts.rows,
-            secs,
-            rate / 1e6,
-            r.counts.distinct_paths,
-            r.verdict.name()
-        );
-        rates.push(rate);
+        for (which, p) in
+            std::iter::once(("", &policy)).chain(second.iter().map(|p| (" (provenance)", p)))
+        {
+            let t = Instant::now();
+            let r = aet_core::audit::audit_with(&big, p, &opts)?;
+            let secs = t.elapsed().as_secs_f64();
+            let rate = r.counts.rows as f64 / secs;
+            println!(
+                "run {}{which}: {} rows in {:.2} s = {:.1} M rows/s ({} distinct paths, verdict {})",
+                i + 1,
+                r.counts.rows,
+                secs,
+                rate / 1e6,
+                r.counts.distinct_paths,
+                r.verdict.name()
+            );
+            if which.is_empty() {
+                rates.push(rate);
+            } else {
+                rates2.push(rate);
+            }
+        }
     }
-    rates.sort_by(|a, b| a.total_cmp(b));
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let m = median(rates);
     println!(
         "median: {:.1} M rows/s on one thread (target >= 20 M rows/s)",
-        rates[rates.len() / 2] / 1e6
+        m / 1e6
     );
+    if !rates2.is_empty() {
+        let m2 = median(rates2);
+        println!(
+            "median with provenance: {:.1} M rows/s ({:.2}x the time without)",
+            m2 / 1e6,
+            m / m2
+        );
+    }
     if !keep {
         std::fs::remove_file(&big)?;
     }

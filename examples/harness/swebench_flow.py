@@ -61,7 +61,9 @@ def main() -> int:
             for cmd in AGENT_COMMANDS:
                 code, out = c.exec_run(cmd)
                 print(f"agent $ {' '.join(cmd)} -> {code}")
-            run.phase("grading")
+            # Everything from here on is the grader's: judged by [phases.grading], and what it
+            # loads that the agent wrote is named by provenance.
+            run.grading()
             c.put_archive("/", tests_archive())
             code, out = c.exec_run(["sh", "/tests/run.sh"])
             print(f"tests -> {code}: {out.decode().strip()}")

@@ -29,7 +29,7 @@ def aet_bin() -> str:
 
 def _rootfs(tmp: Path) -> Path:
     root = tmp / "rootfs"
-    for d in ("bin", "data", "etc", "tmp", "tests"):
+    for d in ("bin", "data", "etc", "tmp", "tests", "work"):
         (root / d).mkdir(parents=True, exist_ok=True)
     busybox = shutil.which("busybox") or "/bin/busybox"
     shutil.copy(busybox, root / "bin/busybox")

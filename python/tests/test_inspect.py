@@ -100,3 +100,71 @@ def test_a_bad_config_names_the_file_and_key(tmp_path: Path) -> None:
     good.write_text('image = "x"\nout = "runs"\npolicy = "p.toml"\n')
     cfg = load_config(str(good))
     assert cfg.out == str(tmp_path / "runs") and cfg.policy == str(tmp_path / "p.toml")
+
+
+GRADED_TASK = '''
+from inspect_ai import Task, eval
+from inspect_ai.dataset import Sample
+from inspect_ai.scorer import Score, Target, accuracy, scorer
+from inspect_ai.solver import Generate, TaskState, solver
+from inspect_ai.util import sandbox
+
+from aet.inspect_sandbox import verdict
+
+
+@solver
+def writes_its_answer():
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        await sandbox().exec(["sh", "-c", "mkdir -p /ws && echo 4 > /ws/answer.txt"])
+        return state
+    return solve
+
+
+@scorer(metrics=[accuracy()])
+def tests():
+    async def score(state: TaskState, target: Target) -> Score:
+        r = await sandbox().exec(["cat", "/ws/answer.txt"])
+        return Score(value=1 if r.stdout.strip() == "4" else 0)
+    return score
+
+
+task = Task(
+    name="graded",
+    dataset=[Sample(id="one", input="x")],
+    solver=writes_its_answer(),
+    scorer=[tests(), verdict()],
+    sandbox=("aet", "aet-sandbox.toml"),
+)
+logs = eval(task, model="mockllm/model", log_dir="logs", display="none")
+assert logs[0].status == "success", logs[0].error
+s = logs[0].samples[0]
+print(s.scores["tests"].value, s.scores["verdict"].answer, s.store["aet_run_dir"])
+'''
+
+
+def test_a_clean_sample_is_clean_and_its_scorers_run_in_the_grading_phase(
+    aet_bin: str, docker_image: str, tmp_path: Path
+) -> None:
+    """A sample that only writes under /ws, with a policy in the container's own paths that
+    allows /ws: clean (the container runtime's set-up is its own, not the agent's). The scoring
+    hook began `grading` before the scorers ran, and provenance counts the grader's read of the
+    agent's answer in the solution."""
+    (tmp_path / "policy.toml").write_text(
+        '[allow]\nread = ["/"]\nwrite = ["/ws", "/dev/null", "/proc/self"]\n\n'
+        '[phases.grading.provenance]\nrepositories = ["/ws"]\nsolution = ["answer.txt"]\n')
+    (tmp_path / "aet-sandbox.toml").write_text(
+        f'image = "{docker_image}"\nout = "runs"\npolicy = "policy.toml"\ndaemon = false\n')
+    (tmp_path / "task.py").write_text(GRADED_TASK)
+    p = subprocess.run([sys.executable, "task.py"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    value, answer, run_dir = p.stdout.split()[-3:]
+    assert (value, answer) == ("1", "clean"), p.stdout
+    r = aet.RunResult.load(run_dir)
+    assert r.complete, r.reasons
+    assert [ph["name"] for ph in r.phases] == ["agent", "grading"]
+    assert r.audit is not None and r.audit["counts"]["runtime_rows"] > 0
+    reads = [row for row in r.table().select(["kind", "resolved_path", "phase"]).to_pylist()
+             if row["kind"] == "open" and row["resolved_path"] == "/ws/answer.txt"]
+    assert {row["phase"] for row in reads} == {"agent", "grading"}, reads
+    assert r.provenance[0]["files"] == {"solution": 1}, r.provenance

@@ -67,3 +67,5 @@ def test_the_docker_sdk_example_runs_the_swe_bench_flow(aet_bin: str, docker_ima
     assert r.complete and r.verdict == "clean", r.findings
     assert [p["name"] for p in r.phases] == ["agent", "grading"]
     assert "verdict clean" in p.stdout
+    # The tests read the agent's fix: the solution, no finding.
+    assert r.provenance and r.provenance[0]["files"].get("solution") == 1, r.provenance

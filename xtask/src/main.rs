@@ -449,6 +449,7 @@ fn end_to_end(aet: &Path, filter: Option<&str>) -> anyhow::Result<()> {
             "phases",
             "watch",
             "names",
+            "provenance",
         ],
     )?;
     daemon.stop()?;

@@ -357,8 +357,15 @@ fn build_report(
             Some((_, hits)) => {
                 unused_rules.extend(self::unused_rules(section, hits, &cheat_hits, &warnings));
             }
-            // No row of the phase: none of its rules could match.
-            None => unused_rules.extend(section.rules.iter().map(|r| r.name.clone())),
+            // No row of the phase: none of its rules could match, nor its provenance judge.
+            None => {
+                unused_rules.extend(section.rules.iter().map(|r| r.name.clone()));
+                if section.provenance.is_some() {
+                    unused_rules.push(format!(
+                        "phases.{name}.provenance (the run never began phase {name})"
+                    ));
+                }
+            }
         }
     }
     let mut phase_infos = std::mem::take(&mut scan.phases);

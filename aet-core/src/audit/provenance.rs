@@ -205,6 +205,8 @@ pub(super) struct Tracker {
     /// Findings by (loader pid, loaded path id).
     index: FxHashMap<(u32, u32), usize>,
     findings: Vec<Finding>,
+    /// Each judged path's place (and repository) by section: globs matched once per path.
+    placed: FxHashMap<(usize, u32), (Option<Place>, Option<String>)>,
     /// Files seen per (phase index, place) and their rows.
     seen: FxHashMap<(usize, Place, u32), ()>,
     accounts: Vec<PhaseProvenance>,
@@ -273,6 +275,7 @@ impl Tracker {
             replaced: FxHashMap::default(),
             last_read: FxHashMap::default(),
             sources_read: FxHashMap::default(),
+            placed: FxHashMap::default(),
             index: FxHashMap::default(),
             findings: Vec::new(),
             seen: FxHashMap::default(),
@@ -605,7 +608,14 @@ impl Tracker {
             self.producers[earlier as usize].path
         });
         let judged = &e.path_bytes[judged_id as usize];
-        let (placed, repo_root) = self.place(sec, judged);
+        let (placed, repo_root) = match self.placed.get(&(sec, judged_id)) {
+            Some(p) => p.clone(),
+            None => {
+                let p = self.place(sec, judged);
+                self.placed.insert((sec, judged_id), p.clone());
+                p
+            }
+        };
         let Some(place) = placed else {
             let why = match repo_root.as_ref().and_then(|r| self.repo(r.as_bytes())) {
                 Some(r) => r.tracked.as_ref().err().cloned().unwrap_or_default(),

@@ -89,6 +89,9 @@ impl Place {
     }
 }
 
+/// Whether a path relative to the repository was tracked when the run started.
+pub type TrackedFn<'a> = &'a dyn Fn(&Path) -> bool;
+
 /// A compiled `[phases.NAME.provenance]`.
 #[derive(Clone, Debug)]
 pub struct Provenance {
@@ -126,7 +129,7 @@ impl Provenance {
     pub fn place(
         &self,
         path: &Path,
-        repo: Option<(&Path, Option<&dyn Fn(&Path) -> bool>)>,
+        repo: Option<(&Path, Option<TrackedFn<'_>>)>,
     ) -> Option<Place> {
         if self.allow_abs.is_match(path) {
             return Some(Place::Allowed);

@@ -245,7 +245,7 @@ mod tests {
             } else {
                 b.extend(name);
                 b.push(0);
-                while (b.len() - start) % 8 != 0 {
+                while !(b.len() - start).is_multiple_of(8) {
                     b.push(0);
                 }
             }

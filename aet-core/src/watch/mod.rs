@@ -245,8 +245,8 @@ pub struct Request {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Answer {
     Taken {
-        resolved: Resolved,
-        snapshot: Snapshot,
+        resolved: Box<Resolved>,
+        snapshot: Box<Snapshot>,
     },
     Refused {
         message: String,
@@ -289,7 +289,10 @@ pub fn answer(req: &Request) -> Answer {
         },
     };
     match walk::snapshot(&resolved, req.limits, req.previous.as_ref(), &req.at) {
-        Ok(snapshot) => Answer::Taken { resolved, snapshot },
+        Ok(snapshot) => Answer::Taken {
+            resolved: Box::new(resolved),
+            snapshot: Box::new(snapshot),
+        },
         Err(message) => Answer::Refused { message },
     }
 }

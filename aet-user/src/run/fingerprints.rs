@@ -229,7 +229,7 @@ impl Fingerprints {
 /// killed, and the snapshot is an error, never a hang of the run.
 fn take(view: &View, req: &Request) -> Result<(Resolved, watch::Snapshot), String> {
     match helper(view.namespace(), req)? {
-        Answer::Taken { resolved, snapshot } => Ok((resolved, snapshot)),
+        Answer::Taken { resolved, snapshot } => Ok((*resolved, *snapshot)),
         Answer::Refused { message } => Err(message),
     }
 }

@@ -258,6 +258,25 @@ class Container:
         init may stay alive into it."""
         self.run.phase(name)
 
+    def grade(
+        self,
+        argv: Sequence[str],
+        *,
+        phase: str = "grading",
+        user: Optional[str] = None,
+        workdir: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        input: Optional[Union[bytes, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> ExecResult:
+        """Runs the grader ``argv`` in the container (as :meth:`exec`), in phase ``phase``,
+        begun first if the run is not in it yet: the policy's ``[phases.grading]`` judges it,
+        and provenance names what it loaded that the agent wrote."""
+        if phase not in self.run.phases:
+            self.phase(phase)
+        return self.exec(argv, user=user, workdir=workdir, env=env, input=input,
+                         timeout=timeout)
+
     def _remove(self) -> None:
         subprocess.run([*self._engine(), "rm", "-f", self.name], capture_output=True)
 

@@ -11,7 +11,11 @@ loads :mod:`aet._registry` through the ``inspect_ai`` entry point). The config (
   ``["sleep", "infinity"]``), ``user``, ``workdir``, ``env`` (a table), ``create_args`` (more
   ``docker run`` options);
 - ``mode`` (``record``, ``shadow``, ``enforce``), ``sign`` (a key), ``daemon`` (``true``: the
-  resident monitor only; ``false``: programs loaded per sample), ``grace``.
+  resident monitor only; ``false``: programs loaded per sample), ``grace``;
+- ``grading_phase`` (default ``"grading"``): the phase the sample's run begins when Inspect
+  starts scoring it (its ``on_sample_scoring`` hook), so that the policy's
+  ``[phases.grading]`` judges what the scorers run in the sandbox and provenance names what
+  they loaded that the agent wrote; ``""`` leaves the run in one phase.
 
 ``sample_cleanup`` finishes the ledger and writes the audit; the sample's store holds
 ``aet_run_dir`` from the start, and ``aet_verdict`` once :func:`verdict` has scored it.
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import anyio
+from inspect_ai.hooks import Hooks, SampleScoring, hooks
 from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, scorer
 from inspect_ai.solver import TaskState
 from inspect_ai.util import (
@@ -64,6 +69,7 @@ class AetSandboxConfig(BaseModel):
     sign: Optional[str] = None
     daemon: Optional[bool] = None
     grace: Optional[float] = None
+    grading_phase: str = "grading"
 
 
 def load_config(config: Union[SandboxEnvironmentConfigType, None]) -> AetSandboxConfig:
@@ -120,9 +126,12 @@ def _sample_identity() -> tuple[str, int]:
 class AetSandboxEnvironment(SandboxEnvironment):
     """One sample's recorded container session."""
 
-    def __init__(self, session: Container) -> None:
+    def __init__(self, session: Container, grading_phase: str = "grading") -> None:
         super().__init__()
         self.session = session
+        #: The phase :class:`GradingPhase` begins when the sample is scored (``""``: none).
+        self.grading_phase = grading_phase
+        self._phases: list[str] = []
 
     @classmethod
     def config_files(cls) -> list[str]:
@@ -148,7 +157,7 @@ class AetSandboxEnvironment(SandboxEnvironment):
         )
         await anyio.to_thread.run_sync(session.start)
         store().set(RUN_DIR_KEY, str(out))
-        return {"default": cls(session)}
+        return {"default": cls(session, cfg.grading_phase)}
 
     @classmethod
     async def sample_cleanup(
@@ -164,8 +173,17 @@ class AetSandboxEnvironment(SandboxEnvironment):
         return await anyio.to_thread.run_sync(lambda: self.session.close(check=False))
 
     async def phase(self, name: str) -> None:
-        """Begins phase ``name`` of the sample's run (``grading`` before the tests)."""
+        """Begins phase ``name`` of the sample's run (``grading`` before the tests); a phase
+        already begun is not begun again."""
+        if name in self._phases or self.session.result is not None:
+            return
+        self._phases.append(name)
         await anyio.to_thread.run_sync(self.session.phase, name)
+
+    async def begin_grading(self) -> None:
+        """Begins the configured grading phase (what the scoring hook does)."""
+        if self.grading_phase:
+            await self.phase(self.grading_phase)
 
     async def exec(
         self,
@@ -202,6 +220,29 @@ class AetSandboxEnvironment(SandboxEnvironment):
         return data.decode() if text else data
 
 
+
+
+@hooks(name="aet_grading_phase", description="Begins each aet sandbox's grading phase when "
+       "Inspect starts scoring its sample.")
+class GradingPhase(Hooks):
+    """Inspect's ``on_sample_scoring``: the solver is done, the scorers begin. Each aet sandbox
+    of the sample begins its ``grading_phase``, so the run tells what the agent did from what
+    the grader did (and what the grader loaded that the agent wrote)."""
+
+    async def on_sample_scoring(self, data: SampleScoring) -> None:
+        try:
+            from inspect_ai.util._sandbox.context import sandbox_environments_context_var
+
+            envs = sandbox_environments_context_var.get(None) or {}
+        except (ImportError, LookupError):
+            return
+        for env in envs.values():
+            # Inspect hands out its environments behind a proxy.
+            try:
+                aet_env = env.as_type(AetSandboxEnvironment)
+            except TypeError:
+                continue
+            await aet_env.begin_grading()
 
 
 @scorer(metrics=[accuracy()])

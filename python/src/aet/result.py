@@ -138,6 +138,14 @@ class RunResult:
         raw = self.metadata.get("aet.phases")
         return list(json.loads(raw)) if raw else []
 
+    @property
+    def provenance(self) -> list[dict[str, Any]]:
+        """Each phase judged by provenance (``audit.json``'s ``provenance``): what it loaded
+        that an earlier phase wrote, counted by place (``solution``, ``repository``, ``new``,
+        ``outside``, ``allowed``). The findings themselves are in :attr:`findings`, each with
+        its ``provenance`` (the place, the path judged, the writer's steps)."""
+        return list((self.audit or {}).get("provenance", []))
+
     def table(self) -> Any:
         """The ledger as a ``pyarrow.Table`` (one row per access)."""
         return read_ledger(self.dir)

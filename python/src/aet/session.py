@@ -53,6 +53,8 @@ class RecordedRun:
         self._args = run_args(self.out, policy=policy, mode=mode, sign=sign, daemon=daemon,
                               grace=grace, extra=extra)
         self._phased = False
+        #: The phases this run has begun, in order (``agent`` is every run's first).
+        self.phases: list[str] = []
         self._watching = False
         self._proc: Optional[subprocess.Popen[bytes]] = None
         self._stderr: Optional[tempfile._TemporaryFileWrapper[bytes]] = None
@@ -122,6 +124,13 @@ class RecordedRun:
             args += ["--keep", str(pid)]
         call(args)
         self._phased = True
+        self.phases.append(name)
+
+    def grading(self, name: str = "grading", keep: Iterable[int] = ()) -> None:
+        """Begins the grading phase (``name``), unless the run is in it already: call it before
+        the harness uploads and runs the tests."""
+        if name not in self.phases:
+            self.phase(name, keep)
 
     def watch(self, pid: int, repo: Optional[str] = None) -> None:
         """The policy's watched files are seen from process ``pid``'s view (a container's

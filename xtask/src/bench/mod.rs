@@ -428,7 +428,8 @@ fn audit_bench(aet: &Path, args: &Args) -> anyhow::Result<()> {
             .arg(run.join("ledger.arrow"))
             .arg(root().join("policies/bench.toml"))
             .arg(args.audit_rows.to_string())
-            .arg(args.runs.clamp(1, 5).to_string()),
+            .arg(args.runs.clamp(1, 5).to_string())
+            .arg(root().join("policies/bench-provenance.toml")),
     )?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
