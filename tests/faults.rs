@@ -356,6 +356,38 @@ fn an_existing_ledger_is_never_overwritten() {
     assert_eq!(fs::read(r.ledger()).unwrap(), before);
 }
 
+/// A harness's timeout can fall while the monitor still attaches (a standalone start takes
+/// seconds): the SIGTERM is held, reaches the command once it runs, and the ledger is finished
+/// with the command's own status, never left unwritten. Sent at several points of the start.
+#[test]
+fn a_sigterm_during_the_start_still_finishes_the_ledger() {
+    let d = tempdir();
+    for (i, after) in [100u64, 400, 1200].into_iter().enumerate() {
+        let out = d.path().join(format!("run-{i}"));
+        let mut child = aet()
+            .args(["run", "--out"])
+            .arg(&out)
+            .args(["--", "sleep", "60"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(after));
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = wait_child_within(&mut child, Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("SIGTERM after {after} ms: aet did not end"));
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(143), "SIGTERM after {after} ms: {err}");
+        let m = meta(&out.join("ledger.arrow"));
+        assert_eq!(m["aet.finished"], "true", "SIGTERM after {after} ms: {err}");
+        assert_eq!(m["aet.complete"], "true", "SIGTERM after {after} ms: {err}");
+    }
+}
+
 /// When aet itself fails after the monitor attached (fault injection at each point where it can),
 /// the run is stopped, the ledger is still finished and readable, says why it is incomplete, and
 /// the audit calls it inconclusive; nothing of the run is left running.

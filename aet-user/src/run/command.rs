@@ -103,6 +103,11 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
     if opts.command.is_empty() {
         return Err(RunError::NoCommand);
     }
+    // Taken before anything is loaded: a SIGTERM while the monitor attaches (a harness's
+    // timeout during a slow start) is held and reaches the command once it runs, so the ledger
+    // is still finished, with the command's own status. (SIGINT from a terminal still ends a
+    // start that is taking too long.)
+    let sigterm = signal(SignalKind::terminate());
     let ledger = prepare_out(&opts.out)?;
     let mut watch = opts.watch.take();
     // In aet's own view, the watched files are fingerprinted before anything starts (a limit
@@ -184,6 +189,7 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
             socket: hold,
             watch: watch.as_mut(),
         },
+        sigterm,
     )
     .await;
     drop(control);
@@ -493,6 +499,7 @@ async fn drive(
     monitor: &mut Session,
     mut control: Option<&mut super::control::Control>,
     mut held: Held<'_>,
+    sigterm: io::Result<tokio::signal::unix::Signal>,
 ) -> Result<Driven, RunError> {
     let mut watch_refused = false;
     // What the sandbox's proxy forwarded and refused, for the ledger.
@@ -502,10 +509,10 @@ async fn drive(
         fault("signals")?;
         signal(kind)
     };
-    let mut sigterm = signals(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut sigterm = sigterm.map_err(RunError::Signals)?;
     let mut sigint = signals(SignalKind::interrupt()).map_err(RunError::Signals)?;
-    let mut unrecorded: Option<String> = None;
     let mut sighup = signals(SignalKind::hangup()).map_err(RunError::Signals)?;
+    let mut unrecorded: Option<String> = None;
 
     fault("cgroup").map_err(|e| {
         RunError::Cgroup(CgroupError::Io {
