@@ -1,7 +1,10 @@
 //! Builds the eBPF programs (`aet-ebpf`, for bpfel-unknown-none, with the nightly toolchain and
 //! bpf-linker that `cargo xtask setup` installs) and leaves the object in OUT_DIR, from where
-//! `src/loader/mod.rs` embeds it into the `aet` binary.
+//! `src/loader/mod.rs` embeds it into the `aet` binary. Also names the build (`AET_BUILD_ID`:
+//! the version, the commit it was built from, the eBPF object's digest), which a client and a
+//! daemon compare: two builds never serve each other.
 use anyhow::{Context as _, anyhow};
+use sha2::{Digest as _, Sha256};
 
 fn main() -> anyhow::Result<()> {
     let metadata = cargo_metadata::MetadataCommand::new()
@@ -28,5 +31,46 @@ fn main() -> anyhow::Result<()> {
     .context(
         "building the eBPF programs failed; `cargo xtask setup` installs what they need \
          (nightly rust-src and bpf-linker)",
-    )
+    )?;
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("aet");
+    let object = std::fs::read(&out).with_context(|| format!("{}", out.display()))?;
+    let digest: String = Sha256::digest(&object)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let commit = commit(root_dir.as_std_path().parent().expect("the workspace"));
+    println!("cargo:rustc-env=AET_COMMIT={commit}");
+    println!(
+        "cargo:rustc-env=AET_BUILD_ID={}+{commit}.ebpf-{digest}",
+        std::env::var("CARGO_PKG_VERSION")?
+    );
+    Ok(())
+}
+
+/// The commit the tree was built from (`-dirty` with uncommitted changes), or `unknown` outside
+/// a git checkout (a source tarball). The build script runs again when HEAD moves.
+fn commit(workspace: &std::path::Path) -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(workspace)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        println!("cargo:rerun-if-changed={dir}/HEAD");
+        if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={dir}/{r}");
+        }
+    }
+    let Some(hash) = git(&["rev-parse", "--short=12", "HEAD"]) else {
+        return "unknown".into();
+    };
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    if dirty { format!("{hash}-dirty") } else { hash }
 }

@@ -10,7 +10,8 @@
 //! - [`monitor`]: kernel records to ledger rows (slots, consumer, row maker, overload);
 //! - [`sandbox`] and [`identity`]: the agent's view and its uid;
 //! - [`loader`]: the eBPF programs, loaded and attached;
-//! - [`kernel`]: cgroups, /proc, BTF, tracefs, the mount table.
+//! - [`kernel`]: cgroups, /proc, BTF, tracefs, the mount table;
+//! - [`version`]: which build this is.
 pub mod cli;
 pub mod daemon;
 pub mod guard;
@@ -21,6 +22,7 @@ pub mod monitor;
 pub mod proxy;
 pub mod run;
 pub mod sandbox;
+pub mod version;
 
 #[cfg(test)]
 mod tests {
@@ -37,16 +39,20 @@ mod tests {
             "cli",
             &[
                 "run", "daemon", "guard", "monitor", "loader", "sandbox", "identity", "kernel",
-                "proxy",
+                "proxy", "version",
             ],
         ),
         (
             "run",
             &[
                 "daemon", "guard", "monitor", "loader", "sandbox", "identity", "kernel", "proxy",
+                "version",
             ],
         ),
-        ("daemon", &["monitor", "loader", "kernel", "guard", "proxy"]),
+        (
+            "daemon",
+            &["monitor", "loader", "kernel", "guard", "proxy", "version"],
+        ),
         ("guard", &["kernel"]),
         ("monitor", &["loader", "kernel", "proxy"]),
         ("identity", &["sandbox", "kernel"]),
@@ -55,6 +61,8 @@ mod tests {
         ("kernel", &[]),
         // The sandbox's proxy: what its requests are (a row each) and how it serves them.
         ("proxy", &[]),
+        // Which build this is (no code of its own).
+        ("version", &[]),
     ];
 
     /// The `crate::X` modules a source text names, grouped `use crate::{X, Y::…}` included.
