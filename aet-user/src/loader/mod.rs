@@ -572,7 +572,10 @@ impl Drop for Programs {
     }
 }
 
-/// The `pt_regs` members holding the syscall number and arguments (native and compat).
+/// Set (to anything): each program's load (verification) time and the kernel's count of the
+/// instructions it verified are printed as it loads (docs/performance.md's table).
+pub const LOAD_TIMES_ENV: &str = "AET_DEBUG_LOAD_TIMES";
+
 /// Loads (verifies) every program, each on a thread of its own: the kernel verifies them in
 /// parallel, so the start takes about as long as the largest program (`sys_exit`) instead of the
 /// sum of all of them.
@@ -589,6 +592,7 @@ fn load_all(ebpf: &mut aya::Ebpf) -> Result<(), LoadError> {
             return Err(LoadError::MissingProgram(name));
         }
     }
+    let report = std::env::var_os(LOAD_TIMES_ENV).is_some();
     std::thread::scope(|s| {
         let loads: Vec<_> = programs
             .into_iter()
@@ -599,16 +603,29 @@ fn load_all(ebpf: &mut aya::Ebpf) -> Result<(), LoadError> {
                         action: "load",
                         source,
                     };
+                    let begun = std::time::Instant::now();
                     match attach {
                         Attach::TracePoint(..) => {
-                            let p: &mut TracePoint = prog.try_into().map_err(fail)?;
-                            p.load().map_err(fail)
+                            let p: &mut TracePoint = (&mut *prog).try_into().map_err(fail)?;
+                            p.load().map_err(fail)?;
                         }
                         Attach::RawTracePoint(_) => {
-                            let p: &mut RawTracePoint = prog.try_into().map_err(fail)?;
-                            p.load().map_err(fail)
+                            let p: &mut RawTracePoint = (&mut *prog).try_into().map_err(fail)?;
+                            p.load().map_err(fail)?;
                         }
                     }
+                    if report {
+                        let insns = prog
+                            .info()
+                            .ok()
+                            .and_then(|i| i.verified_instruction_count());
+                        eprintln!(
+                            "aet: loaded {name} in {:.1} ms ({} instructions verified)",
+                            begun.elapsed().as_secs_f64() * 1e3,
+                            insns.map_or("?".into(), |n| n.to_string())
+                        );
+                    }
+                    Ok(())
                 })
             })
             .collect();
@@ -624,6 +641,7 @@ fn load_all(ebpf: &mut aya::Ebpf) -> Result<(), LoadError> {
     })
 }
 
+/// The `pt_regs` members holding the syscall number and arguments (native and compat).
 fn regs_offsets(btf: &KernelBtf, o: &mut aet_common::Offsets) -> Result<(), LoadError> {
     o.regs_nr = btf.offset_of("pt_regs", abi::REGS_NR)?;
     for i in 0..6 {
