@@ -54,10 +54,10 @@ impl Daemon {
         }
     }
 
-    /// `aet ARGS` using this daemon (and failing rather than loading programs without it).
+    /// `aet ARGS` using this daemon (as a user's aet would: `AET_DAEMON=auto`).
     fn aet(&self) -> Command {
         let mut c = aet();
-        c.env("AET_SOCKET", &self.socket);
+        c.env("AET_SOCKET", &self.socket).env("AET_DAEMON", "auto");
         c
     }
 
@@ -185,6 +185,7 @@ fn a_socket_that_accepts_and_fails_is_an_error_not_a_fallback() {
     let marker = dir.path().join("must-not-exist");
     let out = aet()
         .env("AET_SOCKET", &socket)
+        .env("AET_DAEMON", "auto")
         .args(["run", "--out"])
         .arg(dir.path().join("run"))
         .args(["--", "touch"])
@@ -208,13 +209,15 @@ fn a_socket_that_accepts_and_fails_is_an_error_not_a_fallback() {
     assert!(!dir.path().join("run/ledger.arrow").exists());
 }
 
-/// `--daemon` with nothing listening is an error; without it, aet loads the programs itself.
+/// `--daemon` with nothing listening is an error; `AET_DAEMON=never` and `--standalone` load
+/// the programs for the run and start no daemon.
 #[test]
-fn without_a_daemon_aet_run_is_standalone_unless_told_otherwise() {
+fn never_and_standalone_start_no_daemon_and_require_needs_one() {
     let dir = tempdir();
-    let socket = dir.path().join("nobody.sock");
+    let socket = fresh_socket();
     let out = aet()
         .env("AET_SOCKET", &socket)
+        .env("AET_DAEMON", "auto")
         .args(["run", "--daemon", "--out"])
         .arg(dir.path().join("r1"))
         .args(["--", "true"])
@@ -222,10 +225,346 @@ fn without_a_daemon_aet_run_is_standalone_unless_told_otherwise() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125));
     assert!(text(&out.stderr).contains("no aet daemon answers"));
-    let r = run_in(&dir.path().join("r2"), &[], &["true"]);
-    assert_eq!(r.code(), 0, "{}", r.stderr());
-    assert!(!r.stderr().contains("(aet daemon"), "{}", r.stderr());
-    assert_complete(&r.ledger());
+    let out = aet()
+        .env("AET_SOCKET", &socket)
+        .env("AET_DAEMON", "require")
+        .args(["run", "--out"])
+        .arg(dir.path().join("r2"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("no aet daemon answers"));
+    for (name, env, flag) in [("r3", "never", None), ("r4", "auto", Some("--standalone"))] {
+        let out = dir.path().join(name);
+        let mut c = aet();
+        c.env("AET_SOCKET", &socket)
+            .env("AET_DAEMON", env)
+            .arg("run");
+        c.args(flag).arg("--out").arg(&out).args(["--", "true"]);
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o.stderr));
+        assert!(
+            !text(&o.stderr).contains("(aet daemon"),
+            "{}",
+            text(&o.stderr)
+        );
+        let ledger = out.join("ledger.arrow");
+        assert_complete(&ledger);
+        assert_eq!(monitor_of(&ledger)["served_by"], "standalone", "{name}");
+        assert!(!socket.exists(), "{name}: no daemon was started");
+    }
+    let bad = aet()
+        .env("AET_SOCKET", &socket)
+        .env("AET_DAEMON", "sometimes")
+        .args(["run", "--out"])
+        .arg(dir.path().join("r5"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(125));
+    assert!(
+        text(&bad.stderr).contains("AET_DAEMON=sometimes: expected auto, require or never"),
+        "{}",
+        text(&bad.stderr)
+    );
+}
+
+/// A socket path of its own under /run/aet, nothing there yet.
+fn fresh_socket() -> PathBuf {
+    PathBuf::from(format!(
+        "/run/aet/auto-test-{}-{}.sock",
+        std::process::id(),
+        unique()
+    ))
+}
+
+/// The ledger's `aet.monitor`.
+fn monitor_of(ledger: &Path) -> serde_json::Value {
+    serde_json::from_str(&meta(ledger)["aet.monitor"]).unwrap()
+}
+
+/// A daemon started by a run, stopped (`aet daemon stop`, else SIGKILL) when dropped.
+struct AutoDaemon {
+    socket: PathBuf,
+}
+
+impl AutoDaemon {
+    fn new() -> Self {
+        Self {
+            socket: fresh_socket(),
+        }
+    }
+
+    /// `aet ARGS` as a user runs it: `AET_DAEMON` unset, so `auto`.
+    fn aet(&self, idle: &str) -> Command {
+        let mut c = aet();
+        c.env("AET_SOCKET", &self.socket)
+            .env_remove("AET_DAEMON")
+            .env("AET_DAEMON_IDLE_EXIT", idle);
+        c
+    }
+
+    /// `aet run -- true` into `out`; its ledger's `aet.monitor`.
+    fn run_true(&self, out: &Path) -> serde_json::Value {
+        let o = output_within(
+            self.aet("60")
+                .args(["run", "--out"])
+                .arg(out)
+                .args(["--", "true"]),
+            Duration::from_secs(120),
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let ledger = out.join("ledger.arrow");
+        assert_complete(&ledger);
+        monitor_of(&ledger)
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(format!("{}.log", self.socket.display())).unwrap_or_default()
+    }
+}
+
+impl Drop for AutoDaemon {
+    fn drop(&mut self) {
+        let pid = fs::read_to_string(format!("{}.log", self.socket.display()))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix("aet: daemon "))
+            .filter_map(|l| l.split(' ').next()?.parse::<i32>().ok())
+            .next_back();
+        let _ = aet()
+            .args(["daemon", "stop", "--socket"])
+            .arg(&self.socket)
+            .output();
+        if let Some(pid) = pid {
+            // SAFETY: a daemon this test's runs started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        for suffix in ["", ".log", ".lock"] {
+            let _ = fs::remove_file(format!("{}{suffix}", self.socket.display()));
+        }
+    }
+}
+
+fn gone(pid: u64, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+/// With no daemon running, the first run starts one (detached: a session and a cgroup of its
+/// own, a log it names) and is served by it; later runs are served by the same daemon; `aet
+/// daemon stop` ends it and removes its socket.
+#[test]
+fn the_first_run_starts_a_daemon_that_serves_the_next() {
+    let a = AutoDaemon::new();
+    let dir = tempdir();
+    let first = a.run_true(&dir.path().join("first"));
+    assert_eq!(first["served_by"], "daemon", "{first}");
+    assert_eq!(first["started"], "auto", "{first}");
+    let pid = first["pid"].as_u64().unwrap();
+    let cgroup = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    // The unified hierarchy's line (a hybrid host lists its v1 hierarchies beside it).
+    assert!(
+        cgroup.lines().any(|l| l == "0::/aet/daemon"),
+        "the daemon's own cgroup: {cgroup}"
+    );
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(fields[3], pid.to_string(), "a session of its own: {stat}");
+    let log = a.log();
+    assert!(
+        log.contains(&format!("aet: daemon {pid} (auto) serving")),
+        "{log}"
+    );
+    assert!(log.contains("leaves after 60 s idle"), "{log}");
+    let second = a.run_true(&dir.path().join("second"));
+    assert_eq!(second["pid"], first["pid"], "{second}");
+    let stop = a
+        .aet("60")
+        .args(["daemon", "stop", "--socket"])
+        .arg(&a.socket)
+        .output()
+        .unwrap();
+    assert_eq!(stop.status.code(), Some(0), "{}", text(&stop.stderr));
+    assert!(gone(pid, Duration::from_secs(20)), "the daemon left");
+    assert!(!a.socket.exists());
+    let again = a
+        .aet("60")
+        .args(["daemon", "stop", "--socket"])
+        .arg(&a.socket)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again.stderr));
+}
+
+/// Three first runs at once start one daemon, which serves all three.
+#[test]
+fn first_runs_at_once_start_one_daemon() {
+    let a = AutoDaemon::new();
+    let dir = tempdir();
+    let children: Vec<_> = (0..3)
+        .map(|i| {
+            a.aet("60")
+                .args(["run", "--out"])
+                .arg(dir.path().join(format!("r{i}")))
+                .args(["--", "true"])
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        let st = wait_child_within(&mut c, Duration::from_secs(120)).expect("aet run ended");
+        assert!(st.success(), "{st}");
+    }
+    let pids: std::collections::BTreeSet<_> = (0..3)
+        .map(|i| monitor_of(&dir.path().join(format!("r{i}/ledger.arrow")))["pid"].as_u64())
+        .collect();
+    assert_eq!(pids.len(), 1, "one daemon served all: {pids:?}");
+    let log = a.log();
+    assert_eq!(
+        log.matches(") serving").count(),
+        1,
+        "one daemon started: {log}"
+    );
+}
+
+/// A daemon a run started leaves once idle for `AET_DAEMON_IDLE_EXIT` seconds, its socket
+/// removed; the next run starts another.
+#[test]
+fn an_idle_daemon_leaves_and_the_next_run_starts_another() {
+    let a = AutoDaemon::new();
+    let dir = tempdir();
+    let o = a
+        .aet("1")
+        .args(["run", "--out"])
+        .arg(dir.path().join("r1"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let pid = monitor_of(&dir.path().join("r1/ledger.arrow"))["pid"]
+        .as_u64()
+        .unwrap();
+    assert!(gone(pid, Duration::from_secs(20)), "the idle daemon left");
+    assert!(!a.socket.exists(), "its socket went with it");
+    assert!(a.log().contains("stopping (idle)"), "{}", a.log());
+    let next = a.run_true(&dir.path().join("r2"));
+    assert_eq!(next["served_by"], "daemon");
+    assert_ne!(next["pid"].as_u64().unwrap(), pid, "{next}");
+}
+
+/// A socket file left by a daemon that died (nobody accepts on it) is replaced by the daemon
+/// the next run starts.
+#[test]
+fn a_stale_socket_is_replaced_by_the_started_daemon() {
+    let a = AutoDaemon::new();
+    drop(UnixListener::bind(&a.socket).unwrap());
+    assert!(a.socket.exists());
+    let dir = tempdir();
+    let m = a.run_true(&dir.path().join("r"));
+    assert_eq!(m["served_by"], "daemon", "{m}");
+    assert_eq!(m["started"], "auto", "{m}");
+}
+
+/// A daemon of another build answers: a run is not served by it (it would write the ledger
+/// with its own code) and loads its own programs, saying why; `--daemon` refuses to run.
+#[test]
+fn a_daemon_of_another_build_is_refused() {
+    let a = AutoDaemon::new();
+    let listener = UnixListener::bind(&a.socket).unwrap();
+    let server = std::thread::spawn(move || {
+        use std::io::{BufRead as _, Write as _};
+        for _ in 0..2 {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(conn.try_clone().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert!(line.contains("\"hello\""), "{line}");
+            let hello = r#"{"reply":"hello","version":4,"build":"0.0.1+0123456789ab.ebpf-00","pid":1,"ringbuf_bytes":1,"max_runs":1,"started":"manual"}"#;
+            conn.write_all(format!("{hello}\n").as_bytes()).unwrap();
+        }
+    });
+    let dir = tempdir();
+    let o = a
+        .aet("60")
+        .args(["run", "--out"])
+        .arg(dir.path().join("r"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("is another build of aet"), "{err}");
+    assert!(err.contains("this run loads its own programs"), "{err}");
+    assert_eq!(
+        monitor_of(&dir.path().join("r/ledger.arrow"))["served_by"],
+        "standalone"
+    );
+    let o = a
+        .aet("60")
+        .args(["run", "--daemon", "--out"])
+        .arg(dir.path().join("r2"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("is another build of aet"));
+    server.join().unwrap();
+}
+
+/// Socket activation as systemd does it (`systemd-socket-activate`, the same LISTEN_FDS
+/// protocol as `dist/systemd/aet.socket`): the first connection starts the daemon, which serves
+/// the run on the socket it was passed.
+#[test]
+fn a_socket_activated_daemon_serves_the_first_connection() {
+    let socket = fresh_socket();
+    let mut activator = Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(&socket)
+        .arg(aet_bin())
+        .args(["daemon", "-q"])
+        .spawn()
+        .expect("systemd-socket-activate (package systemd)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "the activator did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dir = tempdir();
+    let o = output_within(
+        aet()
+            .env("AET_SOCKET", &socket)
+            .args(["run", "--daemon", "--out"])
+            .arg(dir.path().join("r"))
+            .args(["--", "true"]),
+        Duration::from_secs(120),
+    );
+    let _ = activator.kill();
+    let _ = activator.wait();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let m = monitor_of(&dir.path().join("r/ledger.arrow"));
+    assert_eq!(m["served_by"], "daemon", "{m}");
+    assert_eq!(m["started"], "socket", "{m}");
+    if let Some(pid) = m["pid"].as_u64() {
+        // SAFETY: the daemon the activator started for this test.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        assert!(gone(pid, Duration::from_secs(20)));
+    }
+    let _ = fs::remove_file(&socket);
 }
 
 /// Runs served at once are isolated: a busy run that overflows its share of the ring buffer

@@ -41,6 +41,10 @@ meta_keys! {
     SCHEMA_VERSION = "aet.schema_version";
     /// The aet version that wrote the ledger.
     AET_VERSION = "aet.version";
+    /// What recorded the run: `standalone` (programs loaded for it), or `daemon` with its pid,
+    /// how it was started (`manual`, `auto`: by a run, `socket`: activated by systemd) and its
+    /// build, a JSON object `{served_by, pid, started, build}`.
+    MONITOR = "aet.monitor";
     /// The monitored command, a JSON array of strings (`[]` for `aet monitor`).
     COMMAND = "aet.command";
     /// Wall-clock start of monitoring, ns since the Unix epoch.

@@ -19,9 +19,23 @@ pub struct Args {
     /// run never makes another lose events.
     #[arg(long, default_value_t = daemon::DEFAULT_MAX_RUNS, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub max_runs: u32,
+    /// Leave after this many seconds with no run and no connection (default: stay). A daemon
+    /// a run started leaves after 300 s ($AET_DAEMON_IDLE_EXIT).
+    #[arg(long, value_name = "SECS", value_parser = idle_secs)]
+    pub idle_exit: Option<f64>,
+    /// Started by a run that found no daemon: moves into a cgroup of its own.
+    #[arg(long, hide = true)]
+    pub auto: bool,
     /// Only print what is wrong.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+fn idle_secs(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .ok_or_else(|| format!("{s}: not a positive number of seconds"))
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -35,10 +49,31 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Stop the daemon: the runs it serves end now, their ledgers finished and marked
+    /// incomplete (exit 1 when no daemon answers). A socket-activated daemon starts again on the
+    /// next connection: `systemctl stop aet.socket aet.service` ends both.
+    Stop {
+        /// The daemon's socket (default: $AET_SOCKET, else /run/aet/aet.sock).
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+    },
 }
 
 pub fn run(a: Args) -> anyhow::Result<u8> {
     match a.command {
+        Some(Command::Stop { socket }) => {
+            let socket = socket.unwrap_or_else(daemon::default_socket);
+            match daemon::start::stop(&socket, std::time::Duration::from_secs(60))? {
+                Some(pid) => {
+                    eprintln!("aet: daemon {pid} at {} stopped", socket.display());
+                    Ok(Exit::Success.code())
+                }
+                None => {
+                    eprintln!("aet: no aet daemon answers at {}", socket.display());
+                    Ok(Exit::Negative.code())
+                }
+            }
+        }
         Some(Command::Status { socket, json }) => {
             let socket = socket.unwrap_or_else(daemon::default_socket);
             match daemon::status(&socket)? {
@@ -89,13 +124,22 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                     "aet daemon needs root (it loads eBPF programs and serves root only)"
                 );
             }
-            daemon::serve(DaemonOptions {
+            match daemon::serve(DaemonOptions {
                 socket: a.socket.unwrap_or_else(daemon::default_socket),
                 ringbuf_bytes: a.ringbuf_bytes,
                 max_runs: a.max_runs,
                 quiet: a.quiet,
-            })?;
-            Ok(Exit::Success.code())
+                idle_exit: a.idle_exit.map(std::time::Duration::from_secs_f64),
+                auto: a.auto,
+            }) {
+                Ok(()) => Ok(Exit::Success.code()),
+                // Not a failure of this daemon: one already serves (a run started it first).
+                Err(e @ daemon::DaemonError::Running(_)) => {
+                    eprintln!("aet: {e}");
+                    Ok(Exit::Negative.code())
+                }
+                Err(e) => Err(e.into()),
+            }
         }
     }
 }

@@ -121,7 +121,7 @@ impl From<Verdict> for Exit {
 
 /// aet: prove what an AI coding agent touched.
 #[derive(Debug, Parser)]
-#[command(name = "aet", version, about, long_about = None, propagate_version = true)]
+#[command(name = "aet", version = crate::version::LONG, about, long_about = None, propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -357,13 +357,15 @@ pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
 #[derive(Debug, Clone, clap::Args)]
 pub struct MonitorArgs {
     /// The aet daemon's socket (default: $AET_SOCKET, else /run/aet/aet.sock). When a daemon
-    /// answers there, the run is recorded by it; otherwise aet loads the programs itself.
+    /// answers there, the run is recorded by it; when none does, aet starts one (detached, idle
+    /// for 300 s or $AET_DAEMON_IDLE_EXIT before it leaves, logging to SOCKET.log) and is served
+    /// by it. $AET_DAEMON=never loads the programs for each run instead, =require is --daemon.
     #[arg(long, value_name = "PATH")]
     pub socket: Option<std::path::PathBuf>,
-    /// Fail (exit 125) rather than load the programs when no daemon answers.
+    /// Fail (exit 125) when no daemon answers, rather than start one.
     #[arg(long, conflicts_with = "standalone")]
     pub daemon: bool,
-    /// Load the programs for this run, even if a daemon answers.
+    /// Load the programs for this run, even if a daemon answers (about 2.5 s of verification).
     #[arg(long)]
     pub standalone: bool,
     /// When the record cannot keep up: `freeze` the run's cgroup until it has (nothing lost;
@@ -375,19 +377,13 @@ pub struct MonitorArgs {
 }
 
 impl MonitorArgs {
-    pub fn mode(&self) -> crate::run::session::Mode {
-        use crate::run::session::Mode;
+    pub fn mode(&self) -> anyhow::Result<crate::run::session::Mode> {
         let socket = self
             .socket
             .clone()
             .unwrap_or_else(crate::daemon::default_socket);
-        if self.standalone {
-            Mode::Standalone
-        } else if self.daemon {
-            Mode::Daemon(socket)
-        } else {
-            Mode::Auto(socket)
-        }
+        crate::run::session::Mode::choose(socket, self.standalone, self.daemon)
+            .map_err(anyhow::Error::msg)
     }
 }
 

@@ -75,7 +75,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             out: a.out,
             ringbuf_bytes: a.ringbuf_bytes,
             on_overload: a.monitor.on_overload,
-            mode: a.monitor.mode(),
+            mode: a.monitor.mode()?,
             quiet: a.quiet,
         }))
         .context("aet monitor failed")?;

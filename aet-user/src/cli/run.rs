@@ -200,7 +200,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         ringbuf_bytes: a.ringbuf_bytes,
         on_overload: a.monitor.on_overload,
         quiet: a.quiet,
-        mode: a.monitor.mode(),
+        mode: a.monitor.mode()?,
         progress: a.progress.mode(a.quiet),
         launch,
         watch,

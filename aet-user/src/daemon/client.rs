@@ -16,8 +16,8 @@ use super::{
     DaemonError,
     protocol::{Request, Response, VERSION},
 };
+use crate::version::BUILD_ID;
 
-/// A connection to the daemon.
 /// How long a request may take before the daemon is taken as unresponsive (a `Stop` drains
 /// the run's records, which can take seconds on a loaded host).
 pub const CALL_LIMIT: Duration = Duration::from_secs(60);
@@ -25,6 +25,7 @@ pub const CALL_LIMIT: Duration = Duration::from_secs(60);
 /// How long one wait for an answer lasts before the daemon's state is looked at.
 const POLL: Duration = Duration::from_millis(500);
 
+/// A connection to the daemon.
 pub struct Client {
     socket: PathBuf,
     stream: UnixStream,
@@ -37,6 +38,8 @@ pub struct Client {
     pub ringbuf_bytes: u32,
     pub max_runs: u32,
     pub pid: u32,
+    /// How the daemon was started (`manual`, `auto`, `socket`), from its greeting.
+    pub started: String,
 }
 
 impl Client {
@@ -77,25 +80,48 @@ impl Client {
             ringbuf_bytes: 0,
             max_runs: 0,
             pid: 0,
+            started: String::new(),
         };
-        match c.call(&Request::Hello { version: VERSION })? {
+        match c.call(&Request::Hello {
+            version: VERSION,
+            build: BUILD_ID.into(),
+        })? {
             Response::Hello {
                 version,
+                build,
                 pid,
                 ringbuf_bytes,
                 max_runs,
-            } if version == VERSION => {
+                started,
+            } if version == VERSION && build == BUILD_ID => {
                 c.pid = pid;
                 c.ringbuf_bytes = ringbuf_bytes;
                 c.max_runs = max_runs;
+                c.started = started;
                 Ok(Some(c))
             }
-            Response::Hello { version, .. } => Err(DaemonError::Protocol {
+            Response::Hello {
+                version,
+                build,
+                pid,
+                ..
+            } => Err(DaemonError::OtherBuild {
                 socket: socket.to_owned(),
-                message: format!("the daemon speaks version {version}, this aet {VERSION}"),
+                pid,
+                theirs: if build.is_empty() {
+                    format!("protocol {version}")
+                } else {
+                    format!("protocol {version}, build {build}")
+                },
+                ours: format!("protocol {VERSION}, build {BUILD_ID}"),
             }),
             other => Err(c.unexpected(other)),
         }
+    }
+
+    /// The daemon's process id (in its own pid namespace).
+    pub fn daemon_pid(&self) -> u32 {
+        self.pid
     }
 
     /// The socket.

@@ -10,6 +10,7 @@
 
 pub mod client;
 pub mod protocol;
+pub mod start;
 
 use std::{
     collections::HashMap,
@@ -74,12 +75,51 @@ pub enum DaemonError {
     /// Another daemon already serves the socket.
     #[error("an aet daemon already serves {0}")]
     Running(PathBuf),
+    /// The daemon that answers is another build of aet: neither serves the other.
+    #[error(
+        "the aet daemon (pid {pid}) at {socket} is another build of aet ({theirs}; this aet is \
+         {ours}): stop it with `aet daemon stop`, or run this build's daemon on another socket"
+    )]
+    OtherBuild {
+        socket: PathBuf,
+        pid: u32,
+        theirs: String,
+        ours: String,
+    },
+    /// A daemon started for a run did not come up.
+    #[error("could not start an aet daemon at {socket}: {why} (its log: {log})")]
+    Start {
+        socket: PathBuf,
+        log: PathBuf,
+        why: String,
+    },
     /// The monitor failed.
     #[error(transparent)]
     Monitor(#[from] MonitorError),
     /// The guard could not be started.
     #[error("cannot start the daemon's guard: {0}")]
     Guard(#[source] std::io::Error),
+}
+
+/// How a daemon came to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Started {
+    /// `aet daemon` by hand (or a service).
+    Manual,
+    /// By a run that found no daemon (`aet daemon --auto`).
+    Auto,
+    /// By systemd on the first connection to its socket (`LISTEN_FDS`).
+    Socket,
+}
+
+impl Started {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Manual => "manual",
+            Self::Auto => "auto",
+            Self::Socket => "socket",
+        }
+    }
 }
 
 /// Options of `aet daemon`.
@@ -89,43 +129,122 @@ pub struct DaemonOptions {
     pub ringbuf_bytes: u32,
     pub max_runs: u32,
     pub quiet: bool,
+    /// Leave after this long with no connection.
+    pub idle_exit: Option<Duration>,
+    /// Started by a run (`--auto`): moves itself into a cgroup of its own.
+    pub auto: bool,
 }
 
-/// The directory where the daemon lists the cgroups of the runs it must kill if it dies.
+/// The directory where a daemon lists the cgroups of the runs it must kill if it dies (one per
+/// daemon: one leaving while the next starts never share it).
 fn state_dir(socket: &Path) -> PathBuf {
+    sibling(socket, &format!("runs.{}", std::process::id()))
+}
+
+/// `SOCKET.SUFFIX`, beside the socket.
+pub(crate) fn sibling(socket: &Path, suffix: &str) -> PathBuf {
     let name = socket
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "aet.sock".into());
-    socket.with_file_name(format!("{name}.runs"))
+    socket.with_file_name(format!("{name}.{suffix}"))
+}
+
+/// Why the accept loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Leave {
+    /// SIGINT, SIGTERM or `aet daemon stop`: the runs going on are finished, incomplete.
+    Stop,
+    /// Idle past `--idle-exit`: what is already connected is served to its end.
+    Idle,
 }
 
 /// What every connection's thread shares.
 struct Daemon {
     engine: Monitor,
     opts: DaemonOptions,
+    started: Started,
     started_ns: i64,
     state: PathBuf,
     /// Runs being served (a count checked against `max_runs`).
     active: std::sync::Mutex<u32>,
+    /// Connections open, and when the last one closed (for `--idle-exit`).
+    connections: std::sync::Mutex<(u32, std::time::Instant)>,
+    /// Set when the daemon is to leave, and why.
+    leave: std::sync::Mutex<Option<Leave>>,
 }
 
-/// Runs the daemon in the foreground until SIGINT or SIGTERM (or a fatal error).
-pub fn serve(opts: DaemonOptions) -> Result<(), DaemonError> {
+impl Daemon {
+    fn leaving(&self) -> Option<Leave> {
+        *self.leave.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks the accept loop to end (a connection to ourselves wakes it).
+    fn leave(&self, why: Leave) {
+        self.leave
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(why);
+        let _ = UnixStream::connect(&self.opts.socket);
+    }
+
+    fn connection(&self, delta: i32) {
+        let mut c = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        c.0 = c.0.saturating_add_signed(delta);
+        c.1 = std::time::Instant::now();
+    }
+}
+
+/// The socket systemd passed (`LISTEN_FDS`), if it passed one.
+fn activated(socket: &Path) -> Result<Option<UnixListener>, DaemonError> {
+    let mut fds = listenfd::ListenFd::from_env();
+    if fds.len() == 0 {
+        return Ok(None);
+    }
+    fds.take_unix_listener(0).map_err(|source| DaemonError::Io {
+        socket: socket.to_owned(),
+        source,
+    })
+}
+
+/// Runs the daemon in the foreground until SIGINT or SIGTERM, `aet daemon stop`, an idle time
+/// past `--idle-exit`, or a fatal error.
+pub fn serve(mut opts: DaemonOptions) -> Result<(), DaemonError> {
+    let begun = std::time::Instant::now();
+    let passed = activated(&opts.socket)?;
+    // A socket systemd activated is named by the socket itself.
+    if let Some(path) = passed
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .and_then(|a| a.as_pathname().map(Path::to_owned))
+    {
+        opts.socket = path;
+    }
+    let started = match (&passed, opts.auto) {
+        (Some(_), _) => Started::Socket,
+        (None, true) => Started::Auto,
+        (None, false) => Started::Manual,
+    };
     let socket = opts.socket.clone();
     let io = |source| DaemonError::Io {
         socket: socket.clone(),
         source,
     };
-    if let Some(parent) = socket.parent() {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    // A socket file nobody answers on is a dead daemon's: replace it. One that answers is not.
-    if socket.exists() {
-        if UnixStream::connect(&socket).is_ok() {
-            return Err(DaemonError::Running(socket.clone()));
+    if passed.is_none() {
+        if let Some(parent) = socket.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
         }
-        std::fs::remove_file(&socket).map_err(io)?;
+        // A socket file nobody answers on is a dead daemon's: replace it. One that answers is
+        // not.
+        if socket.exists() {
+            if UnixStream::connect(&socket).is_ok() {
+                return Err(DaemonError::Running(socket.clone()));
+            }
+            std::fs::remove_file(&socket).map_err(io)?;
+        }
+    }
+    if opts.auto {
+        own_cgroup();
     }
     // SIGINT and SIGTERM are taken by one thread; blocked first, so every thread started from
     // here on (the consumer too) leaves them to it.
@@ -133,58 +252,154 @@ pub fn serve(opts: DaemonOptions) -> Result<(), DaemonError> {
     let engine = Monitor::load(&LoadOptions {
         ringbuf_bytes: opts.ringbuf_bytes,
     })?;
+    let loaded = begun.elapsed();
     let state = state_dir(&socket);
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).map_err(io)?;
     let guard = crate::guard::Guard::start_for_daemon(&state).map_err(DaemonError::Guard)?;
-    let listener = UnixListener::bind(&socket).map_err(io)?;
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    let listener = match passed {
+        Some(l) => l,
+        None => {
+            let l = UnixListener::bind(&socket).map_err(io)?;
+            std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+                .map_err(io)?;
+            l
+        }
+    };
     let daemon = Arc::new(Daemon {
         engine,
         opts: opts.clone(),
+        started,
         started_ns: now_ns(),
         state,
         active: std::sync::Mutex::new(0),
+        connections: std::sync::Mutex::new((0, std::time::Instant::now())),
+        leave: std::sync::Mutex::new(None),
     });
     if !opts.quiet {
         eprintln!(
-            "aet: daemon serving {} (ring buffer {} MiB, up to {} runs of {} MiB each)",
+            "aet: daemon {} ({}) serving {} (programs loaded in {} ms; ring buffer {} MiB, up \
+             to {} runs of {} MiB each{})",
+            std::process::id(),
+            started.name(),
             socket.display(),
+            loaded.as_millis(),
             opts.ringbuf_bytes >> 20,
             opts.max_runs,
-            (opts.ringbuf_bytes / opts.max_runs) >> 20
+            (opts.ringbuf_bytes / opts.max_runs) >> 20,
+            match opts.idle_exit {
+                Some(t) => format!("; leaves after {} s idle", t.as_secs_f64()),
+                None => String::new(),
+            }
         );
     }
-    // SIGINT/SIGTERM end the accept loop: a connection to ourselves wakes it.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
-        let stop = stop.clone();
-        let socket = socket.clone();
+        let d = daemon.clone();
         std::thread::spawn(move || {
             if signals.wait() {
-                stop.store(true, std::sync::atomic::Ordering::Release);
-                let _ = UnixStream::connect(&socket);
+                d.leave(Leave::Stop);
             }
         });
     }
+    if let Some(idle) = opts.idle_exit {
+        let d = daemon.clone();
+        std::thread::spawn(move || idle_watch(&d, idle));
+    }
     for conn in listener.incoming() {
-        if stop.load(std::sync::atomic::Ordering::Acquire) {
+        let why = daemon.leaving();
+        let Ok(conn) = conn else { continue };
+        // Leaving because idle: a client that connected at that moment is still served.
+        if why == Some(Leave::Stop) {
             break;
         }
-        let Ok(conn) = conn else { continue };
-        let d = daemon.clone();
-        std::thread::spawn(move || serve_connection(&d, conn));
+        spawn_connection(&daemon, conn);
+        if why.is_some() {
+            break;
+        }
     }
+    let why = daemon.leaving().unwrap_or(Leave::Stop);
     if !opts.quiet {
-        eprintln!("aet: daemon stopping");
+        eprintln!(
+            "aet: daemon stopping ({})",
+            match why {
+                Leave::Stop => "asked to",
+                Leave::Idle => "idle",
+            }
+        );
     }
-    let _ = std::fs::remove_file(&socket);
+    if started != Started::Socket {
+        // Under the start lock: a run that finds no socket from here on starts the next daemon
+        // only once this one's socket is gone.
+        let lock = start::lock(&socket, false);
+        let _ = std::fs::remove_file(&socket);
+        drop(lock);
+    }
+    if why == Leave::Idle {
+        // What connected before the socket went is served to its end.
+        let _ = listener.set_nonblocking(true);
+        while let Ok((conn, _)) = listener.accept() {
+            let _ = conn.set_nonblocking(false);
+            spawn_connection(&daemon, conn);
+        }
+        drop(listener);
+        while daemon
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            > 0
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     daemon
         .engine
         .shutdown("the aet daemon stopped while the run was going on");
     let _ = std::fs::remove_dir_all(&daemon.state);
     guard.release();
     Ok(())
+}
+
+/// Serves a connection on a thread of its own, counted while it is open.
+fn spawn_connection(d: &Arc<Daemon>, conn: UnixStream) {
+    d.connection(1);
+    let d = d.clone();
+    std::thread::spawn(move || {
+        serve_connection(&d, conn);
+        d.connection(-1);
+    });
+}
+
+/// Leaves once no connection has been open for `idle`.
+fn idle_watch(d: &Daemon, idle: Duration) {
+    loop {
+        std::thread::sleep(idle.min(Duration::from_millis(500)));
+        if d.leaving().is_some() {
+            return;
+        }
+        let (open, since) = *d.connections.lock().unwrap_or_else(|p| p.into_inner());
+        if open == 0 && since.elapsed() >= idle {
+            d.leave(Leave::Idle);
+            return;
+        }
+    }
+}
+
+/// A daemon a run started moves into a cgroup of its own (`<cgroup2>/aet/daemon`): it is no
+/// part of the run, the shell or the job that started it, and outlives them.
+fn own_cgroup() {
+    let Ok(root) = crate::kernel::cgroup::cgroup2_root() else {
+        return;
+    };
+    let dir = root.join("aet").join("daemon");
+    if std::fs::create_dir_all(&dir).is_ok()
+        && let Err(e) = std::fs::write(dir.join("cgroup.procs"), b"0")
+    {
+        eprintln!(
+            "aet: warning: the daemon stays in its starter's cgroup ({}: {e})",
+            dir.display()
+        );
+    }
 }
 
 /// Blocks SIGINT and SIGTERM in every thread and waits for one on a thread of its own.
@@ -282,10 +497,16 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
     match req {
         Request::Hello { .. } => Response::Hello {
             version: VERSION,
+            build: crate::version::BUILD_ID.into(),
             pid: std::process::id(),
             ringbuf_bytes: d.opts.ringbuf_bytes,
             max_runs: d.opts.max_runs,
+            started: d.started.name().into(),
         },
+        Request::Leave => {
+            d.leave(Leave::Stop);
+            Response::Leaving
+        }
         Request::Start {
             scope,
             ledger,

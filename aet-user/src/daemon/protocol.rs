@@ -14,15 +14,20 @@ use crate::{
 };
 use aet_core::ledger::record::Reasons;
 
-/// Version of the protocol; a client and a daemon of different versions refuse each other.
-pub const VERSION: u32 = 3;
+/// Version of the protocol; a client and a daemon of different versions refuse each other, and
+/// so do two builds ([`crate::version::BUILD_ID`]) that speak the same version.
+pub const VERSION: u32 = 4;
 
 /// A request.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     /// First of every connection.
-    Hello { version: u32 },
+    Hello {
+        version: u32,
+        #[serde(default)]
+        build: String,
+    },
     /// Start recording a run into a new ledger. `owned`: the run's cgroup is the client's own
     /// (`aet run`), to be killed if the daemon dies.
     Start {
@@ -59,6 +64,8 @@ pub enum Request {
     },
     /// The runs the daemon serves.
     Status,
+    /// Leave once the runs being served have ended (`aet daemon stop`).
+    Leave,
 }
 
 /// A response.
@@ -67,10 +74,17 @@ pub enum Request {
 pub enum Response {
     Hello {
         version: u32,
+        #[serde(default)]
+        build: String,
         pid: u32,
         ringbuf_bytes: u32,
         max_runs: u32,
+        /// How the daemon was started: `manual`, `auto` (by a run) or `socket` (activated).
+        #[serde(default)]
+        started: String,
     },
+    /// The daemon leaves (`aet daemon stop`).
+    Leaving,
     Started {
         slot: u32,
     },

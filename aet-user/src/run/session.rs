@@ -28,12 +28,38 @@ use aet_core::ledger::record::{MetaMap, PhaseRecord, Reasons};
 /// Where the monitor should come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// The daemon at this socket if it answers, else standalone.
+    /// The daemon at this socket; when none answers, one started for the run (which then serves
+    /// later runs until it is idle). A daemon of another build, or one that cannot start, leaves
+    /// the run standalone, with a warning.
     Auto(PathBuf),
     /// The daemon at this socket, or an error.
     Daemon(PathBuf),
     /// Programs loaded for this run alone.
     Standalone,
+}
+
+/// The environment variable that chooses the monitor when no flag does: `auto` (the default),
+/// `require` (as `--daemon`) or `never` (as `--standalone`).
+pub const DAEMON_ENV: &str = "AET_DAEMON";
+
+impl Mode {
+    /// The mode of `--daemon` / `--standalone`, else of `AET_DAEMON`.
+    pub fn choose(socket: PathBuf, standalone: bool, daemon: bool) -> Result<Self, String> {
+        if standalone {
+            return Ok(Self::Standalone);
+        }
+        if daemon {
+            return Ok(Self::Daemon(socket));
+        }
+        match std::env::var(DAEMON_ENV).as_deref() {
+            Err(_) | Ok("" | "auto") => Ok(Self::Auto(socket)),
+            Ok("require") => Ok(Self::Daemon(socket)),
+            Ok("never") => Ok(Self::Standalone),
+            Ok(other) => Err(format!(
+                "{DAEMON_ENV}={other}: expected auto, require or never"
+            )),
+        }
+    }
 }
 
 /// Errors of a session.
@@ -43,8 +69,11 @@ pub enum SessionError {
     Monitor(#[from] MonitorError),
     #[error(transparent)]
     Daemon(#[from] DaemonError),
-    /// `--daemon` but nothing listens.
-    #[error("no aet daemon answers at {0} (start one with `aet daemon`, or leave out --daemon)")]
+    /// `--daemon` (or `AET_DAEMON=require`) but nothing listens.
+    #[error(
+        "no aet daemon answers at {0} (start one with `aet daemon`, or leave out --daemon and \
+         AET_DAEMON=require)"
+    )]
     NoDaemon(PathBuf),
     /// `--daemon` but the daemon serves as many runs as it may.
     #[error(
@@ -110,12 +139,35 @@ impl Session {
             Mode::Auto(s) | Mode::Daemon(s) => Some(s),
         };
         if let Some(socket) = socket {
-            match Client::connect(socket)? {
+            let client = match mode {
+                Mode::Daemon(_) => Client::connect(socket)?,
+                _ => match crate::daemon::start::connect_or_start(socket) {
+                    Ok(c) => Some(c),
+                    Err(e @ (DaemonError::OtherBuild { .. } | DaemonError::Start { .. })) => {
+                        eprintln!("aet: warning: {e}; this run loads its own programs");
+                        None
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            match client {
                 Some(mut client) => {
                     let r = client.call(&Request::Start {
                         scope: scope.clone(),
                         ledger: ledger.to_owned(),
-                        head: head.clone().into_inner(),
+                        head: {
+                            let mut h = head.clone();
+                            h.set_json(
+                                aet_core::ledger::schema::meta::MONITOR,
+                                &serde_json::json!({
+                                    "served_by": "daemon",
+                                    "pid": client.pid,
+                                    "started": client.started,
+                                    "build": crate::version::BUILD_ID,
+                                }),
+                            );
+                            h.into_inner()
+                        },
                         owned,
                         on_overload,
                     })?;
@@ -174,6 +226,11 @@ impl Session {
             on_overload,
             marker_dir: thaw.as_ref().map(|(_, d)| d.clone()),
         };
+        let mut head = head;
+        head.set_json(
+            aet_core::ledger::schema::meta::MONITOR,
+            &serde_json::json!({"served_by": "standalone", "build": crate::version::BUILD_ID}),
+        );
         let slot = monitor.start_run(scope, ledger, head, quota, &overload)?;
         Ok(Self::Local {
             monitor,
