@@ -23,6 +23,7 @@ def test_run_options_become_aet_run_arguments(tmp_path: Path) -> None:
     assert "--identity" in a and "--standalone" in a
     assert "--identity=2001:2001" in run_args("r", identity="2001:2001")
     assert "--daemon" in run_args("r", daemon=True)
+    assert not {"--daemon", "--standalone"} & set(run_args("r"))
     with pytest.raises(ValueError, match="'watch'"):
         run_args("r", mode="watch")
 
@@ -52,9 +53,9 @@ def test_a_malformed_policy_is_refused_before_anything_runs(aet_bin: str, tmp_pa
 
 
 def test_a_run_that_exists_is_never_overwritten(aet_bin: str, tmp_path: Path) -> None:
-    aet.run(["true"], out=tmp_path / "r", daemon=False)
+    aet.run(["true"], out=tmp_path / "r")
     with pytest.raises(aet.RefusedError, match="never overwrites a ledger"):
-        aet.run(["true"], out=tmp_path / "r", daemon=False)
+        aet.run(["true"], out=tmp_path / "r")
 
 
 def test_opaque_runtimes_are_refused_by_name() -> None:

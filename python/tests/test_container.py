@@ -14,7 +14,7 @@ def test_every_exec_and_file_of_a_session_is_recorded(
     aet_bin: str, engine_image: tuple[str, str], tmp_path: Path
 ) -> None:
     engine, image = engine_image
-    with aet.container(image, engine=engine, out=tmp_path / "run", daemon=False) as c:
+    with aet.container(image, engine=engine, out=tmp_path / "run") as c:
         assert c.exec(["cat", "/data/inside.txt"]) == (0, b"the container's own file\n", b"")
         c.write_file("/work/notes/plan.txt", "step 1\n")
         status, out, _ = c.exec(["cat", "/work/notes/plan.txt"], workdir="/work")
@@ -85,7 +85,7 @@ def test_a_clean_session_in_the_containers_paths_is_clean_and_the_runtime_is_its
     policy = tmp_path / "policy.toml"
     policy.write_text(CONTAINER_POLICY)
     with aet.container(image, engine=engine, out=tmp_path / "run", policy=policy,
-                       daemon=False, workdir="/work") as c:
+                       workdir="/work") as c:
         c.write_file("/work/fix.sh", "echo fixed\n")
         assert c.exec(["sh", "/work/fix.sh"]).stdout == b"fixed\n"
         graded = c.grade(["sh", "-c", "sh /work/fix.sh; cat /tests/test_answer.sh"])
@@ -110,7 +110,7 @@ def test_what_the_grader_loads_that_the_agent_wrote_outside_the_solution_is_name
     agent's write beside the grader's read."""
     policy = tmp_path / "policy.toml"
     policy.write_text(CONTAINER_POLICY)
-    with aet.container(docker_image, out=tmp_path / "run", policy=policy, daemon=False,
+    with aet.container(docker_image, out=tmp_path / "run", policy=policy,
                        workdir="/work") as c:
         c.exec(["sh", "-c", "echo 'echo 1 passed' > /tmp/helper.sh"])
         c.grade(["sh", "/tmp/helper.sh"])

@@ -17,7 +17,7 @@ def test_a_read_of_the_tests_is_a_cheat_in_agent_and_allowed_in_grading(
     aet_bin: str, docker_image: str, policy: Path, tmp_path: Path
 ) -> None:
     def session(out: Path, grade_only: bool) -> aet.RunResult:
-        with aet.container(docker_image, out=out, policy=policy, daemon=False) as c:
+        with aet.container(docker_image, out=out, policy=policy) as c:
             if not grade_only:
                 c.exec(["cat", "/tests/test_answer.sh"])
             c.phase("grading")
@@ -42,7 +42,7 @@ def test_a_read_of_the_tests_is_a_cheat_in_agent_and_allowed_in_grading(
 def test_a_background_process_of_the_agent_that_writes_during_grading_is_named(
     aet_bin: str, docker_image: str, policy: Path, tmp_path: Path
 ) -> None:
-    with aet.container(docker_image, out=tmp_path / "run", policy=policy, daemon=False) as c:
+    with aet.container(docker_image, out=tmp_path / "run", policy=policy) as c:
         c.exec(["sh", "-c", "(sleep 2; echo 1 passed > /data/results.txt) >/dev/null 2>&1 &"])
         c.phase("grading")
         time.sleep(3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,20 @@ def test_a_run_gives_its_verdict_findings_ledger_and_summary(aet_bin: str, tmp_p
 
 
 def test_a_missing_command_is_its_exit_status_not_an_exception(aet_bin: str, tmp_path: Path) -> None:
-    r = aet.run(["/nonexistent/agent"], out=tmp_path / "r", daemon=False)
+    r = aet.run(["/nonexistent/agent"], out=tmp_path / "r")
     assert r.exit_status == 127 and r.complete and r.verdict is None
+
+
+def test_runs_without_a_daemon_argument_are_served_by_one_daemon(aet_bin: str,
+                                                                   tmp_path: Path) -> None:
+    # The suite's socket has no daemon of its own: the first run that needed one started it.
+    first = aet.run(["true"], out=tmp_path / "a")
+    second = aet.run(["true"], out=tmp_path / "b")
+    served = [json.loads(r.metadata["aet.monitor"]) for r in (first, second)]
+    assert [s["served_by"] for s in served] == ["daemon", "daemon"]
+    assert served[0]["pid"] == served[1]["pid"]
+    alone = aet.run(["true"], out=tmp_path / "c", daemon=False)
+    assert json.loads(alone.metadata["aet.monitor"])["served_by"] == "standalone"
 
 
 def test_a_run_past_its_timeout_is_stopped_and_its_ledger_finished(aet_bin: str, tmp_path: Path) -> None:
@@ -44,7 +57,7 @@ def test_a_run_past_its_timeout_is_stopped_and_its_ledger_finished(aet_bin: str,
 
 def test_query_over_runs_is_a_table(aet_bin: str, tmp_path: Path) -> None:
     for name in ("a", "b"):
-        aet.run(["true"], out=tmp_path / "runs" / name, daemon=False)
+        aet.run(["true"], out=tmp_path / "runs" / name)
     t = aet.query("select run, complete, events > 0 as some from runs order by run",
                   tmp_path / "runs")
     assert t.to_pylist() == [{"run": "a", "complete": True, "some": True},

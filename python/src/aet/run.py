@@ -95,7 +95,9 @@ def run(
     ledger) and returns the finished run: its exit status, completeness, and with ``policy``
     the audit's verdict and findings. ``identity``: ``True`` for aet's agent identity, or
     ``"UID"``/``"UID:GID"``. ``daemon``: ``True`` requires a resident ``aet daemon``,
-    ``False`` loads the programs for this run, ``None`` uses the daemon when one answers.
+    ``False`` loads the programs for this run (seconds of verification), ``None`` uses the
+    daemon at ``$AET_SOCKET`` and, when none answers, starts one that serves later runs until it
+    is idle (``$AET_DAEMON=never`` makes ``None`` load the programs instead).
 
     Raises :class:`RefusedError` when aet refused to start (nothing ran),
     :class:`AetFailedError` when aet failed once started, :class:`InconclusiveError` when the
