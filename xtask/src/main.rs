@@ -381,7 +381,7 @@ fn python_package(aet: &Path) -> anyhow::Result<()> {
         "python/pyproject.toml",
         "python/src",
     ]))?;
-    sh(Command::new("python3")
+    let tests = sh(Command::new("python3")
         .args([
             "-m",
             "pytest",
@@ -395,10 +395,56 @@ fn python_package(aet: &Path) -> anyhow::Result<()> {
             "python/tests",
         ])
         .env("AET_BIN", aet)
-        .env("AET_SOCKET", "/run/aet/no-daemon-for-tests.sock"))
+        .env("AET_SOCKET", PYTHON_SOCKET)
+        .env_remove("AET_DAEMON"));
+    // As a user's first `aet.run` would, the tests' first run started a daemon: it goes now,
+    // whatever the tests said.
+    let stopped = Command::new(aet)
+        .args(["daemon", "stop", "--socket", PYTHON_SOCKET])
+        .status();
+    tests?;
+    match stopped {
+        Ok(s) if s.success() || s.code() == Some(1) => Ok(()),
+        Ok(s) => anyhow::bail!("aet daemon stop --socket {PYTHON_SOCKET}: {s}"),
+        Err(e) => Err(e.into()),
+    }
 }
 
-/// The privileged end-to-end tests: standalone, then served by one daemon.
+/// The socket of the daemon the Python tests' first run starts (a run of theirs that does not
+/// ask for `daemon=False` is served by it, as a user's would be).
+const PYTHON_SOCKET: &str = "/run/aet/python-tests.sock";
+
+/// The end-to-end test files about the standalone path itself (loading, losses, faults, the
+/// daemon's own start): run with every run loading its programs. Every other file runs once,
+/// served by one daemon: the kernel side and the ledger are the same code either way, and the
+/// standalone start (seconds of verification per run) would be most of the suite's time.
+const STANDALONE_TESTS: &[&str] = &["monitor", "overload", "faults", "daemon"];
+
+/// The `[[test]]` files of tests/Cargo.toml, in its order.
+fn e2e_files() -> anyhow::Result<Vec<String>> {
+    let path = root().join("tests/Cargo.toml");
+    let text = std::fs::read_to_string(&path)?;
+    let names: Vec<String> = text
+        .split("[[test]]")
+        .skip(1)
+        .filter_map(|t| {
+            let line = t.lines().find(|l| l.trim_start().starts_with("name"))?;
+            Some(line.split('"').nth(1)?.to_owned())
+        })
+        .collect();
+    anyhow::ensure!(!names.is_empty(), "{}: no [[test]] names", path.display());
+    for s in STANDALONE_TESTS {
+        anyhow::ensure!(
+            names.iter().any(|n| n == s),
+            "{}: no [[test]] named {s}",
+            path.display()
+        );
+    }
+    Ok(names)
+}
+
+/// The privileged end-to-end tests: the standalone files with every run loading its programs,
+/// then every other file served by one daemon.
 fn end_to_end(aet: &Path, filter: Option<&str>) -> anyhow::Result<()> {
     let e2e = |mode: &str, socket: &Path, tests: &[&str]| -> anyhow::Result<()> {
         let mut cmd = cargo();
@@ -409,49 +455,41 @@ fn end_to_end(aet: &Path, filter: Option<&str>) -> anyhow::Result<()> {
         cmd.args(["--", "--test-threads=1", "--nocapture"])
             .env("AET_BIN", aet)
             .env("AET_TEST_MODE", mode)
-            .env("AET_SOCKET", socket);
+            .env("AET_SOCKET", socket)
+            // Never a daemon started by a run in the standalone pass; never a run that is not
+            // the pass's daemon's in the other.
+            .env(
+                "AET_DAEMON",
+                if mode == "standalone" {
+                    "never"
+                } else {
+                    "require"
+                },
+            );
         if let Some(f) = filter {
             cmd.arg(f);
         }
         sh(&mut cmd)
     };
-    println!("== end-to-end tests (root, eBPF, bwrap), each run loading its programs");
+    let files = e2e_files()?;
+    println!(
+        "== end-to-end tests of the standalone path (root, eBPF, bwrap): {}",
+        STANDALONE_TESTS.join(", ")
+    );
     // A socket no daemon serves: every run is standalone, whatever runs on this machine.
     e2e(
         "standalone",
         Path::new("/run/aet/no-daemon-for-tests.sock"),
-        &[],
+        STANDALONE_TESTS,
     )?;
-    println!(
-        "== the end-to-end tests again, every run served by one aet daemon (but the daemon's own)"
-    );
+    let served: Vec<&str> = files
+        .iter()
+        .map(String::as_str)
+        .filter(|f| !STANDALONE_TESTS.contains(f))
+        .collect();
+    println!("== every other end-to-end test, every run served by one aet daemon");
     let daemon = daemon::Daemon::start(aet, "test", &[])?;
-    e2e(
-        "daemon",
-        daemon.socket(),
-        &[
-            "monitor",
-            "paths",
-            "sandbox",
-            "identity",
-            "audit",
-            "containers",
-            "handover",
-            "network",
-            "barrier",
-            "tamper",
-            "faults",
-            "verify",
-            "repos",
-            "export",
-            "notebooks",
-            "query",
-            "phases",
-            "watch",
-            "names",
-            "provenance",
-        ],
-    )?;
+    e2e("daemon", daemon.socket(), &served)?;
     daemon.stop()?;
     Ok(())
 }
