@@ -1,5 +1,5 @@
-//! The resident monitor's benchmarks (issue 12): how long `aet run -- true` takes with the daemon
-//! and standalone, 16 monitored exec storms at once, what idle runs cost an unrelated workload,
+//! The resident monitor's benchmarks (issue 12): how long `aet run -- true` takes with the daemon,
+//! standalone, and as the first run of a host that starts its daemon (issue 35), 16 monitored exec storms at once, what idle runs cost an unrelated workload,
 //! and the program time per syscall as runs are added. Each figure is measured side by side
 //! with its untraced counterpart in this invocation.
 
@@ -83,6 +83,7 @@ fn start(aet: &Path, timeit: &Path, args: &Args, scratch: &Path) -> anyhow::Resu
         }
     }
     daemon.stop()?;
+    let auto = first_runs(aet, timeit, &out)?;
     let (b, d, s) = (median(base), median(served), median(alone));
     println!("\nstart: `aet run -- true` against `true` (medians of {runs} alternating runs)");
     println!("{:<34} {:>10} {:>12}", "", "wall (ms)", "over true");
@@ -99,7 +100,83 @@ fn start(aet: &Path, timeit: &Path, args: &Args, scratch: &Path) -> anyhow::Resu
         ms(s),
         ms(s.saturating_sub(b))
     );
+    println!(
+        "{:<34} {:>10.1} {:>10.1} ms",
+        "first aet run, no daemon running",
+        ms(auto.first),
+        ms(auto.first.saturating_sub(b))
+    );
+    println!(
+        "{:<34} {:>10.1} {:>10.1} ms",
+        "the next run, served by that daemon",
+        ms(auto.next),
+        ms(auto.next.saturating_sub(b))
+    );
+    println!(
+        "{:<34} {:>10.1}    (its log: programs loaded)",
+        "that daemon's own start", auto.daemon_ms
+    );
     Ok(())
+}
+
+/// Medians of [`first_runs`].
+struct FirstRuns {
+    first: u64,
+    next: u64,
+    daemon_ms: f64,
+}
+
+/// With no daemon at a fresh socket, the first `aet run -- true` (which starts one), the run
+/// after it, and the started daemon's own load time from its log; the daemon stopped after each
+/// of 3 rounds.
+fn first_runs(aet: &Path, timeit: &Path, out: &Path) -> anyhow::Result<FirstRuns> {
+    let socket = PathBuf::from(format!("/run/aet/bench-auto-{}.sock", std::process::id()));
+    let log = PathBuf::from(format!("{}.log", socket.display()));
+    let (mut first, mut next, mut loads) = (Vec::new(), Vec::new(), Vec::new());
+    let run = || -> anyhow::Result<u64> {
+        let _ = std::fs::remove_dir_all(out);
+        let o = crate::user_command(timeit)
+            .arg(aet)
+            .args(["run", "-q", "--socket"])
+            .arg(&socket)
+            .arg("--out")
+            .arg(out)
+            .args(["--", "true"])
+            .env_remove("AET_DAEMON")
+            .output()?;
+        if !o.status.success() {
+            bail!("aet run (auto): {}", String::from_utf8_lossy(&o.stderr));
+        }
+        elapsed(&o.stderr)
+    };
+    for _ in 0..3 {
+        let _ = std::fs::remove_file(&log);
+        let result = (|| -> anyhow::Result<()> {
+            first.push(run()?);
+            next.push(run()?);
+            let text = std::fs::read_to_string(&log)?;
+            let load = text
+                .split("programs loaded in ")
+                .nth(1)
+                .and_then(|t| t.split(' ').next()?.parse::<u64>().ok())
+                .with_context(|| format!("{}: no load time in {text:?}", log.display()))?;
+            loads.push(load);
+            Ok(())
+        })();
+        let _ = crate::user_command(aet)
+            .args(["daemon", "stop", "--socket"])
+            .arg(&socket)
+            .output();
+        result?;
+    }
+    for suffix in ["log", "lock"] {
+        let _ = std::fs::remove_file(format!("{}.{suffix}", socket.display()));
+    }
+    Ok(FirstRuns {
+        first: median(first),
+        next: median(next),
+        daemon_ms: median(loads) as f64,
+    })
 }
 
 /// What one ledger of a concurrent storm holds.
