@@ -258,8 +258,26 @@ fn a_footer_whose_columns_were_renamed_does_not_verify() {
         let c = dir.path().join(format!("swap-{a}"));
         copy_run(&r.out, &c);
         swap_in_footer(&c.join("ledger.arrow"), a, b);
-        // What a reader decodes changed: the swap is real.
+        // The swap is real: a reader that trusts the footer (pyarrow) sees other column
+        // names; aet's reader decodes the stream with the head's schema, the original rows.
+        let names = |f: &Path| {
+            let o = std::process::Command::new("python3")
+                .args([
+                    "-c",
+                    "import sys, pyarrow.ipc as i; print(i.open_file(sys.argv[1]).schema.names)",
+                ])
+                .arg(f)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", text(&o.stderr));
+            text(&o.stdout)
+        };
         assert_ne!(
+            names(&c.join("ledger.arrow")),
+            names(&r.ledger()),
+            "{a} <-> {b}"
+        );
+        assert_eq!(
             aet_tests::rows(&c.join("ledger.arrow")),
             original,
             "{a} <-> {b}"
@@ -267,6 +285,56 @@ fn a_footer_whose_columns_were_renamed_does_not_verify() {
         let (code, out) = verify(&c, Some(&public));
         assert_eq!(code, 1, "{a} <-> {b}: {out}");
         assert!(out.contains("footer's schema"), "{a} <-> {b}: {out}");
+    }
+}
+
+/// The audit never judges what a doctored footer says: a ledger whose footer schema was changed
+/// (columns renamed into each other's places) is read with the schema at its head, which the
+/// chain hashes, and is inconclusive, the change named, where the original is clean.
+#[test]
+fn a_footer_whose_columns_were_renamed_is_never_audited_clean() {
+    let dir = tempdir();
+    let key = new_key(dir.path(), "k");
+    let r = signed_run(dir.path(), &key);
+    let policy = root().join("policies/demo.toml");
+    let audit = |run: &Path| {
+        let o = aet()
+            .arg("audit")
+            .arg(run)
+            .arg("--policy")
+            .arg(&policy)
+            .args(["--json", "-"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", text(&o.stdout), text(&o.stderr)));
+        (o.status.code().unwrap_or(-1), v)
+    };
+    let (code, original) = audit(&r.out);
+    assert!(code == 0 || code == 1, "{original}");
+    for (a, b) in [
+        ("path", "comm"),
+        ("resolved_path", "resolved_from"),
+        ("kind", "comm"),
+    ] {
+        let c = dir.path().join(format!("doctored-{a}"));
+        copy_run(&r.out, &c);
+        swap_in_footer(&c.join("ledger.arrow"), a, b);
+        let (code, report) = audit(&c);
+        assert_eq!(code, 3, "{a} <-> {b}: {report}");
+        assert_eq!(report["verdict"], "inconclusive", "{a} <-> {b}: {report}");
+        let reasons = report.to_string();
+        assert!(
+            reasons.contains("changed after aet wrote it") && reasons.contains(a),
+            "{a} <-> {b}: {reasons}"
+        );
+        // The rows are the stream's: the same accesses as the original's.
+        for key in ["counts", "out_of_scope", "cheat_hits"] {
+            assert_eq!(
+                report[key], original[key],
+                "{a} <-> {b}: the doctored footer changed what was judged ({key})"
+            );
+        }
     }
 }
 

@@ -72,6 +72,8 @@ pub struct Read {
     pub meta: LedgerMeta,
     pub form: Form,
     pub damaged_tail: Option<String>,
+    /// Why the ledger's footer is not the file aet wrote, when it is not.
+    pub doctored: Option<String>,
 }
 
 /// What the scan carries from row to row: how fds arrived, the paths open fds were opened by,
@@ -208,6 +210,7 @@ fn pass(
         meta,
         form,
         damaged_tail: ledger.damaged_tail.clone(),
+        doctored: ledger.doctored.clone(),
     };
     Ok((finish(e), read, w.phases))
 }

@@ -314,6 +314,7 @@ fn build_report(
         m,
         read.form,
         read.damaged_tail.as_deref(),
+        read.doctored.as_deref(),
         Observed {
             io_uring_rows: scan.io_uring_rows,
             unseen_starts: scan.unseen_starts,

@@ -39,6 +39,10 @@ pub enum Incomplete {
     Unfinished,
     /// The last batch of an unfinished ledger is damaged.
     DamagedTail { error: String },
+    /// The ledger's footer does not describe its hashed stream (its schema's columns renamed,
+    /// retyped or reordered): the file was changed after aet wrote it. Its rows are read with
+    /// the stream's own schema, its final metadata is not trusted.
+    Doctored { error: String },
     /// The ledger was rebuilt from an unfinished one by `aet ledger recover`.
     Recovered { from: PPath },
     /// The ledger does not say that its record is complete.
@@ -110,6 +114,10 @@ impl Incomplete {
                                  events are missing"
                 .into(),
             Self::DamagedTail { error } => format!("the ledger's last batch is damaged: {error}"),
+            Self::Doctored { error } => format!(
+                "the ledger was changed after aet wrote it: {error}; its rows were read with the \
+                 schema at its head, its footer's metadata is not trusted"
+            ),
             Self::Recovered { from } => format!(
                 "recovered from the unfinished ledger {}: events after its last complete batch \
                  and the loss counters are unknown",
@@ -180,6 +188,7 @@ impl Incomplete {
             Self::AetFailed { .. } => "aet_failed",
             Self::Unfinished => "unfinished",
             Self::DamagedTail { .. } => "damaged_tail",
+            Self::Doctored { .. } => "doctored",
             Self::Recovered { .. } => "recovered",
             Self::NotStatedComplete => "not_stated_complete",
             Self::AlreadyRunning { .. } => "already_running",
@@ -222,6 +231,9 @@ impl Incomplete {
             Self::Unfinished,
             Self::DamagedTail {
                 error: "corrupt Arrow data".into(),
+            },
+            Self::Doctored {
+                error: "column 2 is \"path\" at the head and \"comm\" in the footer".into(),
             },
             Self::Recovered {
                 from: PathBuf::from("runs/x/ledger.arrow").into(),

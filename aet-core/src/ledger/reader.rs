@@ -86,6 +86,10 @@ pub struct Ledger {
     /// Bytes at the end of an unfinished file that make no whole message, found at open: the
     /// damaged tail once the batches before them are read.
     cut_tail: Option<String>,
+    /// Set when a finished file's footer does not describe its stream (the schema readers decode
+    /// the batches with is not the one at the head of the file, which the chain hashes): the
+    /// file was changed. Its rows are then read from the stream, with the head's schema.
+    pub doctored: Option<String>,
 }
 
 impl Ledger {
@@ -131,29 +135,40 @@ impl Ledger {
         let finished = footer_blocks_fit(&mut file, len).map_err(bytes)?;
         file.seek(SeekFrom::Start(0)).map_err(io_err)?;
         let mut cut_tail = None;
-        let (form, schema, batches): (Form, SchemaRef, Box<dyn Iterator<Item = _>>) = match finished
+        let footer_reader = finished
             .then(|| FileReader::try_new(BufReader::new(file), None))
-            .and_then(Result::ok)
-        {
-            Some(r) => (Form::Finished, r.schema(), Box::new(r)),
-            None => {
-                // No footer: read the stream that follows the 8-byte head, up to the first
-                // message whose declared lengths pass the file's end (a damaged tail).
-                let mut file = File::open(path).map_err(io_err)?;
-                let end = stream_extent(&mut file, len).map_err(io_err)?;
-                if end < len {
-                    cut_tail = Some(format!(
-                        "the last {} bytes (from offset {end}) are not a whole message: \
-                             the file was cut or its lengths are damaged",
-                        len - end
-                    ));
-                }
-                file.seek(SeekFrom::Start(8)).map_err(io_err)?;
-                let r = StreamReader::try_new(BufReader::new(file.take(end - 8)), None)
-                    .map_err(corrupt)?;
-                (Form::Unfinished, r.schema(), Box::new(r))
-            }
+            .and_then(Result::ok);
+        // A footer whose schema is not the stream's would decode the batches as something aet
+        // never wrote (two same-typed columns renamed into each other's places): the stream is
+        // read instead, and the ledger is doctored.
+        let doctored = match &footer_reader {
+            Some(r) => head_schema(path, len)?
+                .and_then(|head| schema_difference(&head, r.schema().as_ref())),
+            None => None,
         };
+        let footer_reader = footer_reader.filter(|_| doctored.is_none());
+        let (form, schema, batches): (Form, SchemaRef, Box<dyn Iterator<Item = _>>) =
+            match footer_reader {
+                Some(r) => (Form::Finished, r.schema(), Box::new(r)),
+                None => {
+                    // No footer: read the stream that follows the 8-byte head, up to the first
+                    // message whose declared lengths pass the file's end (a damaged tail).
+                    let mut file = File::open(path).map_err(io_err)?;
+                    let end = stream_extent(&mut file, len).map_err(io_err)?;
+                    // A doctored file's footer follows its stream: no damage of its own.
+                    if end < len && doctored.is_none() {
+                        cut_tail = Some(format!(
+                            "the last {} bytes (from offset {end}) are not a whole message: \
+                             the file was cut or its lengths are damaged",
+                            len - end
+                        ));
+                    }
+                    file.seek(SeekFrom::Start(8)).map_err(io_err)?;
+                    let r = StreamReader::try_new(BufReader::new(file.take(end - 8)), None)
+                        .map_err(corrupt)?;
+                    (Form::Unfinished, r.schema(), Box::new(r))
+                }
+            };
         let missing = check_schema(path, &schema)?;
         let batches = match columns {
             None => batches,
@@ -212,6 +227,7 @@ impl Ledger {
             batches,
             damaged_tail: None,
             cut_tail,
+            doctored,
         })
     }
 
@@ -293,6 +309,86 @@ impl Ledger {
         }
         Ok(out)
     }
+}
+
+/// The schema at the head of the file (the stream's first message, its declared length checked
+/// against the file's before it is read); `None` when the head holds no schema message.
+fn head_schema(path: &Path, len: u64) -> Result<Option<Schema>, ReadError> {
+    let io_err = |source| ReadError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = File::open(path).map_err(io_err)?;
+    file.seek(SeekFrom::Start(8)).map_err(io_err)?;
+    let mut word = [0u8; 4];
+    if read_up_to(&mut file, &mut word).map_err(io_err)? < 4 {
+        return Ok(None);
+    }
+    let (mut head, mut meta_len) = (12u64, i32::from_le_bytes(word));
+    if meta_len == -1 {
+        if read_up_to(&mut file, &mut word).map_err(io_err)? < 4 {
+            return Ok(None);
+        }
+        (head, meta_len) = (16, i32::from_le_bytes(word));
+    }
+    let Some(n) = u64::try_from(meta_len)
+        .ok()
+        .filter(|n| *n > 0 && head + n <= len)
+    else {
+        return Ok(None);
+    };
+    let mut meta = vec![0u8; n as usize];
+    file.read_exact(&mut meta).map_err(io_err)?;
+    let Some(fb) = arrow_ipc::root_as_message(&meta)
+        .ok()
+        .and_then(|m| m.header_as_schema())
+    else {
+        return Ok(None);
+    };
+    // Arrow's conversion panics on a type it does not know: a damaged head is a corrupt file.
+    DECODING.set(true);
+    let schema = std::panic::catch_unwind(|| arrow_ipc::convert::fb_to_schema(fb));
+    DECODING.set(false);
+    schema.map(Some).map_err(|_| ReadError::Corrupt {
+        path: path.to_owned(),
+        source: ArrowError::ParseError(
+            "the schema at the head of the file names a type Arrow does not know".into(),
+        ),
+    })
+}
+
+/// How the footer's schema differs from the head's, field by field (names, order, types,
+/// nullability, field metadata); `None` when they agree.
+fn schema_difference(head: &Schema, footer: &Schema) -> Option<String> {
+    if head.fields() == footer.fields() {
+        return None;
+    }
+    Some(
+        head.fields()
+            .iter()
+            .zip(footer.fields().iter())
+            .position(|(a, b)| a != b)
+            .map_or_else(
+                || {
+                    format!(
+                        "its footer's schema is not the one at its head: the head has {} \
+                         columns, the footer {}",
+                        head.fields().len(),
+                        footer.fields().len()
+                    )
+                },
+                |i| {
+                    format!(
+                        "its footer's schema is not the one at its head: column {i} is {:?} ({}) \
+                         at the head and {:?} ({}) in the footer",
+                        head.field(i).name(),
+                        head.field(i).data_type(),
+                        footer.field(i).name(),
+                        footer.field(i).data_type()
+                    )
+                },
+            ),
+    )
 }
 
 /// The rows of a finished ledger, counted from the batches' headers (their data is not read).

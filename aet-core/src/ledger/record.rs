@@ -376,8 +376,23 @@ pub fn assess(
     m: &LedgerMeta,
     form: super::reader::Form,
     damaged_tail: Option<&str>,
+    doctored: Option<&str>,
     seen: Observed,
 ) -> Reasons {
+    if let Some(error) = doctored {
+        // What the footer said (complete, nothing lost) is not the file aet wrote: none of it
+        // counts, and the run is never clean.
+        let mut r = Reasons::default();
+        r.push(Incomplete::Doctored {
+            error: error.to_owned(),
+        });
+        if let Some(e) = damaged_tail {
+            r.push(Incomplete::DamagedTail {
+                error: e.to_owned(),
+            });
+        }
+        return r;
+    }
     let mut r = m.incomplete.clone();
     if form == super::reader::Form::Unfinished {
         r.push(Incomplete::Unfinished);
@@ -492,6 +507,7 @@ mod tests {
             "aet_failed",
             "unfinished",
             "damaged_tail",
+            "doctored",
             "recovered",
             "not_stated_complete",
             "already_running",

@@ -220,6 +220,7 @@ pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
         &m,
         ledger.form(),
         ledger.damaged_tail.as_deref(),
+        ledger.doctored.as_deref(),
         Observed {
             io_uring_rows: s.io_uring,
             unseen_starts,
