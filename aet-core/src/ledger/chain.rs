@@ -266,39 +266,20 @@ fn same_schema_as_head(
             "the footer lists dictionary batches, which a ledger never has: it was changed",
         ));
     }
-    let (h, f) = (
-        arrow_ipc::convert::fb_to_schema(head),
-        arrow_ipc::convert::fb_to_schema(foot),
-    );
     if head.endianness() != foot.endianness() {
         return Err(changed(
             "the footer's schema declares another byte order than the head's: it was changed",
         ));
     }
-    if h.fields() != f.fields() {
-        let differ = h
-            .fields()
-            .iter()
-            .zip(f.fields().iter())
-            .position(|(a, b)| a != b)
-            .map_or_else(
-                || {
-                    format!(
-                        "the head has {} columns, the footer {}",
-                        h.fields().len(),
-                        f.fields().len()
-                    )
-                },
-                |i| {
-                    format!(
-                        "column {i} is {:?} ({}) at the head and {:?} ({}) in the footer",
-                        h.field(i).name(),
-                        h.field(i).data_type(),
-                        f.field(i).name(),
-                        f.field(i).data_type()
-                    )
-                },
-            );
+    let (Some(h), Some(f)) = (
+        super::reader::fb_schema(head),
+        super::reader::fb_schema(foot),
+    ) else {
+        return Err(changed(
+            "a schema of the file names a type Arrow does not know: the file was changed",
+        ));
+    };
+    if let Some(differ) = super::reader::schema_difference(&h, &f) {
         return Err(changed(format!(
             "the footer's schema, which readers decode the batches with, is not the hashed \
              head's ({differ}): the footer was changed"

@@ -143,7 +143,8 @@ impl Ledger {
         // read instead, and the ledger is doctored.
         let doctored = match &footer_reader {
             Some(r) => head_schema(path, len)?
-                .and_then(|head| schema_difference(&head, r.schema().as_ref())),
+                .and_then(|head| schema_difference(&head, r.schema().as_ref()))
+                .map(|d| format!("its footer's schema is not the one at its head: {d}")),
             None => None,
         };
         let footer_reader = footer_reader.filter(|_| doctored.is_none());
@@ -345,11 +346,7 @@ fn head_schema(path: &Path, len: u64) -> Result<Option<Schema>, ReadError> {
     else {
         return Ok(None);
     };
-    // Arrow's conversion panics on a type it does not know: a damaged head is a corrupt file.
-    DECODING.set(true);
-    let schema = std::panic::catch_unwind(|| arrow_ipc::convert::fb_to_schema(fb));
-    DECODING.set(false);
-    schema.map(Some).map_err(|_| ReadError::Corrupt {
+    fb_schema(fb).map(Some).ok_or_else(|| ReadError::Corrupt {
         path: path.to_owned(),
         source: ArrowError::ParseError(
             "the schema at the head of the file names a type Arrow does not know".into(),
@@ -357,9 +354,18 @@ fn head_schema(path: &Path, len: u64) -> Result<Option<Schema>, ReadError> {
     })
 }
 
+/// A schema message's schema; `None` when it names a type Arrow does not know (Arrow's
+/// conversion panics on one: a damaged file must be an error, never a crash).
+pub(super) fn fb_schema(fb: arrow_ipc::Schema<'_>) -> Option<Schema> {
+    DECODING.set(true);
+    let schema = std::panic::catch_unwind(|| arrow_ipc::convert::fb_to_schema(fb)).ok();
+    DECODING.set(false);
+    schema
+}
+
 /// How the footer's schema differs from the head's, field by field (names, order, types,
 /// nullability, field metadata); `None` when they agree.
-fn schema_difference(head: &Schema, footer: &Schema) -> Option<String> {
+pub(super) fn schema_difference(head: &Schema, footer: &Schema) -> Option<String> {
     if head.fields() == footer.fields() {
         return None;
     }
@@ -371,16 +377,14 @@ fn schema_difference(head: &Schema, footer: &Schema) -> Option<String> {
             .map_or_else(
                 || {
                     format!(
-                        "its footer's schema is not the one at its head: the head has {} \
-                         columns, the footer {}",
+                        "the head has {} columns, the footer {}",
                         head.fields().len(),
                         footer.fields().len()
                     )
                 },
                 |i| {
                     format!(
-                        "its footer's schema is not the one at its head: column {i} is {:?} ({}) \
-                         at the head and {:?} ({}) in the footer",
+                        "column {i} is {:?} ({}) at the head and {:?} ({}) in the footer",
                         head.field(i).name(),
                         head.field(i).data_type(),
                         footer.field(i).name(),

@@ -97,8 +97,12 @@ pub fn connect_or_start(socket: &Path) -> Result<Client, DaemonError> {
         let k = k.to_string_lossy();
         !(k.starts_with("AET_DEBUG_") || k.starts_with("LISTEN_"))
     }));
-    cmd.args(["daemon", "--auto", "--socket"])
-        .arg(socket)
+    // It outlives the run's directory too: it works from `/`, its socket named absolutely.
+    let absolute =
+        std::path::absolute(socket).map_err(|e| start_err(format!("{}: {e}", socket.display())))?;
+    cmd.current_dir("/")
+        .args(["daemon", "--auto", "--socket"])
+        .arg(&absolute)
         .arg("--idle-exit")
         .arg(format!("{}", idle.as_secs_f64()))
         .stdin(Stdio::null())
