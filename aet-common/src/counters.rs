@@ -39,16 +39,20 @@ pub mod counter {
     /// was sent or received beyond what the programs capture (more messages in one
     /// `sendmmsg`/`recvmmsg`, or more buffers than they read): a name may be missing.
     pub const PAYLOAD_UNRECORDED: u32 = 13;
+    /// A syscall of the run could not be handed from `sys_exit` to its family's program (the
+    /// tail call failed: an empty slot of the program array): the event is lost.
+    pub const DISPATCH_FAILED: u32 = 14;
     /// Number of counters.
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 15;
     /// Counters that mean an event or part of one never reached userspace.
-    pub const LOSSES: [u32; 6] = [
+    pub const LOSSES: [u32; 7] = [
         RINGBUF_FULL,
         INFLIGHT_FULL,
         TRACKED_FULL,
         FILEIO_FULL,
         QUOTA_FULL,
         FD_UNRECORDED,
+        DISPATCH_FAILED,
     ];
     /// Names, by index, as they appear in the ledger metadata.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -66,5 +70,34 @@ pub mod counter {
         "scope_left",
         "bpf_calls",
         "payload_unrecorded",
+        "dispatch_failed",
+    ];
+}
+
+/// The programs `sys_exit` hands a syscall to, by their index in its program array (`EXITS`),
+/// and their names in the object.
+pub mod exits {
+    /// Reads, writes, closes, duplications, listings.
+    pub const IO: u32 = 0;
+    /// execve, execveat.
+    pub const EXEC: u32 = 1;
+    /// recvmsg, recvmmsg.
+    pub const RECV: u32 = 2;
+    /// The other socket syscalls.
+    pub const NET: u32 = 3;
+    /// Everything else that names a file or a process.
+    pub const EVENT: u32 = 4;
+    /// A socket syscall's payload, after its family's record.
+    pub const PAYLOAD: u32 = 5;
+    /// Number of entries.
+    pub const COUNT: u32 = 6;
+    /// The program at each index.
+    pub const PROGRAMS: [(u32, &str); COUNT as usize] = [
+        (IO, "exit_io"),
+        (EXEC, "exit_exec"),
+        (RECV, "exit_recv"),
+        (NET, "exit_net"),
+        (EVENT, "exit_event"),
+        (PAYLOAD, "exit_payload"),
     ];
 }

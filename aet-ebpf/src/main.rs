@@ -1,7 +1,8 @@
 //! aet's eBPF programs: follow a run's process tree and record every way it touches a file.
 //!
 //! Programs attach to the raw syscall-exit tracepoint (`raw_syscalls:sys_exit`, one program for
-//! every recorded syscall, native or compat), to `syscalls:sys_enter_execve(at)`, to the
+//! every recorded syscall, native or compat, which tail-calls one program per syscall family so
+//! that each is verified apart), to `syscalls:sys_enter_execve(at)`, to the
 //! scheduler's raw tracepoints (`sched_process_fork` / `exec` / `exit`) and to io_uring's request
 //! submission. fentry, LSM and kprobes are not used: they are not available on every kernel aet
 //! must run on.

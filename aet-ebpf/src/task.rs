@@ -111,7 +111,48 @@ pub(crate) struct Task {
     pub(crate) run: u32,
 }
 
+/// What a [`Task`] has read, kept across a tail call (the BTF pointer cannot be: it is taken
+/// again).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct SavedTask {
+    tid: u32,
+    tgid: u32,
+    cgroup: u64,
+    cgroup_level: u32,
+    run: u32,
+    ugid: u64,
+}
+
 impl Task {
+    /// What [`Task::restore`] takes back.
+    #[inline(always)]
+    pub(crate) fn save(&self) -> SavedTask {
+        SavedTask {
+            tid: self.tid,
+            tgid: self.tgid,
+            cgroup: self.cgroup,
+            cgroup_level: self.cgroup_level,
+            run: self.run,
+            ugid: self.ugid,
+        }
+    }
+
+    /// The current task as it was saved (by the program that tail-called this one, on the same
+    /// task).
+    #[inline(always)]
+    pub(crate) fn restore(s: &SavedTask) -> Self {
+        Self {
+            ptr: KPtr::current_task(),
+            tid: s.tid,
+            tgid: s.tgid,
+            cgroup: s.cgroup,
+            cgroup_level: s.cgroup_level,
+            ugid: s.ugid,
+            run: s.run,
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn current() -> Self {
         let ptr = KPtr::current_task();

@@ -141,7 +141,7 @@ extern "C" fn argv_step(i: u32, ctx: *mut c_void) -> i64 {
 /// The exit of an exec. A successful one was recorded by `sched_process_exec`; a failed one is
 /// recorded here, with its file name and arguments read from the caller's memory.
 #[inline(always)]
-pub(crate) fn exit_exec(args: &Args, mut task: Task, syscall: u16, ret: i64) {
+pub(crate) fn record_exec(args: &Args, mut task: Task, syscall: u16, ret: i64) {
     let _ = INFLIGHT.remove(task.tid);
     if ret == 0 {
         return;

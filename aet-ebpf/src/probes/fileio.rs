@@ -247,7 +247,13 @@ extern "C" fn flush_fd(i: u32, ctx: *mut c_void) -> i64 {
 /// Accounting syscalls: reads and writes add bytes, closes emit them. Returns whether the fd
 /// read or written is a socket (whose payload may be captured).
 #[inline(always)]
-pub(crate) fn exit_io(args: &Args, task: &mut Task, shape: &Shape, syscall: u16, ret: i64) -> bool {
+pub(crate) fn record_io(
+    args: &Args,
+    task: &mut Task,
+    shape: &Shape,
+    syscall: u16,
+    ret: i64,
+) -> bool {
     let fd = args.get(shape.fd) as i32;
     match shape.io {
         io::READ => {

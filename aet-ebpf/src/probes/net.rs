@@ -28,7 +28,7 @@ fn make_entry(task: &Task, fd: i32) -> i64 {
 
 /// `net` syscall exits.
 #[inline(always)]
-pub(crate) fn exit_net(args: &Args, task: &mut Task, syscall: u16, ret: i64) {
+pub(crate) fn record_net(args: &Args, task: &mut Task, syscall: u16, ret: i64) {
     // The address and its length, by syscall.
     let (addr, len) = if syscall == Syscall::Connect as u16 || syscall == Syscall::Bind as u16 {
         (args.get(1), args.get(2))

@@ -55,7 +55,7 @@ struct Capture {
 
 /// Whether payloads are captured (always, but in the benchmark's baseline).
 #[inline(always)]
-fn on() -> bool {
+pub(crate) fn on() -> bool {
     cfg(&CONFIG.no_payload) == 0
 }
 

@@ -1,23 +1,28 @@
-//! Syscall exits: one raw tracepoint for every syscall, dispatched by number through the table
-//! userspace fills. The arguments are read from the task's saved registers at exit: the syscall
-//! has not changed them, and any user string it read is faulted in by now.
+//! Syscall exits: one raw tracepoint for every syscall (`sys_exit`), which keeps only what is in
+//! a run and hands it on, by a tail call through [`EXITS`], to the program of the syscall's
+//! family (`exit_io`, `exit_exec`, `exit_recv`, `exit_net`, `exit_event`; a socket's payload is
+//! one more, `exit_payload`). Each is verified apart, so the verifier's work is the sum of the
+//! families', not their product with everything before them. The arguments are read from the
+//! task's saved registers at exit: the syscall has not changed them, and any user string it read
+//! is faulted in by now.
 
 use aet_common::{
-    EventKind, SHAPES, SYSCALL_COUNT, Shape, Syscall, counter, fd_origin, fileio, flags, io, obj,
-    section, shape,
+    EventKind, SHAPES, SYSCALL_COUNT, Shape, Syscall, counter, exits, fd_origin, fileio, flags, io,
+    obj, section, shape,
     uapi::{AT_FDCWD, CREAT_FLAGS, MAP_ANONYMOUS},
 };
 use aya_ebpf::{
     helpers::{bpf_probe_read_user, generated},
-    macros::raw_tracepoint,
+    macros::{map, raw_tracepoint},
+    maps::{PerCpuArray, ProgramArray},
     programs::RawTracePointContext,
 };
 
 use super::{
-    exec::exit_exec,
-    fileio::{exit_io, fileio_key},
+    exec::record_exec,
+    fileio::{fileio_key, record_io},
     handover::exit_received,
-    net::exit_net,
+    net::record_net,
     payload,
 };
 use crate::{
@@ -26,9 +31,27 @@ use crate::{
     record::{
         USER, capture_str, fill_header, header, scratch, section_first_byte, send, stat_names,
     },
-    task::{Task, identity, inode_identity, set_identity},
+    task::{SavedTask, Task, identity, inode_identity, set_identity},
     walk::{NO_FD, WalkState, dirfd_file, walk_into},
 };
+
+/// The families' programs, by [`aet_common::exits`] index (filled by userspace after load).
+#[map]
+pub(crate) static EXITS: ProgramArray = ProgramArray::with_max_entries(aet_common::exits::COUNT, 0);
+
+/// What `sys_exit` hands the program it tail-calls (a tail call keeps only the context): this
+/// CPU's entry 0. Programs run with preemption off and a tail call does not return, so nothing
+/// else writes it between the two.
+#[repr(C)]
+pub(crate) struct ExitState {
+    pub(crate) args: Args,
+    pub(crate) ret: i64,
+    pub(crate) task: SavedTask,
+    pub(crate) syscall: u16,
+}
+
+#[map]
+pub(crate) static EXIT_STATE: PerCpuArray<ExitState> = PerCpuArray::with_max_entries(1, 0);
 
 /// `struct open_how` (uapi, stable).
 #[repr(C)]
@@ -42,6 +65,7 @@ pub(crate) struct OpenHow {
 /// The six argument registers of a syscall, read once at its exit (constant-offset loads: the
 /// verifier refuses a variable offset on a BTF pointer, and the argument index comes from a
 /// table).
+#[repr(C)]
 pub(crate) struct Args {
     /// Arguments 0..5.
     pub(crate) regs: [u64; 6],
@@ -131,35 +155,131 @@ pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
         }
         return 0;
     }
-    let args = Args::read(regs, compat);
-    let (tgid, run) = (task.tgid, task.run);
-    // Whether the syscall moved a socket's bytes (its payload may name a host).
-    let mut socket = false;
-    if shape.io != io::NONE {
-        socket = exit_io(&args, &mut task, &shape, syscall, ret);
+    let family = if shape.io != io::NONE {
+        exits::IO
     } else if shape.kind == EventKind::Exec as u8 {
-        exit_exec(&args, task, syscall, ret);
+        exits::EXEC
     } else if syscall == Syscall::Recvmsg as u16 || syscall == Syscall::Recvmmsg as u16 {
-        exit_received(&args, &task, syscall, ret);
-        socket = true;
+        exits::RECV
     } else if shape.kind == EventKind::Net as u8 {
-        exit_net(&args, &mut task, syscall, ret);
-        socket = syscall == Syscall::Sendto as u16
-            || syscall == Syscall::Sendmsg as u16
-            || syscall == Syscall::Sendmmsg as u16;
+        exits::NET
     } else if shape.kind != 0 {
-        exit_event(&args, task, &shape, syscall, ret);
+        exits::EVENT
+    } else {
+        return 0;
+    };
+    let Some(state) = EXIT_STATE.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's entry (see ExitState).
+    let state = unsafe { &mut *state };
+    state.args = Args::read(regs, compat);
+    state.ret = ret;
+    state.task = task.save();
+    state.syscall = syscall;
+    hand_on(&ctx, task.run, family);
+    0
+}
+
+/// Tail-calls the program at `index` of [`EXITS`]; returns only when the call failed (an empty
+/// slot, or the kernel's limit on chained calls), which is counted as a lost event: the record
+/// is never called complete without it.
+#[inline(always)]
+fn hand_on(ctx: &RawTracePointContext, run: u32, index: u32) {
+    // SAFETY: the helper takes the context it was given and a program array map.
+    unsafe { EXITS.tail_call(ctx, index) };
+    count(run, counter::DISPATCH_FAILED);
+}
+
+/// The state `sys_exit` left for this CPU, and the task it was for.
+#[inline(always)]
+fn resume() -> Option<(&'static ExitState, Task)> {
+    let state = EXIT_STATE.get_ptr(0)?;
+    // SAFETY: this CPU's entry, written by sys_exit just before the tail call.
+    let state = unsafe { &*state };
+    Some((state, Task::restore(&state.task)))
+}
+
+/// Hands a syscall that moved a socket's bytes on to [`exit_payload`].
+#[inline(always)]
+fn payload_next(ctx: &RawTracePointContext, run: u32, ret: i64) {
+    if ret > 0 && payload::on() {
+        hand_on(ctx, run, exits::PAYLOAD);
     }
-    // After the exit's own record (one call site: the verifier checks the capture once).
-    if socket && ret > 0 {
-        payload::exit(&args, tgid, run, syscall, ret);
+}
+
+/// Reads, writes, closes, duplications and listings (fd accounting).
+#[raw_tracepoint]
+pub(crate) fn exit_io(ctx: RawTracePointContext) -> i32 {
+    let Some((s, mut task)) = resume() else {
+        return 0;
+    };
+    let shape = SHAPES[(s.syscall as usize) % SYSCALL_COUNT];
+    if record_io(&s.args, &mut task, &shape, s.syscall, s.ret) {
+        payload_next(&ctx, task.run, s.ret);
+    }
+    0
+}
+
+/// execve and execveat at their exit.
+#[raw_tracepoint]
+pub(crate) fn exit_exec(_ctx: RawTracePointContext) -> i32 {
+    if let Some((s, task)) = resume() {
+        record_exec(&s.args, task, s.syscall, s.ret);
+    }
+    0
+}
+
+/// recvmsg and recvmmsg: the fds a message carried, then its payload.
+#[raw_tracepoint]
+pub(crate) fn exit_recv(ctx: RawTracePointContext) -> i32 {
+    let Some((s, task)) = resume() else {
+        return 0;
+    };
+    exit_received(&s.args, &task, s.syscall, s.ret);
+    payload_next(&ctx, task.run, s.ret);
+    0
+}
+
+/// Sockets: connect, bind, accept, sends.
+#[raw_tracepoint]
+pub(crate) fn exit_net(ctx: RawTracePointContext) -> i32 {
+    let Some((s, mut task)) = resume() else {
+        return 0;
+    };
+    let syscall = s.syscall;
+    record_net(&s.args, &mut task, syscall, s.ret);
+    if syscall == Syscall::Sendto as u16
+        || syscall == Syscall::Sendmsg as u16
+        || syscall == Syscall::Sendmmsg as u16
+    {
+        payload_next(&ctx, task.run, s.ret);
+    }
+    0
+}
+
+/// Everything else that names a file or a process.
+#[raw_tracepoint]
+pub(crate) fn exit_event(_ctx: RawTracePointContext) -> i32 {
+    if let Some((s, task)) = resume() {
+        let shape = SHAPES[(s.syscall as usize) % SYSCALL_COUNT];
+        record_event(&s.args, task, &shape, s.syscall, s.ret);
+    }
+    0
+}
+
+/// A socket syscall's payload (a DNS message, a ClientHello, a request's first line).
+#[raw_tracepoint]
+pub(crate) fn exit_payload(_ctx: RawTracePointContext) -> i32 {
+    if let Some((s, task)) = resume() {
+        payload::exit(&s.args, task.tgid, task.run, s.syscall, s.ret);
     }
     0
 }
 
 /// Records a syscall that touches the file system (everything but execs and accounting).
 #[inline(always)]
-pub(crate) fn exit_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64) {
+fn record_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i64) {
     let Some(s) = scratch() else { return };
     let Some(kind) = EventKind::from_u16(shape.kind as u16) else {
         return;

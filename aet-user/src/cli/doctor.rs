@@ -176,8 +176,12 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 "eBPF programs",
                 true,
                 format!(
-                    "{} programs loaded and attached (ring buffer, tracepoints, raw tracepoints, bpf_loop, kfunc bpf_rdonly_cast)",
-                    loader::PROGRAMS.len()
+                    "{} programs loaded, {} attached, the rest reached from sys_exit by tail calls (ring buffer, tracepoints, raw tracepoints, program array, bpf_loop, kfunc bpf_rdonly_cast)",
+                    loader::PROGRAMS.len(),
+                    loader::PROGRAMS
+                        .iter()
+                        .filter(|(_, a)| !matches!(a, Attach::Exit(_)))
+                        .count()
                 ),
             ));
         }

@@ -5,10 +5,10 @@
 //! then attaches every program. Any program that fails to load or attach fails the whole load:
 //! aet never runs with a partial monitor.
 
-use aet_common::{Config, RunLimit, ScopeIndex, counter, runs};
+use aet_common::{Config, RunLimit, ScopeIndex, counter, exits, runs};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues, ProgramArray, RingBuf},
     programs::{
         RawTracePoint, TracePoint, raw_trace_point::RawTracePointLink, trace_point::TracePointLink,
     },
@@ -35,11 +35,15 @@ pub enum Attach {
     TracePoint(&'static str, &'static str),
     /// A raw tracepoint by name.
     RawTracePoint(&'static str),
+    /// Not attached: entry `index` of `sys_exit`'s program array (`EXITS`), which tail-calls it
+    /// (a raw tracepoint program too).
+    Exit(u32),
 }
 
 /// Every program in the object and where it attaches, in attach order: the process-tree
 /// programs first (so tracking starts before anything else), then the syscall exits, then the
-/// exec entries.
+/// exec entries; last the programs `sys_exit` hands each syscall family to, which are put in its
+/// program array before anything is attached.
 pub const PROGRAMS: &[(&str, Attach)] = &[
     (
         "sched_process_fork",
@@ -70,6 +74,12 @@ pub const PROGRAMS: &[(&str, Attach)] = &[
         "sys_enter_execveat",
         Attach::TracePoint("syscalls", "sys_enter_execveat"),
     ),
+    ("exit_io", Attach::Exit(exits::IO)),
+    ("exit_exec", Attach::Exit(exits::EXEC)),
+    ("exit_recv", Attach::Exit(exits::RECV)),
+    ("exit_net", Attach::Exit(exits::NET)),
+    ("exit_event", Attach::Exit(exits::EVENT)),
+    ("exit_payload", Attach::Exit(exits::PAYLOAD)),
 ];
 
 mod abi;
@@ -234,6 +244,8 @@ pub struct Programs {
     /// The scope maps' generation (see `ScopeIndex::generation`).
     generation: u32,
     ebpf: Option<Ebpf>,
+    /// `sys_exit`'s program array: the kernel empties it when its last descriptor closes.
+    exits: Option<ProgramArray<MapData>>,
     links: Vec<Link>,
     events: Option<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
@@ -315,7 +327,26 @@ impl Programs {
         let run_limits = take_map(&mut ebpf, "RUN_LIMITS", Array::try_from)?;
         let run_produced = take_map(&mut ebpf, "RUN_PRODUCED", Array::try_from)?;
 
+        let mut exits = take_map(&mut ebpf, "EXITS", ProgramArray::try_from)?;
+
         load_all(&mut ebpf)?;
+        // The families' programs go in sys_exit's array before anything is attached: a tail
+        // call into an empty slot is a lost event.
+        for &(name, attach) in PROGRAMS {
+            let Attach::Exit(index) = attach else {
+                continue;
+            };
+            let fail = |source| LoadError::Program {
+                name,
+                action: "enter in sys_exit's program array",
+                source,
+            };
+            let prog = ebpf.program(name).ok_or(LoadError::MissingProgram(name))?;
+            let fd = prog.fd().map_err(fail)?;
+            exits
+                .set(index, fd, 0)
+                .map_err(|e| fail(aya::programs::ProgramError::MapError(e)))?;
+        }
         let mut links = Vec::with_capacity(PROGRAMS.len());
         for &(name, attach) in PROGRAMS {
             let prog = ebpf
@@ -327,6 +358,7 @@ impl Programs {
                 source,
             };
             let link = match attach {
+                Attach::Exit(_) => continue,
                 Attach::TracePoint(category, tp) => {
                     let p: &mut TracePoint = prog.try_into().map_err(fail)?;
                     let id = p.attach(category, tp).map_err(fail)?;
@@ -342,6 +374,7 @@ impl Programs {
         }
         Ok(Self {
             ebpf: Some(ebpf),
+            exits: Some(exits),
             links,
             events: Some(events),
             counters,
@@ -558,6 +591,7 @@ impl Programs {
             }
         }
         self.ebpf = None;
+        self.exits = None;
     }
 
     /// Are the programs attached?
@@ -609,7 +643,7 @@ fn load_all(ebpf: &mut aya::Ebpf) -> Result<(), LoadError> {
                             let p: &mut TracePoint = (&mut *prog).try_into().map_err(fail)?;
                             p.load().map_err(fail)?;
                         }
-                        Attach::RawTracePoint(_) => {
+                        Attach::RawTracePoint(_) | Attach::Exit(_) => {
                             let p: &mut RawTracePoint = (&mut *prog).try_into().map_err(fail)?;
                             p.load().map_err(fail)?;
                         }
