@@ -655,3 +655,47 @@ fn a_file_that_is_not_an_audit_report_is_named() {
     let e = Report::read(&f).unwrap_err();
     assert!(e.contains("\"other\""), "{e}");
 }
+
+#[test]
+fn a_container_runtime_re_executing_itself_is_still_the_runtime_and_its_next_exec_is_the_command() {
+    // runc's init enters the run's cgroup from outside (no fork of the run made it), runs a
+    // sealed copy of itself (`execveat(6, "")` through /dev/fd/6, argv `runc init`), forks the
+    // child that mounts the container's root, which then execs the container's first process.
+    const RUNC: u32 = 500;
+    let mut r = Run::new();
+    r.read(RUNC, "/proc/self/exe");
+    r.exec(RUNC, 1, "runc", "/dev/fd/6", &["/usr/bin/runc", "init"]);
+    r.push("fork", None, RUNC).child_pid = Some(501);
+    r.open(
+        501,
+        "/var/lib/containers/storage/merged/dev/null",
+        libc_o_wronly_creat(),
+        7,
+    );
+    r.exec(501, RUNC, "sh", "/usr/bin/sh", &["sh", "-c", "work"]);
+    // What the container's process does is judged.
+    r.open(501, "/var/tmp/by-the-command", libc_o_wronly_creat(), 8);
+    // Another entrant that execs anything but the runtime's init is the command at once; and a
+    // process of the run that runs `runc init` gains nothing by it.
+    r.exec(600, 1, "sh", "/usr/bin/sh", &["sh"]);
+    r.open(600, "/var/tmp/by-an-entrant", libc_o_wronly_creat(), 9);
+    r.spawn(AGENT, 101, "/usr/bin/runc", &["/usr/bin/runc", "init"]);
+    r.open(101, "/var/tmp/by-the-agent", libc_o_wronly_creat(), 3);
+    let (report, _) = audit(&r, POLICY);
+    let judged: Vec<&str> = report
+        .out_of_scope
+        .iter()
+        .map(|f| f.path.as_str())
+        .collect();
+    assert_eq!(
+        judged,
+        [
+            "/var/tmp/by-the-command",
+            "/var/tmp/by-an-entrant",
+            "/var/tmp/by-the-agent"
+        ],
+        "{:#?}",
+        report.out_of_scope
+    );
+    assert!(report.counts.runtime_rows >= 4, "{:?}", report.counts);
+}

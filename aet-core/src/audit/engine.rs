@@ -64,6 +64,18 @@ pub(super) fn is_stage(exe: &[u8], argv: Option<&[String]>) -> bool {
     exe == b"/.aet/aet" || argv.is_some_and(|a| a.get(1).is_some_and(|x| x == "__stage"))
 }
 
+/// Whether an exec is a container runtime re-executing itself to set the container up (`runc
+/// init`, `crun init`, `youki init`: runc runs a sealed copy of its own binary, through
+/// `/dev/fd/N` or a memfd, before the container's first process), which is still the runtime's.
+/// Asked only of a process that entered the run from outside and has not run the command yet.
+pub(super) fn is_runtime_init(argv: Option<&[String]>) -> bool {
+    let Some([prog, sub, ..]) = argv else {
+        return false;
+    };
+    let name = prog.rsplit('/').next().unwrap_or(prog);
+    sub == "init" && matches!(name, "runc" | "crun" | "youki")
+}
+
 /// How an fd arrived, with its file's identity.
 pub(super) type FdOrigin = (Reached, (u64, u64));
 
@@ -414,9 +426,11 @@ pub(super) fn track(
             if ok {
                 let exe = resolved.get(i).or(path.get(i)).unwrap_or_default();
                 let args = argv_at(argv, i);
-                let stays_setup =
-                    setup && (exe.ends_with(b"/bwrap") || is_stage(exe, args.as_deref()));
                 let pr = e.procs.get_mut(&p).expect("created above");
+                let stays_setup = setup
+                    && (exe.ends_with(b"/bwrap")
+                        || is_stage(exe, args.as_deref())
+                        || pr.runtime && is_runtime_init(args.as_deref()));
                 pr.seen_start = true;
                 pr.exe = Some(lossy(exe));
                 pr.argv = args;
