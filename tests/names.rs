@@ -10,7 +10,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket},
     path::Path,
     process::{Child, Command, Stdio},
-    sync::OnceLock,
+    sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
 };
 
@@ -29,7 +29,9 @@ fn address_of(name: &str) -> Option<Ipv4Addr> {
         "repo.test" => Ipv4Addr::new(127, 0, 0, 2),
         "pkgs.test" | "tcp.test" | "udp.test" => Ipv4Addr::new(127, 0, 0, 3),
         "python.test" => Ipv4Addr::new(127, 0, 0, 4),
-        "index.test" | "other.test" => Ipv4Addr::new(127, 0, 0, 6),
+        "index.test" | "other.test" | "mirror.test" => Ipv4Addr::new(127, 0, 0, 6),
+        "sni.test" => Ipv4Addr::new(127, 0, 0, 7),
+        "metadata.test" => Ipv4Addr::new(169, 254, 169, 254),
         _ => return None,
     })
 }
@@ -358,10 +360,11 @@ fn a_sandbox_by_host_reaches_listed_names_through_the_proxy_and_nothing_else() {
     let ws = dir.path().join("ws");
     fs::create_dir(&ws).unwrap();
     let spec = dir.path().join("spec.toml");
+    // The index is a host-only service on loopback: its port and its address are listed.
     fs::write(
         &spec,
         format!(
-            "workspace = {ws:?}\nnetwork = {{ hosts = [\"index.test\"], resolver = \"{DNS}\" }}\n"
+            "workspace = {ws:?}\nnetwork = {{ hosts = [\"index.test:{port}\", \"127.0.0.6\"], resolver = \"{DNS}\" }}\n"
         ),
     )
     .unwrap();
@@ -420,6 +423,7 @@ fn a_sandbox_by_host_reaches_listed_names_through_the_proxy_and_nothing_else() {
     let tunnel = named(&rows, "net", "blocked.test", "proxy");
     assert_eq!(tunnel.len(), 1, "{tunnel:#?}");
     assert_eq!(tunnel[0].net_decision.as_deref(), Some("refused"));
+    assert_eq!(tunnel[0].net_reason.as_deref(), Some("host_not_listed"));
     assert_eq!(tunnel[0].net_port, Some(443));
     assert_eq!(tunnel[0].comm, "curl");
     let lookups = named(&rows, "dns", "blocked.test", "proxy");
@@ -452,6 +456,152 @@ fn a_sandbox_by_host_reaches_listed_names_through_the_proxy_and_nothing_else() {
     assert!(
         blocked.contains(&("barrier.host", "host:blocked.test")),
         "{v:#}"
+    );
+}
+
+/// A script for the sandbox: a `CONNECT` to `target` through aet's proxy, then a TLS
+/// handshake naming `server_name`; prints the server name and the proxy's status.
+fn tunnel_with_server_name(target: &str, server_name: &str) -> String {
+    format!(
+        r#"/usr/bin/python3 - <<'PY'
+import socket, ssl
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+print("{server_name}", head.split()[1].decode())
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+try:
+    ctx.wrap_socket(s, server_hostname="{server_name}").do_handshake()
+except (OSError, ssl.SSLError):
+    pass
+PY
+"#
+    )
+}
+
+/// A TCP server on `ip` that reads what each connection sends until it hangs up: the bytes of
+/// each connection, in the order they ended. Returns its port.
+fn counting_sink(ip: &str) -> (u16, Arc<Mutex<Vec<usize>>>) {
+    let l = TcpListener::bind((ip, 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let out = seen.clone();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut total = 0;
+                let mut b = [0u8; 8192];
+                while let Ok(n) = s.read(&mut b) {
+                    if n == 0 {
+                        break;
+                    }
+                    total += n;
+                }
+                seen.lock().unwrap().push(total);
+            });
+        }
+    });
+    (port, out)
+}
+
+#[test]
+fn the_proxy_refuses_unlisted_ports_internal_addresses_and_a_tunnel_to_another_server_name() {
+    dns_server();
+    let dir = tempdir();
+    let (mut index, port) = package_index(dir.path());
+    let (sink, received) = counting_sink("127.0.0.7");
+    let ws = dir.path().join("ws");
+    fs::create_dir(&ws).unwrap();
+    let spec = dir.path().join("spec.toml");
+    // index.test on its default ports only; mirror.test on any port, but it resolves to a
+    // loopback address nobody listed; metadata.test to the cloud metadata service; sni.test on
+    // the sink's port, at an address listed explicitly (an internal mirror).
+    fs::write(
+        &spec,
+        format!(
+            "workspace = {ws:?}\nnetwork = {{ hosts = [\"index.test\", \"mirror.test:*\", \
+             \"metadata.test\", \"sni.test:{sink}\", \"127.0.0.7\"], resolver = \"{DNS}\" }}\n"
+        ),
+    )
+    .unwrap();
+    let get = |url: String| {
+        format!("curl -sS -m 10 {url} -o /dev/null -w '%{{http_code}}\\n' 2>/dev/null; ")
+    };
+    let script = [
+        get(format!("http://index.test:{port}/simple/")),
+        get(format!("http://mirror.test:{port}/simple/")),
+        get("http://metadata.test/latest/meta-data/".into()),
+        tunnel_with_server_name(&format!("sni.test:{sink}"), "evil.test"),
+        tunnel_with_server_name(&format!("sni.test:{sink}"), "sni.test"),
+    ]
+    .concat();
+    let out = dir.path().join("run");
+    let r = run_in(
+        &out,
+        &["--sandbox", spec.to_str().unwrap()],
+        &["sh", "-c", &script],
+    );
+    let _ = index.kill();
+    let _ = index.wait();
+    assert_eq!(
+        r.stdout(),
+        "403\n403\n403\nevil.test 200\nsni.test 200\n",
+        "{}",
+        r.stderr()
+    );
+    let ledger = r.ledger();
+    assert_complete(&ledger);
+    let rows = rows(&ledger);
+    let one = |host: &str| -> Vec<&LedgerRow> { named(&rows, "net", host, "proxy") };
+    let why = |rs: &[&LedgerRow]| -> Vec<(Option<String>, Option<String>)> {
+        rs.iter()
+            .map(|r| (r.net_decision.clone(), r.net_reason.clone()))
+            .collect()
+    };
+    let refused = |reason: &str| vec![(Some("refused".to_owned()), Some(reason.to_owned()))];
+    assert_eq!(why(&one("index.test")), refused("port_not_listed"));
+    let mirror = one("mirror.test");
+    assert_eq!(why(&mirror), refused("internal_address"));
+    assert_eq!(mirror[0].net_address.as_deref(), Some(&b"127.0.0.6"[..]));
+    let metadata = one("metadata.test");
+    assert_eq!(why(&metadata), refused("internal_address"));
+    assert_eq!(
+        metadata[0].net_address.as_deref(),
+        Some(&b"169.254.169.254"[..])
+    );
+    // The tunnels: each a row; the one whose ClientHello named another server says which.
+    let tunnels = one("sni.test");
+    assert_eq!(tunnels.len(), 2, "{tunnels:#?}");
+    let mismatch = tunnels
+        .iter()
+        .find(|t| t.net_reason.is_some())
+        .expect("the tunnel to evil.test");
+    assert_eq!(mismatch.net_decision.as_deref(), Some("refused"));
+    assert_eq!(mismatch.net_reason.as_deref(), Some("server_name_mismatch"));
+    assert_eq!(mismatch.server_name.as_deref(), Some(&b"evil.test"[..]));
+    let fine = tunnels.iter().find(|t| t.net_reason.is_none()).unwrap();
+    assert_eq!(fine.net_decision.as_deref(), Some("allowed"));
+    assert_eq!(fine.net_address.as_deref(), Some(&b"127.0.0.7"[..]));
+    assert_eq!(fine.server_name, None);
+    // The server heard the matching hello, and not a byte of the other.
+    let t0 = std::time::Instant::now();
+    while received.lock().unwrap().len() < 2 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut got = received.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(
+        got[0], 0,
+        "the mismatched tunnel sent nothing upstream: {got:?}"
+    );
+    assert!(
+        got[1] > 100,
+        "the ClientHello of sni.test reached the server: {got:?}"
     );
 }
 
@@ -525,6 +675,7 @@ fn under_shadow_an_unlisted_host_is_forwarded_and_recorded_as_enforce_would_refu
     let forwarded = named(&rows, "net", "other.test", "proxy");
     assert_eq!(forwarded.len(), 1, "{rows:#?}");
     assert_eq!(forwarded[0].net_decision.as_deref(), Some("would_refuse"));
+    assert_eq!(forwarded[0].net_reason.as_deref(), Some("host_not_listed"));
     assert_eq!(forwarded[0].net_address.as_deref(), Some(&b"127.0.0.6"[..]));
     let (_, v) = audit_json(&out, &policy, &[]);
     let would: Vec<&str> = v["blocked"]

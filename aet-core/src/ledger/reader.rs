@@ -800,17 +800,25 @@ pub(crate) const ADDED_IN_5: [&str; 7] = [
     schema::col::NET_DECISION,
 ];
 
+/// Columns added by schema version 6 (null when an older ledger is read).
+pub(crate) const ADDED_IN_6: [&str; 3] = [
+    schema::col::NET_REASON,
+    schema::col::SERVER_NAME,
+    schema::col::SERVER_NAME_RAW,
+];
+
 /// What a ledger of `version` lacks (`None`: a version this build does not read).
 fn lacks(version: &str) -> Option<Vec<&'static str>> {
     let mut v: Vec<&'static str> = Vec::new();
     match version {
         SCHEMA_VERSION => return Some(v),
-        "4" => {}
-        "3" => v.extend(ADDED_IN_4),
-        "2" => v.extend(ADDED_IN_3.iter().chain(&ADDED_IN_4)),
+        "5" => {}
+        "4" => v.extend(ADDED_IN_5),
+        "3" => v.extend(ADDED_IN_4.iter().chain(&ADDED_IN_5)),
+        "2" => v.extend(ADDED_IN_3.iter().chain(&ADDED_IN_4).chain(&ADDED_IN_5)),
         _ => return None,
     }
-    v.extend(ADDED_IN_5);
+    v.extend(ADDED_IN_6);
     Some(v)
 }
 

@@ -4,7 +4,7 @@
 //!
 //! A change to a column's name, type or meaning bumps [`SCHEMA_VERSION`]. Readers refuse a ledger
 //! whose version they do not know; an older ledger is read with the columns later versions added
-//! null (`reader::ADDED_IN_3`, `reader::ADDED_IN_4`, `reader::ADDED_IN_5`).
+//! null (`reader::ADDED_IN_3` to `reader::ADDED_IN_6`).
 
 use std::{borrow::Cow, collections::HashMap, fmt::Write as _, sync::Arc};
 
@@ -19,7 +19,7 @@ use arrow_array::types::{
 };
 
 /// Version of the ledger schema written by this build.
-pub const SCHEMA_VERSION: &str = "5";
+pub const SCHEMA_VERSION: &str = "6";
 
 macro_rules! meta_keys {
     ($($(#[doc = $doc:literal])* $konst:ident = $key:literal;)*) => {
@@ -35,9 +35,10 @@ macro_rules! meta_keys {
 }
 
 meta_keys! {
-    /// The schema version (`5`; this build also reads `4`, whose ledgers lack the host and DNS
-    /// columns, `3`, whose ledgers also lack `phase`, and `2`, whose ledgers also lack the fd,
-    /// process and network columns: read as null).
+    /// The schema version (`6`; this build also reads `5`, whose ledgers lack `net_reason` and
+    /// `server_name`, `4`, whose ledgers also lack the host and DNS columns, `3`, whose ledgers
+    /// also lack `phase`, and `2`, whose ledgers also lack the fd, process and network columns:
+    /// read as null).
     SCHEMA_VERSION = "aet.schema_version";
     /// The aet version that wrote the ledger.
     AET_VERSION = "aet.version";
@@ -67,7 +68,10 @@ meta_keys! {
     /// **non-zero means incomplete**.
     EVENTS_LOST = "aet.events_lost";
     /// Lost events by reason, a JSON object: `ringbuf_full`, `inflight_full`, `tracked_full`,
-    /// `fileio_full` (byte accounting could not track an open file), `undecodable`.
+    /// `fileio_full` (byte accounting could not track an open file), `quota_full` (the run's
+    /// share of the ring was full), `fd_unrecorded` (an fd arrived that no `fd` row records),
+    /// `dispatch_failed` (a syscall `sys_exit` could not hand to its family's program),
+    /// `undecodable`.
     EVENTS_LOST_BY_REASON = "aet.events_lost_by_reason";
     /// Lost events per CPU, a JSON array indexed by CPU.
     EVENTS_LOST_PER_CPU = "aet.events_lost_per_cpu";
@@ -417,6 +421,17 @@ columns! {
     /// `aet phase` began (by the row's kernel time, so a row made just before a boundary but
     /// read after it keeps its phase). Null in ledgers before schema 4 (all `agent`).
     PHASE = phase: Phase;
+    /// For `net` and `dns` rows of aet's proxy that it refused (or, under `--mode shadow`,
+    /// would have): why. `host_not_listed`, `port_not_listed` (an entry names the host, not
+    /// this port), `internal_address` (the host resolved only to loopback, link-local, private
+    /// or other internal addresses no entry lists; `net_address` is the first),
+    /// `server_name_mismatch` (the tunnel's TLS ClientHello named `server_name`, not its
+    /// `CONNECT` host), `connection_cap` (the run had as many connections open through the
+    /// proxy as it may), `client_timeout` (the client sent no request in time). Null otherwise.
+    NET_REASON = net_reason: OptName;
+    /// For a tunnel of aet's proxy: the server name of the TLS ClientHello sent through it,
+    /// when it is not the `CONNECT` host.
+    SERVER_NAME / SERVER_NAME_RAW = server_name: Path;
 }
 
 impl Row<'_> {

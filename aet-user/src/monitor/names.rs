@@ -101,25 +101,6 @@ pub(super) fn dns_messages(b: &[u8]) -> Vec<Dns> {
     out
 }
 
-/// The server name of a TLS ClientHello.
-pub(super) fn tls_server_name(b: &[u8]) -> Option<Vec<u8>> {
-    use tls_parser::{TlsExtension, TlsMessage, TlsMessageHandshake};
-    let (_, rec) = tls_parser::parse_tls_plaintext(b).ok()?;
-    for msg in &rec.msg {
-        if let TlsMessage::Handshake(TlsMessageHandshake::ClientHello(ch)) = msg {
-            let (_, exts) = tls_parser::parse_tls_client_hello_extensions(ch.ext?).ok()?;
-            for e in exts {
-                if let TlsExtension::SNI(names) = e
-                    && let Some((_, name)) = names.first()
-                {
-                    return Some(name.to_vec());
-                }
-            }
-        }
-    }
-    None
-}
-
 /// The host an authority names (`host`, `host:port`, `[v6]:port`), without a final dot.
 fn authority_host(a: &[u8]) -> Option<Vec<u8>> {
     let host = if let Some(rest) = a.strip_prefix(b"[") {

@@ -810,7 +810,7 @@ impl RowMaker {
                 }
             }
         } else if h.aux2 == payload::SEND {
-            let found = names::tls_server_name(bytes)
+            let found = crate::proxy::rules::tls_server_name(bytes)
                 .map(|n| (n, "tls"))
                 .or_else(|| names::http_host(bytes).map(|n| (n, "http")));
             if let Some((host, source)) = found {
@@ -870,6 +870,8 @@ impl RowMaker {
             host: Some(ev.host.clone().into()),
             host_source: Some("proxy"),
             net_decision: Some(ev.decision.name()),
+            net_reason: ev.reason.map(crate::proxy::Reason::name),
+            server_name: ev.server_name.clone().map(Into::into),
             net_port: Some(u32::from(ev.port)),
             ..Row::default()
         };

@@ -59,10 +59,10 @@ async fn answer(p: &Proxy, bytes: &[u8], client: (SocketAddr, Proto)) -> Option<
     resp.add_query(q.clone());
     let name = name_bytes(q.name());
     let host = String::from_utf8_lossy(&name).into_owned();
-    let decision = p.decide(&name);
+    let decision = p.decide(&name, None);
     let mut ev = p.event(Kind::Dns, &name, 53, decision, client);
     ev.dns_type = Some(<&'static str>::from(q.query_type()).to_owned());
-    let code = if decision == Decision::Refused {
+    let code = if ev.decision == Decision::Refused {
         ResponseCode::Refused
     } else if matches!(q.query_type(), RecordType::A | RecordType::AAAA) {
         match p.resolve(&host, 0).await {

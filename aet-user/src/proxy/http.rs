@@ -13,7 +13,7 @@ use hyper::{
 };
 use hyper_util::rt::TokioIo;
 
-use super::{Decision, Proxy, Request as Kind, peer::Proto};
+use super::{Decision, Proxy, Reach, Reason, Request as Kind, peer::Proto};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -31,11 +31,15 @@ fn text(status: StatusCode, msg: String) -> Response<Body> {
     r
 }
 
-fn refused(host: &str, port: u16) -> Response<Body> {
-    text(
-        StatusCode::FORBIDDEN,
-        format!("aet: {host}:{port} is not one of the sandbox's network hosts"),
-    )
+fn refused(host: &str, port: u16, reason: Option<Reason>) -> Response<Body> {
+    let why = match reason {
+        Some(Reason::PortNotListed) => "is not a port the sandbox's network hosts list for it",
+        Some(Reason::InternalAddress) => {
+            "resolves only to internal addresses the sandbox's network hosts do not list"
+        }
+        _ => "is not one of the sandbox's network hosts",
+    };
+    text(StatusCode::FORBIDDEN, format!("aet: {host}:{port} {why}"))
 }
 
 fn errno_of(e: &std::io::Error) -> i32 {
@@ -90,7 +94,7 @@ async fn tunnel(p: Arc<Proxy>, client: SocketAddr, req: Request<Incoming>) -> Re
         .trim_end_matches(']')
         .to_owned();
     let port = auth.port_u16().unwrap_or(443);
-    let decision = p.decide(host.as_bytes());
+    let decision = p.decide(host.as_bytes(), Some(port));
     let mut ev = p.event(
         Kind::Connect,
         host.as_bytes(),
@@ -98,18 +102,19 @@ async fn tunnel(p: Arc<Proxy>, client: SocketAddr, req: Request<Incoming>) -> Re
         decision,
         (client, Proto::Tcp),
     );
-    if decision == Decision::Refused {
+    if ev.decision == Decision::Refused {
+        let reason = ev.reason;
         p.send(ev);
-        return refused(&host, port);
+        return refused(&host, port, reason);
     }
-    match p.connect(&host, port).await {
-        Ok(mut upstream) => {
+    match p.connect(&host, port, &mut ev).await {
+        Reach::Connected(upstream) => {
             ev.upstream = upstream.peer_addr().ok();
-            p.send(ev);
             tokio::spawn(async move {
-                if let Ok(up) = hyper::upgrade::on(req).await {
-                    let mut up = TokioIo::new(up);
-                    let _ = tokio::io::copy_bidirectional(&mut up, &mut upstream).await;
+                match hyper::upgrade::on(req).await {
+                    Ok(up) => splice(p, ev, host, TokioIo::new(up), upstream).await,
+                    // The client left before its tunnel opened: the request is still a row.
+                    Err(_) => p.send(ev),
                 }
             });
             Response::new(
@@ -118,7 +123,12 @@ async fn tunnel(p: Arc<Proxy>, client: SocketAddr, req: Request<Incoming>) -> Re
                     .boxed(),
             )
         }
-        Err(e) => {
+        Reach::Refused => {
+            let reason = ev.reason;
+            p.send(ev);
+            refused(&host, port, reason)
+        }
+        Reach::Failed(e) => {
             ev.errno = Some(errno_of(&e));
             p.send(ev);
             text(
@@ -126,6 +136,76 @@ async fn tunnel(p: Arc<Proxy>, client: SocketAddr, req: Request<Incoming>) -> Re
                 format!("aet: cannot reach {host}:{port}: {e}"),
             )
         }
+    }
+}
+
+/// Most bytes of a tunnel's first flight read to find its TLS server name (a ClientHello with
+/// post-quantum key shares is about 1,800 bytes).
+const FIRST_FLIGHT: usize = 16 * 1024;
+
+/// Carries a tunnel once its client's first bytes are known: when they are a TLS ClientHello
+/// whose server name is not the `CONNECT` host, the tunnel's row says so and, under enforce,
+/// it is closed before a byte reaches the server. The row goes out here, once decided.
+async fn splice<C>(
+    p: Arc<Proxy>,
+    mut ev: super::Event,
+    host: String,
+    mut client: C,
+    mut upstream: tokio::net::TcpStream,
+) where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut first = vec![0u8; FIRST_FLIGHT];
+    let mut have = 0;
+    // A TLS client speaks first; a protocol whose server speaks first (SSH, SMTP) sends
+    // nothing until it hears the server, so a short wait decides that there is no hello.
+    loop {
+        let read =
+            tokio::time::timeout(super::FIRST_BYTES_TIMEOUT, client.read(&mut first[have..])).await;
+        match read {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                p.send(ev);
+                return;
+            }
+            Ok(Ok(n)) => have += n,
+            Err(_) => break,
+        }
+        if have >= FIRST_FLIGHT || hello_complete(&first[..have]) != Some(false) {
+            break;
+        }
+    }
+    let bytes = &first[..have];
+    if let Some(name) = super::rules::tls_server_name(bytes)
+        && !super::rules::same_host(&name, host.as_bytes())
+    {
+        ev.reason = Some(Reason::ServerNameMismatch);
+        ev.decision = p.refusal();
+        ev.server_name = Some(name);
+        if ev.decision == Decision::Refused {
+            p.send(ev);
+            return;
+        }
+    }
+    p.send(ev);
+    if upstream.write_all(bytes).await.is_err() {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+/// Whether `b` holds a whole TLS record (`Some(true)`), the start of one (`Some(false)`), or
+/// something that is not TLS (`None`).
+fn hello_complete(b: &[u8]) -> Option<bool> {
+    match b {
+        [] => Some(false),
+        [0x16, rest @ ..] => match rest {
+            [_, _, hi, lo, body @ ..] => {
+                Some(body.len() >= usize::from(u16::from_be_bytes([*hi, *lo])))
+            }
+            _ => Some(false),
+        },
+        _ => None,
     }
 }
 
@@ -147,7 +227,7 @@ async fn forward(
         .trim_end_matches(']')
         .to_owned();
     let port = uri.port_u16().unwrap_or(80);
-    let decision = p.decide(host.as_bytes());
+    let decision = p.decide(host.as_bytes(), Some(port));
     let mut ev = p.event(
         Kind::Http,
         host.as_bytes(),
@@ -155,13 +235,19 @@ async fn forward(
         decision,
         (client, Proto::Tcp),
     );
-    if decision == Decision::Refused {
+    if ev.decision == Decision::Refused {
+        let reason = ev.reason;
         p.send(ev);
-        return Ok(refused(&host, port));
+        return Ok(refused(&host, port, reason));
     }
-    let upstream = match p.connect(&host, port).await {
-        Ok(s) => s,
-        Err(e) => {
+    let upstream = match p.connect(&host, port, &mut ev).await {
+        Reach::Connected(s) => s,
+        Reach::Refused => {
+            let reason = ev.reason;
+            p.send(ev);
+            return Ok(refused(&host, port, reason));
+        }
+        Reach::Failed(e) => {
             ev.errno = Some(errno_of(&e));
             p.send(ev);
             return Ok(text(

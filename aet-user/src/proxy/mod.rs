@@ -10,6 +10,7 @@
 pub(crate) mod dns;
 mod http;
 mod peer;
+pub mod rules;
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -19,9 +20,10 @@ use std::{
     time::Duration,
 };
 
-use aet_core::policy::hosts::HostSet;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedSender;
+
+pub use rules::{Reason, Rules};
 
 /// The proxy's port on the sandbox's loopback.
 pub const HTTP_PORT: u16 = 3128;
@@ -31,6 +33,9 @@ pub const URL: &str = "http://127.0.0.1:3128";
 pub const RESOLV_CONF: &str = "nameserver 127.0.0.1\noptions attempts:1 timeout:5\n";
 /// Most time one upstream connection or lookup may take.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a tunnel's client has to send its first bytes before the tunnel is carried without
+/// a server name to check (a protocol whose server speaks first).
+const FIRST_BYTES_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// What the proxy did with a request.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -77,6 +82,8 @@ pub struct Event {
     pub host: Vec<u8>,
     pub port: u16,
     pub decision: Decision,
+    /// Why it was refused (or would be, under shadow).
+    pub reason: Option<Reason>,
     /// The run's process that asked, when the proxy could tell (its socket's owner).
     pub pid: Option<u32>,
     /// Its parent and name as `/proc` said while it held the socket.
@@ -86,6 +93,8 @@ pub struct Event {
     pub gid: u32,
     /// The address the proxy reached (forwarded requests).
     pub upstream: Option<SocketAddr>,
+    /// A tunnel's TLS server name, when it is not the `CONNECT` host.
+    pub server_name: Option<Vec<u8>>,
     /// Why a forwarded request failed (`ECONNREFUSED`, ...): an errno name.
     pub errno: Option<i32>,
     /// A DNS query's type, answer code and records.
@@ -96,7 +105,8 @@ pub struct Event {
 
 /// What the proxy is started with.
 pub struct Config {
-    pub hosts: HostSet,
+    /// The spec's `network.hosts`.
+    pub rules: Rules,
     /// Refuse unlisted hosts (every mode but shadow); else forward them and say so.
     pub enforce: bool,
     /// The DNS server the proxy asks (default: the host's resolver).
@@ -126,11 +136,23 @@ fn boot_now() -> u64 {
 }
 
 impl Proxy {
-    /// What the proxy does with a request for `host`.
-    fn decide(&self, host: &[u8]) -> Decision {
-        if self.cfg.hosts.matches(host) {
-            Decision::Allowed
-        } else if self.cfg.enforce {
+    /// What the proxy does with a request for `host:port` (`None`: a DNS question, judged by
+    /// the name alone).
+    fn decide(&self, host: &[u8], port: Option<u16>) -> (Decision, Option<Reason>) {
+        let verdict = match port {
+            Some(port) => self.cfg.rules.check(host, port),
+            None if self.cfg.rules.names(host) => Ok(()),
+            None => Err(Reason::HostNotListed),
+        };
+        match verdict {
+            Ok(()) => (Decision::Allowed, None),
+            Err(r) => (self.refusal(), Some(r)),
+        }
+    }
+
+    /// What a refusal is in this mode: refused, or forwarded and recorded (`--mode shadow`).
+    fn refusal(&self) -> Decision {
+        if self.cfg.enforce {
             Decision::Refused
         } else {
             Decision::WouldRefuse
@@ -143,7 +165,7 @@ impl Proxy {
         request: Request,
         host: &[u8],
         port: u16,
-        decision: Decision,
+        (decision, reason): (Decision, Option<Reason>),
         client: (SocketAddr, peer::Proto),
     ) -> Event {
         let who = peer::owner(&self.cfg.cgroup, self.shared.netns, client.0, client.1);
@@ -153,12 +175,14 @@ impl Proxy {
             host: host.to_vec(),
             port,
             decision,
+            reason,
             pid: who.map(|w| w.pid),
             ppid: who.map_or(0, |w| w.ppid),
             comm: who.map_or([0; 16], |w| w.comm),
             uid: who.map_or(0, |w| w.uid),
             gid: who.map_or(0, |w| w.gid),
             upstream: None,
+            server_name: None,
             errno: None,
             dns_type: None,
             dns_rcode: None,
@@ -197,13 +221,42 @@ impl Proxy {
             .collect())
     }
 
-    /// A connection to `host:port`.
-    async fn connect(&self, host: &str, port: u16) -> std::io::Result<tokio::net::TcpStream> {
-        let addrs = self.resolve(host, port).await?;
-        tokio::time::timeout(UPSTREAM_TIMEOUT, tokio::net::TcpStream::connect(&addrs[..]))
-            .await
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+    /// A connection to `host:port`, to an address the rules let the proxy reach: the addresses
+    /// checked are the ones connected to. An internal address no entry lists refuses the
+    /// request (enforce) or is recorded on `ev` and reached (shadow).
+    async fn connect(&self, host: &str, port: u16, ev: &mut Event) -> Reach {
+        let addrs = match self.resolve(host, port).await {
+            Ok(a) => a,
+            Err(e) => return Reach::Failed(e),
+        };
+        let (mut ok, refused) = rules::reachable_of(&self.cfg.rules, addrs.clone());
+        if ok.is_empty()
+            && let Some(a) = refused
+        {
+            // Under shadow a request already refused keeps its first reason.
+            ev.decision = self.refusal();
+            ev.reason.get_or_insert(Reason::InternalAddress);
+            ev.upstream = Some(a);
+            if self.cfg.enforce {
+                return Reach::Refused;
+            }
+            ok = addrs;
+        }
+        match tokio::time::timeout(UPSTREAM_TIMEOUT, tokio::net::TcpStream::connect(&ok[..])).await
+        {
+            Ok(Ok(s)) => Reach::Connected(s),
+            Ok(Err(e)) => Reach::Failed(e),
+            Err(_) => Reach::Failed(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+        }
     }
+}
+
+/// What came of reaching a request's host.
+enum Reach {
+    Connected(tokio::net::TcpStream),
+    /// Every address was internal and unlisted (the event names the first).
+    Refused,
+    Failed(std::io::Error),
 }
 
 /// The listening sockets of the proxy, made inside the sandbox's network namespace.

@@ -694,10 +694,10 @@ fn take_view(
     if let Some(sb) = opts.launch.sandbox.as_ref()
         && let Some(h) = sb.spec.network.hosts()
     {
-        let hosts = match aet_core::policy::hosts::HostSet::new(&h.hosts) {
+        let rules = match crate::proxy::Rules::new(&h.hosts) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("aet: error: network.hosts: {e}");
+                eprintln!("aet: error: {e}");
                 return false;
             }
         };
@@ -714,7 +714,7 @@ fn take_view(
             return false;
         };
         let cfg = crate::proxy::Config {
-            hosts,
+            rules,
             enforce,
             resolver: h.resolver,
             cgroup: cg.path().to_owned(),

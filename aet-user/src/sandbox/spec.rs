@@ -134,7 +134,9 @@ pub enum Network {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct HostsNetwork {
-    /// The hosts the proxy reaches: `NAME`, `*.NAME`, `*` or an IP address.
+    /// The hosts the proxy reaches: `NAME`, `*.NAME`, `*` or an IP address, each with an
+    /// optional `:PORT` or `:*` (ports 80 and 443 without), and the addresses or networks
+    /// (`10.0.0.0/8`) internal addresses the names resolve to may be in.
     pub hosts: Vec<String>,
     /// The DNS server the proxy asks (default: the host's resolver, through getaddrinfo).
     #[serde(default)]
@@ -473,10 +475,8 @@ impl SandboxSpec {
                         "network.hosts is empty: use network = \"none\" for no way out".into(),
                     );
                 }
-                for (i, p) in h.hosts.iter().enumerate() {
-                    if let Err(e) = aet_core::policy::hosts::check(p) {
-                        problems.push(format!("network.hosts[{i}]: {e}"));
-                    }
+                if let Err(e) = crate::proxy::Rules::new(&h.hosts) {
+                    problems.push(e);
                 }
             }
             _ => {}
