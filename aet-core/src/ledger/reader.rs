@@ -66,6 +66,25 @@ pub fn decoding() -> bool {
     DECODING.get()
 }
 
+/// Runs an Arrow reader's constructor, whose schema decoding panics on a type it does not know
+/// (`Type <UNKNOWN 189> not supported`) instead of failing: the panic is the same error as a
+/// failure, a file that cannot be read as it says.
+fn guarded<T>(f: impl FnOnce() -> Result<T, ArrowError>) -> Result<T, ArrowError> {
+    DECODING.set(true);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    DECODING.set(false);
+    r.unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("the decoder failed");
+        Err(ArrowError::ParseError(format!(
+            "a schema cannot be decoded ({why})"
+        )))
+    })
+}
+
 /// How the ledger was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Form {
@@ -136,7 +155,7 @@ impl Ledger {
         file.seek(SeekFrom::Start(0)).map_err(io_err)?;
         let mut cut_tail = None;
         let footer_reader = finished
-            .then(|| FileReader::try_new(BufReader::new(file), None))
+            .then(|| guarded(|| FileReader::try_new(BufReader::new(file), None)))
             .and_then(Result::ok);
         // A footer whose schema is not the stream's would decode the batches as something aet
         // never wrote (two same-typed columns renamed into each other's places): the stream is
@@ -165,8 +184,9 @@ impl Ledger {
                         ));
                     }
                     file.seek(SeekFrom::Start(8)).map_err(io_err)?;
-                    let r = StreamReader::try_new(BufReader::new(file.take(end - 8)), None)
-                        .map_err(corrupt)?;
+                    let r =
+                        guarded(|| StreamReader::try_new(BufReader::new(file.take(end - 8)), None))
+                            .map_err(corrupt)?;
                     (Form::Unfinished, r.schema(), Box::new(r))
                 }
             };
@@ -197,9 +217,11 @@ impl Ledger {
                         let mut file = file;
                         file.seek(SeekFrom::Start(8)).map_err(io_err)?;
                         Box::new(
-                            StreamReader::try_new(BufReader::new(file), Some(projection))
-                                .map_err(corrupt)?
-                                .map(|b| b.and_then(|b| text_as_bytes(&b))),
+                            guarded(|| {
+                                StreamReader::try_new(BufReader::new(file), Some(projection))
+                            })
+                            .map_err(corrupt)?
+                            .map(|b| b.and_then(|b| text_as_bytes(&b))),
                         )
                     }
                 }
