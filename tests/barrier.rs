@@ -507,7 +507,13 @@ fn links_never_grant_what_is_left_out_and_proc_aliases_are_listed_as_blocked() {
     let script = format!(
         "cat {notes}; cat /proc/self/root{key}; cat /proc/self/root{secret}; \
          python3 -c 'import os; fd = os.open(\"{secret}\", os.O_PATH); \
-         os.open(\"/proc/self/fd/%d\" % fd, os.O_RDONLY)' 2>/dev/null; true",
+         os.open(\"/proc/self/fd/%d\" % fd, os.O_RDONLY)' 2>/dev/null; \
+         python3 -c 'import os; d = os.open(\"{task}\", os.O_RDONLY); \
+         os.open(\"/proc/self/fd/%d/answers/key.txt\" % d, os.O_RDONLY)' 2>/dev/null; \
+         python3 -c 'import os, threading; \
+         os.open(\"/proc/self/task/%d/root{key}\" % threading.get_native_id(), os.O_RDONLY)' \
+         2>/dev/null; true",
+        task = t.s("task"),
         notes = t.s("task/notes.txt"),
         secret = t.s("outside/secret.txt"),
     );
@@ -544,6 +550,16 @@ fn links_never_grant_what_is_left_out_and_proc_aliases_are_listed_as_blocked() {
         .map(|f| f["count"].as_u64().unwrap_or(1))
         .sum();
     assert!(n >= 2, "{a:#}");
+    // The key, denied through /proc/self/root, below a directory's fd, and through a thread's
+    // root: each explained as the key.
+    let n: u64 = a["blocked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["path"] == key.as_str())
+        .map(|f| f["count"].as_u64().unwrap_or(1))
+        .sum();
+    assert!(n >= 3, "{a:#}");
 }
 
 #[test]

@@ -45,8 +45,9 @@ pub(super) fn ptrace_access(request: Option<u32>) -> Option<&'static str> {
 
 /// The file a `/proc` magic link leads to, as far as the record knows it:
 /// `/proc/{self,thread-self,PID}/root/REST` is `/REST` (a run's processes share the root of
-/// their view), `/proc/{self,thread-self,PID}/fd/N` the path that process last opened as fd N.
-/// Links through links are followed (a few levels). `None` for any other path.
+/// their view), `/proc/{self,thread-self,PID}/fd/N/REST` the path that process last opened as
+/// fd N, then REST below it; the same under `/proc/PID/task/TID/`. Links through links are
+/// followed (a few levels). `None` for any other path.
 pub(super) fn proc_alias(
     p: &[u8],
     pid: u32,
@@ -58,33 +59,67 @@ pub(super) fn proc_alias(
         let Some(rest) = cur.strip_prefix(b"/proc/") else {
             break;
         };
-        let (who, rest) = match rest.iter().position(|&b| b == b'/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => break,
-        };
-        let owner = match who {
+        let (who, mut rest) = split_first(rest);
+        let mut owner = match who {
             b"self" | b"thread-self" => pid,
-            d if !d.is_empty() && d.iter().all(u8::is_ascii_digit) => {
-                std::str::from_utf8(d).ok()?.parse().ok()?
+            d => match number(d) {
+                Some(n) => n,
+                None => break,
+            },
+        };
+        // /proc/PID/task/TID/...: that thread's view (its fds are its process's).
+        if let (b"task", after) = split_first(rest) {
+            let (tid, after) = split_first(after);
+            if number(tid).is_none() {
+                break;
+            }
+            if who != b"self" && who != b"thread-self" {
+                owner = number(who).unwrap_or(owner);
+            }
+            rest = after;
+        }
+        let (link, below) = split_first(rest);
+        let mut next = match link {
+            b"root" => b"/".to_vec(),
+            b"fd" => {
+                let (n, after) = split_first(below);
+                let Some(fd) = number(n) else { break };
+                let Some(base) = fds.get(&(owner, fd as i32)) else {
+                    break;
+                };
+                let mut b = base.clone();
+                if !after.is_empty() {
+                    if !b.ends_with(b"/") {
+                        b.push(b'/');
+                    }
+                    b.extend_from_slice(after);
+                }
+                cur = b;
+                changed = true;
+                continue;
             }
             _ => break,
         };
-        let next = if let Some(r) = rest.strip_prefix(b"/root") {
-            if r.is_empty() {
-                b"/".to_vec()
-            } else if r.starts_with(b"/") {
-                r.to_vec()
-            } else {
-                break;
-            }
-        } else if let Some(n) = rest.strip_prefix(b"/fd/") {
-            let fd: i32 = std::str::from_utf8(n).ok()?.parse().ok()?;
-            fds.get(&(owner, fd))?.clone()
-        } else {
-            break;
-        };
+        next.extend_from_slice(below);
         cur = next;
         changed = true;
     }
     changed.then_some(cur)
+}
+
+/// `A/REST` (after a leading `/`, if any) split into `A` and `REST` (without its `/`).
+fn split_first(p: &[u8]) -> (&[u8], &[u8]) {
+    let p = p.strip_prefix(b"/").unwrap_or(p);
+    match p.iter().position(|&b| b == b'/') {
+        Some(i) => (&p[..i], &p[i + 1..]),
+        None => (p, &[]),
+    }
+}
+
+/// A decimal number of a `/proc` path component (a pid, a tid, an fd).
+fn number(d: &[u8]) -> Option<u32> {
+    if d.is_empty() || !d.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(d).ok()?.parse().ok()
 }

@@ -43,6 +43,26 @@ fn proc_magic_links_lead_to_the_file_they_name() {
         a("/proc/self/root/proc/self/fd/3", 7).as_deref(),
         Some("/task/answers/key.txt")
     );
+    // A path below a directory's fd, and the per-thread forms.
+    fds.insert((7, 5), b"/task".to_vec());
+    let a = |p: &str, pid| proc_alias(p.as_bytes(), pid, &fds).map(|v| lossy(&v));
+    assert_eq!(
+        a("/proc/self/fd/5/answers/key.txt", 7).as_deref(),
+        Some("/task/answers/key.txt")
+    );
+    assert_eq!(
+        a("/proc/7/task/8/fd/5/answers/", 1).as_deref(),
+        Some("/task/answers/")
+    );
+    assert_eq!(
+        a("/proc/self/task/9/root/etc/x", 7).as_deref(),
+        Some("/etc/x")
+    );
+    assert_eq!(
+        a("/proc/thread-self/root/proc/self/fd/5/answers/key.txt", 7).as_deref(),
+        Some("/task/answers/key.txt")
+    );
+    assert_eq!(a("/proc/self/task/x/root/a", 7), None);
     assert_eq!(a("/proc/self/fd/4", 7), None);
     assert_eq!(a("/proc/self/rootx/a", 7), None);
     assert_eq!(a("/proc/self/status", 7), None);
