@@ -8,7 +8,7 @@ use std::{
     fs,
     io::{Read, Write},
     net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket},
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
@@ -129,6 +129,20 @@ fn tls_sink(ip: &str) -> u16 {
         }
     });
     port
+}
+
+/// A workspace and a sandbox spec whose network is aet's proxy for `hosts`, asking the test's
+/// DNS server.
+fn hosts_spec(dir: &Path, hosts: &[&str]) -> (PathBuf, PathBuf) {
+    let ws = dir.join("ws");
+    fs::create_dir(&ws).unwrap();
+    let spec = dir.join("spec.toml");
+    fs::write(
+        &spec,
+        format!("workspace = {ws:?}\nnetwork = {{ hosts = {hosts:?}, resolver = \"{DNS}\" }}\n"),
+    )
+    .unwrap();
+    (ws, spec)
 }
 
 fn dns_rows<'a>(rows: &'a [LedgerRow], name: &str) -> Vec<&'a LedgerRow> {
@@ -357,17 +371,8 @@ fn a_sandbox_by_host_reaches_listed_names_through_the_proxy_and_nothing_else() {
     dns_server();
     let dir = tempdir();
     let (mut index, port) = package_index(dir.path());
-    let ws = dir.path().join("ws");
-    fs::create_dir(&ws).unwrap();
-    let spec = dir.path().join("spec.toml");
     // The index is a host-only service on loopback: its port and its address are listed.
-    fs::write(
-        &spec,
-        format!(
-            "workspace = {ws:?}\nnetwork = {{ hosts = [\"index.test:{port}\", \"127.0.0.6\"], resolver = \"{DNS}\" }}\n"
-        ),
-    )
-    .unwrap();
+    let (ws, spec) = hosts_spec(dir.path(), &[&format!("index.test:{port}"), "127.0.0.6"]);
     let script = format!(
         "/usr/bin/python3 -m pip install -q --no-cache-dir --disable-pip-version-check \
            --index-url http://index.test:{port}/simple/ --trusted-host index.test \
@@ -514,20 +519,19 @@ fn the_proxy_refuses_unlisted_ports_internal_addresses_and_a_tunnel_to_another_s
     let dir = tempdir();
     let (mut index, port) = package_index(dir.path());
     let (sink, received) = counting_sink("127.0.0.7");
-    let ws = dir.path().join("ws");
-    fs::create_dir(&ws).unwrap();
-    let spec = dir.path().join("spec.toml");
     // index.test on its default ports only; mirror.test on any port, but it resolves to a
     // loopback address nobody listed; metadata.test to the cloud metadata service; sni.test on
     // the sink's port, at an address listed explicitly (an internal mirror).
-    fs::write(
-        &spec,
-        format!(
-            "workspace = {ws:?}\nnetwork = {{ hosts = [\"index.test\", \"mirror.test:*\", \
-             \"metadata.test\", \"sni.test:{sink}\", \"127.0.0.7\"], resolver = \"{DNS}\" }}\n"
-        ),
-    )
-    .unwrap();
+    let (_ws, spec) = hosts_spec(
+        dir.path(),
+        &[
+            "index.test",
+            "mirror.test:*",
+            "metadata.test",
+            &format!("sni.test:{sink}"),
+            "127.0.0.7",
+        ],
+    );
     let get = |url: String| {
         format!("curl -sS -m 10 {url} -o /dev/null -w '%{{http_code}}\\n' 2>/dev/null; ")
     };
@@ -636,16 +640,7 @@ fn under_shadow_an_unlisted_host_is_forwarded_and_recorded_as_enforce_would_refu
     dns_server();
     let dir = tempdir();
     let (mut index, port) = package_index(dir.path());
-    let ws = dir.path().join("ws");
-    fs::create_dir(&ws).unwrap();
-    let spec = dir.path().join("spec.toml");
-    fs::write(
-        &spec,
-        format!(
-            "workspace = {ws:?}\nnetwork = {{ hosts = [\"index.test\"], resolver = \"{DNS}\" }}\n"
-        ),
-    )
-    .unwrap();
+    let (_ws, spec) = hosts_spec(dir.path(), &["index.test"]);
     let policy = dir.path().join("policy.toml");
     fs::write(
         &policy,

@@ -74,15 +74,20 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, ArrowError>) -> Result<T, ArrowError
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     DECODING.set(false);
     r.unwrap_or_else(|panic| {
-        let why = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("the decoder failed");
         Err(ArrowError::ParseError(format!(
-            "a schema cannot be decoded ({why})"
+            "a schema cannot be decoded ({})",
+            panic_text(&*panic)
         )))
     })
+}
+
+/// What a caught panic of Arrow's decoders said.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("the decoder failed")
 }
 
 /// How the ledger was read.
@@ -295,11 +300,7 @@ impl Ledger {
         let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.batches.next()));
         DECODING.set(false);
         let next = next.unwrap_or_else(|panic| {
-            let why = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("the decoder failed");
+            let why = panic_text(&*panic);
             Some(Err(ArrowError::InvalidArgumentError(format!(
                 "a batch does not match its metadata ({why})"
             ))))
