@@ -132,14 +132,16 @@ fn tls_sink(ip: &str) -> u16 {
 }
 
 /// A workspace and a sandbox spec whose network is aet's proxy for `hosts`, asking the test's
-/// DNS server.
-fn hosts_spec(dir: &Path, hosts: &[&str]) -> (PathBuf, PathBuf) {
+/// DNS server (`more`: more keys of the network's table, `, KEY = VALUE`).
+fn hosts_spec(dir: &Path, hosts: &[&str], more: &str) -> (PathBuf, PathBuf) {
     let ws = dir.join("ws");
     fs::create_dir(&ws).unwrap();
     let spec = dir.join("spec.toml");
     fs::write(
         &spec,
-        format!("workspace = {ws:?}\nnetwork = {{ hosts = {hosts:?}, resolver = \"{DNS}\" }}\n"),
+        format!(
+            "workspace = {ws:?}\nnetwork = {{ hosts = {hosts:?}, resolver = \"{DNS}\"{more} }}\n"
+        ),
     )
     .unwrap();
     (ws, spec)
@@ -372,7 +374,11 @@ fn a_sandbox_by_host_reaches_listed_names_through_the_proxy_and_nothing_else() {
     let dir = tempdir();
     let (mut index, port) = package_index(dir.path());
     // The index is a host-only service on loopback: its port and its address are listed.
-    let (ws, spec) = hosts_spec(dir.path(), &[&format!("index.test:{port}"), "127.0.0.6"]);
+    let (ws, spec) = hosts_spec(
+        dir.path(),
+        &[&format!("index.test:{port}"), "127.0.0.6"],
+        "",
+    );
     let script = format!(
         "/usr/bin/python3 -m pip install -q --no-cache-dir --disable-pip-version-check \
            --index-url http://index.test:{port}/simple/ --trusted-host index.test \
@@ -531,6 +537,7 @@ fn the_proxy_refuses_unlisted_ports_internal_addresses_and_a_tunnel_to_another_s
             &format!("sni.test:{sink}"),
             "127.0.0.7",
         ],
+        "",
     );
     let get = |url: String| {
         format!("curl -sS -m 10 {url} -o /dev/null -w '%{{http_code}}\\n' 2>/dev/null; ")
@@ -610,6 +617,82 @@ fn the_proxy_refuses_unlisted_ports_internal_addresses_and_a_tunnel_to_another_s
 }
 
 #[test]
+fn the_proxy_caps_a_run_s_connections_and_times_out_silent_clients_each_a_row() {
+    dns_server();
+    let dir = tempdir();
+    let (sink, received) = counting_sink("127.0.0.7");
+    let (_ws, spec) = hosts_spec(
+        dir.path(),
+        &[&format!("sni.test:{sink}"), "127.0.0.7"],
+        ", max_connections = 2, client_timeout = 1",
+    );
+    // Two clients that say nothing hold the run's two slots: a third is refused at once; the
+    // two are timed out; then a tunnel is served again.
+    let script = format!(
+        r#"/usr/bin/python3 - <<'PY'
+import socket, time
+def reply(s):
+    data = b""
+    while True:
+        b = s.recv(4096)
+        if not b:
+            return data.split(b" ")[1].decode() if data else "closed"
+        data += b
+idle = [socket.create_connection(("127.0.0.1", 3128)) for _ in range(2)]
+time.sleep(0.3)
+third = socket.create_connection(("127.0.0.1", 3128))
+print("third", reply(third))
+print("idle", " ".join(reply(s) for s in idle))
+t = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+t.sendall(b"CONNECT sni.test:{sink} HTTP/1.1\r\nHost: sni.test\r\n\r\n")
+print("after", t.recv(4096).split(b" ")[1].decode())
+t.sendall(b"hello")
+t.close()
+PY
+"#
+    );
+    let out = dir.path().join("run");
+    let r = run_in(
+        &out,
+        &["--sandbox", spec.to_str().unwrap()],
+        &["sh", "-c", &script],
+    );
+    assert_eq!(
+        r.stdout(),
+        "third 503\nidle 408 408\nafter 200\n",
+        "{}",
+        r.stderr()
+    );
+    let rows = rows(&r.ledger());
+    let refusals: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.host_source.as_deref() == Some("proxy") && r.host.is_none())
+        .map(|r| {
+            assert_eq!(r.net_decision.as_deref(), Some("refused"), "{r:#?}");
+            assert_eq!(r.comm, "python3", "the client is named: {r:#?}");
+            r.net_reason.as_deref().unwrap()
+        })
+        .collect();
+    let mut sorted = refusals.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        ["client_timeout", "client_timeout", "connection_cap"],
+        "{rows:#?}"
+    );
+    assert_eq!(named(&rows, "net", "sni.test", "proxy").len(), 1);
+    let t0 = std::time::Instant::now();
+    while received.lock().unwrap().is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        *received.lock().unwrap(),
+        [5],
+        "the tunnel carried its bytes"
+    );
+}
+
+#[test]
 fn a_bad_hosts_network_is_refused_naming_the_entry() {
     let dir = tempdir();
     let spec = dir.path().join("spec.toml");
@@ -640,7 +723,7 @@ fn under_shadow_an_unlisted_host_is_forwarded_and_recorded_as_enforce_would_refu
     dns_server();
     let dir = tempdir();
     let (mut index, port) = package_index(dir.path());
-    let (_ws, spec) = hosts_spec(dir.path(), &["index.test"]);
+    let (_ws, spec) = hosts_spec(dir.path(), &["index.test"], "");
     let policy = dir.path().join("policy.toml");
     fs::write(
         &policy,

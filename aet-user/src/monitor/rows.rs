@@ -867,12 +867,13 @@ impl RowMaker {
             uid: ev.uid,
             gid: ev.gid,
             comm: info.comm,
-            host: Some(ev.host.clone().into()),
+            // A connection refused before it asked for anything names no host.
+            host: (!ev.host.is_empty()).then(|| ev.host.clone().into()),
             host_source: Some("proxy"),
             net_decision: Some(ev.decision.name()),
             net_reason: ev.reason.map(crate::proxy::Reason::name),
             server_name: ev.server_name.clone().map(Into::into),
-            net_port: Some(u32::from(ev.port)),
+            net_port: (ev.port != 0).then_some(u32::from(ev.port)),
             ..Row::default()
         };
         if let Some(up) = ev.upstream {

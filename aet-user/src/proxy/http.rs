@@ -13,7 +13,7 @@ use hyper::{
 };
 use hyper_util::rt::TokioIo;
 
-use super::{Decision, Proxy, Reach, Reason, Request as Kind, peer::Proto};
+use super::{Decision, Proxy, Reach, Reason, Request as Kind, Slot, peer::Proto};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -50,18 +50,41 @@ fn errno_of(e: &std::io::Error) -> i32 {
     })
 }
 
-/// Serves the proxy's listener.
+/// Serves the proxy's listener. A connection past the run's cap, or one whose client sends no
+/// byte within the client timeout, is answered (503, 408), closed and a row; a head that takes
+/// longer than the timeout to arrive is closed by hyper.
 pub(super) async fn serve(p: Arc<Proxy>, listener: tokio::net::TcpListener) {
     loop {
         let Ok((stream, client)) = listener.accept().await else {
             continue;
         };
         let p = p.clone();
+        let slot = Slot::take(&p);
         tokio::spawn(async move {
-            let svc = service_fn(move |req| handle(p.clone(), client, req));
+            let Some(slot) = slot else {
+                refuse_connection(&p, stream, client, Reason::ConnectionCap).await;
+                return;
+            };
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(p.cfg.client_timeout, stream.peek(&mut first)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                // Closed before a byte: nothing was asked.
+                Ok(_) => return,
+                Err(_) => {
+                    refuse_connection(&p, stream, client, Reason::ClientTimeout).await;
+                    return;
+                }
+            }
+            let slot = Arc::new(slot);
+            let svc = {
+                let p = p.clone();
+                service_fn(move |req| handle(p.clone(), client, req, slot.clone()))
+            };
             let _ = hyper::server::conn::http1::Builder::new()
                 .preserve_header_case(true)
                 .title_case_headers(true)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(p.cfg.client_timeout)
                 .serve_connection(TokioIo::new(stream), svc)
                 .with_upgrades()
                 .await;
@@ -69,19 +92,66 @@ pub(super) async fn serve(p: Arc<Proxy>, listener: tokio::net::TcpListener) {
     }
 }
 
+/// Answers a connection the proxy does not serve, closes it, and records why.
+async fn refuse_connection(
+    p: &Proxy,
+    mut stream: tokio::net::TcpStream,
+    client: SocketAddr,
+    reason: Reason,
+) {
+    use tokio::io::AsyncWriteExt as _;
+    let ev = p.event(
+        Kind::Http,
+        b"",
+        0,
+        (Decision::Refused, Some(reason)),
+        (client, Proto::Tcp),
+    );
+    let (status, why) = match reason {
+        Reason::ConnectionCap => (
+            "503 Service Unavailable",
+            format!(
+                "aet: the run has {} connections open through the proxy, as many as it may",
+                p.cfg.max_connections
+            ),
+        ),
+        _ => (
+            "408 Request Timeout",
+            format!(
+                "aet: no request came within {:.1} s",
+                p.cfg.client_timeout.as_secs_f64()
+            ),
+        ),
+    };
+    p.send(ev);
+    let body = why + "\n";
+    let msg = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(p.cfg.client_timeout, stream.write_all(msg.as_bytes())).await;
+    let _ = stream.shutdown().await;
+}
+
 async fn handle(
     p: Arc<Proxy>,
     client: SocketAddr,
     req: Request<Incoming>,
+    slot: Arc<Slot>,
 ) -> Result<Response<Body>, hyper::Error> {
     if req.method() == Method::CONNECT {
-        return Ok(tunnel(p, client, req).await);
+        return Ok(tunnel(p, client, req, slot.again()).await);
     }
     forward(p, client, req).await
 }
 
 /// `CONNECT host:port`.
-async fn tunnel(p: Arc<Proxy>, client: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+async fn tunnel(
+    p: Arc<Proxy>,
+    client: SocketAddr,
+    req: Request<Incoming>,
+    slot: Slot,
+) -> Response<Body> {
     let Some(auth) = req.uri().authority().cloned() else {
         return text(
             StatusCode::BAD_REQUEST,
@@ -111,6 +181,8 @@ async fn tunnel(p: Arc<Proxy>, client: SocketAddr, req: Request<Incoming>) -> Re
         Reach::Connected(upstream) => {
             ev.upstream = upstream.peer_addr().ok();
             tokio::spawn(async move {
+                // The tunnel holds its own slot: its connection's goes when hyper hands it over.
+                let _slot = slot;
                 match hyper::upgrade::on(req).await {
                     Ok(up) => splice(p, ev, host, TokioIo::new(up), upstream).await,
                     // The client left before its tunnel opened: the request is still a row.

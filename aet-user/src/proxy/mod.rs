@@ -113,12 +113,58 @@ pub struct Config {
     pub resolver: Option<SocketAddr>,
     /// The run's cgroup: whose processes' sockets name the client of a request.
     pub cgroup: PathBuf,
+    /// Most connections open through the proxy at once (tunnels included).
+    pub max_connections: usize,
+    /// How long a client has to send its request.
+    pub client_timeout: Duration,
 }
 
 /// The running proxy's shared state.
 struct Shared {
     /// The inode of the sandbox's network namespace.
     netns: u64,
+    /// Connections and tunnels open now.
+    open: std::sync::atomic::AtomicUsize,
+}
+
+/// One open connection or tunnel of [`Shared::open`], counted while it lives.
+pub(crate) struct Slot(Arc<Proxy>);
+
+impl Slot {
+    /// A slot, unless the run has as many open as it may.
+    fn take(p: &Arc<Proxy>) -> Option<Self> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let open = &p.shared.open;
+        let mut n = open.load(SeqCst);
+        loop {
+            if n >= p.cfg.max_connections {
+                return None;
+            }
+            match open.compare_exchange(n, n + 1, SeqCst, SeqCst) {
+                Ok(_) => return Some(Self(p.clone())),
+                Err(now) => n = now,
+            }
+        }
+    }
+
+    /// Another slot for what outlives this one (a tunnel its connection handed over): counted
+    /// even past the cap, as it is the same client's.
+    fn again(&self) -> Self {
+        self.0
+            .shared
+            .open
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(self.0.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0
+            .shared
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The proxy.
@@ -299,7 +345,10 @@ pub fn start(netns: OwnedFd, cfg: Config, events: UnboundedSender<Event>) -> std
     let l = listen_in(netns)?;
     let proxy = Arc::new(Proxy {
         cfg,
-        shared: Shared { netns: ino },
+        shared: Shared {
+            netns: ino,
+            open: std::sync::atomic::AtomicUsize::new(0),
+        },
         events,
     });
     let http = tokio::net::TcpListener::from_std(l.http)?;

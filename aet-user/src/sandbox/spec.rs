@@ -141,6 +141,22 @@ pub struct HostsNetwork {
     /// The DNS server the proxy asks (default: the host's resolver, through getaddrinfo).
     #[serde(default)]
     pub resolver: Option<std::net::SocketAddr>,
+    /// Most connections the run may have open through the proxy at once (tunnels included);
+    /// one more is refused with a row saying so.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// Seconds a client of the proxy has to send its request (its first byte, then its whole
+    /// head) before it is refused with a row saying so.
+    #[serde(default = "default_client_timeout")]
+    pub client_timeout: u32,
+}
+
+fn default_max_connections() -> u32 {
+    512
+}
+
+fn default_client_timeout() -> u32 {
+    10
 }
 
 impl Network {
@@ -478,6 +494,15 @@ impl SandboxSpec {
                 if let Err(e) = crate::proxy::Rules::new(&h.hosts) {
                     problems.push(e);
                 }
+                if h.max_connections == 0 {
+                    problems.push("network.max_connections = 0: no request could be made".into());
+                }
+                if !(1..=3600).contains(&h.client_timeout) {
+                    problems.push(format!(
+                        "network.client_timeout = {}: expected seconds, 1 to 3600",
+                        h.client_timeout
+                    ));
+                }
             }
             _ => {}
         }
@@ -706,7 +731,7 @@ pub const KEYS: &[SpecKey] = &[
     },
     SpecKey {
         keys: "`network`",
-        kind: "`\"host\"`, `\"none\"` (or `true`/`false`), or `{ hosts = [...], resolver = \"ADDRESS:PORT\" }`",
+        kind: "`\"host\"`, `\"none\"` (or `true`/`false`), or `{ hosts = [...], resolver = \"ADDRESS:PORT\", max_connections = 512, client_timeout = 10 }`",
         default: "`\"host\"`",
         meaning: "`\"none\"`: a private network namespace with only loopback, checked from inside before the command starts (the report's `network = \"none\"` check: no interface but `lo`). `{ hosts = [\"pypi.org\", \"*.pythonhosted.org\"] }`: that namespace, whose only way out is aet's proxy, [below](#a-network-by-host)",
     },
