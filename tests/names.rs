@@ -617,17 +617,17 @@ fn the_proxy_refuses_unlisted_ports_internal_addresses_and_a_tunnel_to_another_s
 }
 
 #[test]
-fn the_proxy_caps_a_run_s_connections_and_times_out_silent_clients_each_a_row() {
+fn the_proxy_caps_a_run_s_connections_and_times_out_silent_clients_and_idle_tunnels() {
     dns_server();
     let dir = tempdir();
     let (sink, received) = counting_sink("127.0.0.7");
     let (_ws, spec) = hosts_spec(
         dir.path(),
         &[&format!("sni.test:{sink}"), "127.0.0.7"],
-        ", max_connections = 2, client_timeout = 1",
+        ", max_connections = 2, client_timeout = 1, idle_timeout = 1",
     );
     // Two clients that say nothing hold the run's two slots: a third is refused at once; the
-    // two are timed out; then a tunnel is served again.
+    // two are timed out; then a tunnel is served again, and one left idle is closed.
     let script = format!(
         r#"/usr/bin/python3 - <<'PY'
 import socket, time
@@ -648,6 +648,12 @@ t.sendall(b"CONNECT sni.test:{sink} HTTP/1.1\r\nHost: sni.test\r\n\r\n")
 print("after", t.recv(4096).split(b" ")[1].decode())
 t.sendall(b"hello")
 t.close()
+u = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+u.sendall(b"CONNECT sni.test:{sink} HTTP/1.1\r\nHost: sni.test\r\n\r\n")
+u.recv(4096)
+start = time.time()
+u.sendall(b"x")
+print("idle tunnel closed", u.recv(4096) == b"" and time.time() - start < 5)
 PY
 "#
     );
@@ -659,7 +665,7 @@ PY
     );
     assert_eq!(
         r.stdout(),
-        "third 503\nidle 408 408\nafter 200\n",
+        "third 503\nidle 408 408\nafter 200\nidle tunnel closed True\n",
         "{}",
         r.stderr()
     );
@@ -680,16 +686,14 @@ PY
         ["client_timeout", "client_timeout", "connection_cap"],
         "{rows:#?}"
     );
-    assert_eq!(named(&rows, "net", "sni.test", "proxy").len(), 1);
+    assert_eq!(named(&rows, "net", "sni.test", "proxy").len(), 2);
     let t0 = std::time::Instant::now();
-    while received.lock().unwrap().is_empty() && t0.elapsed() < Duration::from_secs(10) {
+    while received.lock().unwrap().len() < 2 && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(
-        *received.lock().unwrap(),
-        [5],
-        "the tunnel carried its bytes"
-    );
+    let mut got = received.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, [1, 5], "each tunnel carried its bytes");
 }
 
 #[test]

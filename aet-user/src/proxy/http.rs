@@ -263,7 +263,49 @@ async fn splice<C>(
     if upstream.write_all(bytes).await.is_err() {
         return;
     }
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    carry(client, upstream, p.cfg.idle_timeout).await;
+}
+
+/// Carries a tunnel's bytes both ways until both sides have ended, or until no byte has moved
+/// either way for `idle` (the tunnel is then closed: an idle client does not hold a slot for
+/// ever). One side's end is passed on to the other (a half-close), as `copy_bidirectional`
+/// does.
+async fn carry<C>(client: C, upstream: tokio::net::TcpStream, idle: std::time::Duration)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut ur, mut uw) = upstream.into_split();
+    let (mut up, mut down) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    let (mut client_done, mut upstream_done) = (false, false);
+    while !(client_done && upstream_done) {
+        tokio::select! {
+            r = cr.read(&mut up), if !client_done => match r {
+                Ok(n) if n > 0 => {
+                    if uw.write_all(&up[..n]).await.is_err() {
+                        return;
+                    }
+                }
+                _ => {
+                    client_done = true;
+                    let _ = uw.shutdown().await;
+                }
+            },
+            r = ur.read(&mut down), if !upstream_done => match r {
+                Ok(n) if n > 0 => {
+                    if cw.write_all(&down[..n]).await.is_err() {
+                        return;
+                    }
+                }
+                _ => {
+                    upstream_done = true;
+                    let _ = cw.shutdown().await;
+                }
+            },
+            () = tokio::time::sleep(idle) => return,
+        }
+    }
 }
 
 /// Whether `b` holds a whole TLS record (`Some(true)`), the start of one (`Some(false)`), or

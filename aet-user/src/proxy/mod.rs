@@ -117,6 +117,8 @@ pub struct Config {
     pub max_connections: usize,
     /// How long a client has to send its request.
     pub client_timeout: Duration,
+    /// How long a tunnel may carry no byte either way before it is closed.
+    pub idle_timeout: Duration,
 }
 
 /// The running proxy's shared state.

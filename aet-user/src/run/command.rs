@@ -720,6 +720,7 @@ fn take_view(
             cgroup: cg.path().to_owned(),
             max_connections: h.max_connections as usize,
             client_timeout: std::time::Duration::from_secs(u64::from(h.client_timeout)),
+            idle_timeout: std::time::Duration::from_secs(u64::from(h.idle_timeout)),
         };
         if let Err(e) = crate::proxy::start(net, cfg, proxy_tx.clone()) {
             eprintln!("aet: error: cannot start the sandbox's proxy: {e}");

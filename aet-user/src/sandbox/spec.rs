@@ -149,6 +149,13 @@ pub struct HostsNetwork {
     /// head) before it is refused with a row saying so.
     #[serde(default = "default_client_timeout")]
     pub client_timeout: u32,
+    /// Seconds a tunnel through the proxy may carry no byte either way before it is closed.
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout: u32,
+}
+
+fn default_idle_timeout() -> u32 {
+    300
 }
 
 fn default_max_connections() -> u32 {
@@ -497,6 +504,12 @@ impl SandboxSpec {
                 if h.max_connections == 0 {
                     problems.push("network.max_connections = 0: no request could be made".into());
                 }
+                if !(1..=86_400).contains(&h.idle_timeout) {
+                    problems.push(format!(
+                        "network.idle_timeout = {}: expected seconds, 1 to 86400",
+                        h.idle_timeout
+                    ));
+                }
                 if !(1..=3600).contains(&h.client_timeout) {
                     problems.push(format!(
                         "network.client_timeout = {}: expected seconds, 1 to 3600",
@@ -731,7 +744,7 @@ pub const KEYS: &[SpecKey] = &[
     },
     SpecKey {
         keys: "`network`",
-        kind: "`\"host\"`, `\"none\"` (or `true`/`false`), or `{ hosts = [...], resolver = \"ADDRESS:PORT\", max_connections = 512, client_timeout = 10 }`",
+        kind: "`\"host\"`, `\"none\"` (or `true`/`false`), or `{ hosts = [...], resolver = \"ADDRESS:PORT\", max_connections = 512, client_timeout = 10, idle_timeout = 300 }`",
         default: "`\"host\"`",
         meaning: "`\"none\"`: a private network namespace with only loopback, checked from inside before the command starts (the report's `network = \"none\"` check: no interface but `lo`). `{ hosts = [\"pypi.org\", \"*.pythonhosted.org\"] }`: that namespace, whose only way out is aet's proxy, [below](#a-network-by-host)",
     },
