@@ -627,7 +627,8 @@ fn the_proxy_caps_a_run_s_connections_and_times_out_silent_clients_and_idle_tunn
         ", max_connections = 2, client_timeout = 1, idle_timeout = 1",
     );
     // Two clients that say nothing hold the run's two slots: a third is refused at once; the
-    // two are timed out; then a tunnel is served again, and one left idle is closed.
+    // two are timed out; three clients that reset mid-request leave no slot taken; then a
+    // tunnel is served again, and one left idle is closed.
     let script = format!(
         r#"/usr/bin/python3 - <<'PY'
 import socket, time
@@ -643,6 +644,14 @@ time.sleep(0.3)
 third = socket.create_connection(("127.0.0.1", 3128))
 print("third", reply(third))
 print("idle", " ".join(reply(s) for s in idle))
+# Clients that leave mid-request (half a head, then a reset) free their slots.
+import struct
+for _ in range(3):
+    k = socket.create_connection(("127.0.0.1", 3128))
+    k.sendall(b"CONNECT sni.te")
+    k.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    k.close()
+    time.sleep(0.3)
 t = socket.create_connection(("127.0.0.1", 3128), timeout=10)
 t.sendall(b"CONNECT sni.test:{sink} HTTP/1.1\r\nHost: sni.test\r\n\r\n")
 print("after", t.recv(4096).split(b" ")[1].decode())

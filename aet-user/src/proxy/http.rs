@@ -71,6 +71,9 @@ pub(super) async fn serve(p: Arc<Proxy>, listener: tokio::net::TcpListener) {
                 // Closed before a byte: nothing was asked.
                 Ok(_) => return,
                 Err(_) => {
+                    // Its slot is free before the client hears why (a client that reconnects
+                    // at once is not refused for the one it gave up).
+                    drop(slot);
                     refuse_connection(&p, stream, client, Reason::ClientTimeout).await;
                     return;
                 }
