@@ -471,20 +471,39 @@ fn a_sandbox_by_host_reaches_listed_names_through_the_proxy_and_nothing_else() {
 }
 
 /// A script for the sandbox: a `CONNECT` to `target` through aet's proxy, then a TLS
-/// handshake naming `server_name`; prints the server name and the proxy's status.
-fn tunnel_with_server_name(target: &str, server_name: &str) -> String {
+/// ClientHello naming `server_name`, sent `how`: `whole` (a real handshake), `records` (the
+/// hello cut into TLS records of 40 bytes), `late` (the whole hello after 0.8 s of silence).
+/// Prints the server name, `how` and the proxy's status.
+fn tunnel_with_server_name(target: &str, server_name: &str, how: &str) -> String {
     format!(
         r#"/usr/bin/python3 - <<'PY'
-import socket, ssl
+import socket, ssl, time
 s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
 s.sendall(b"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
 head = b""
 while b"\r\n\r\n" not in head:
     head += s.recv(1)
-print("{server_name}", head.split()[1].decode())
+print("{server_name}", "{how}", head.split()[1].decode())
 ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
 try:
-    ctx.wrap_socket(s, server_hostname="{server_name}").do_handshake()
+    if "{how}" == "whole":
+        ctx.wrap_socket(s, server_hostname="{server_name}").do_handshake()
+    else:
+        out = ssl.MemoryBIO()
+        o = ctx.wrap_bio(ssl.MemoryBIO(), out, server_hostname="{server_name}")
+        try:
+            o.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        hello = out.read()
+        if "{how}" == "records":
+            body = hello[5:]
+            hello = b"".join(b"\x16\x03\x01" + len(c).to_bytes(2, "big") + c
+                             for c in (body[k:k + 40] for k in range(0, len(body), 40)))
+        else:
+            time.sleep(0.8)
+        s.sendall(hello)
+        s.recv(1)
 except (OSError, ssl.SSLError):
     pass
 PY
@@ -546,8 +565,10 @@ fn the_proxy_refuses_unlisted_ports_internal_addresses_and_a_tunnel_to_another_s
         get(format!("http://index.test:{port}/simple/")),
         get(format!("http://mirror.test:{port}/simple/")),
         get("http://metadata.test/latest/meta-data/".into()),
-        tunnel_with_server_name(&format!("sni.test:{sink}"), "evil.test"),
-        tunnel_with_server_name(&format!("sni.test:{sink}"), "sni.test"),
+        tunnel_with_server_name(&format!("sni.test:{sink}"), "evil.test", "whole"),
+        tunnel_with_server_name(&format!("sni.test:{sink}"), "evil.test", "records"),
+        tunnel_with_server_name(&format!("sni.test:{sink}"), "evil.test", "late"),
+        tunnel_with_server_name(&format!("sni.test:{sink}"), "sni.test", "whole"),
     ]
     .concat();
     let out = dir.path().join("run");
@@ -560,7 +581,8 @@ fn the_proxy_refuses_unlisted_ports_internal_addresses_and_a_tunnel_to_another_s
     let _ = index.wait();
     assert_eq!(
         r.stdout(),
-        "403\n403\n403\nevil.test 200\nsni.test 200\n",
+        "403\n403\n403\nevil.test whole 200\nevil.test records 200\nevil.test late 200\n\
+         sni.test whole 200\n",
         "{}",
         r.stderr()
     );
@@ -584,34 +606,48 @@ fn the_proxy_refuses_unlisted_ports_internal_addresses_and_a_tunnel_to_another_s
         metadata[0].net_address.as_deref(),
         Some(&b"169.254.169.254"[..])
     );
-    // The tunnels: each a row; the one whose ClientHello named another server says which.
+    // The tunnels: each a row; those whose ClientHello named another server say which,
+    // whether it came whole, cut into records, or after a silence (then the tunnel's own row
+    // went out first, and the refusal is a row of its own).
     let tunnels = one("sni.test");
-    assert_eq!(tunnels.len(), 2, "{tunnels:#?}");
-    let mismatch = tunnels
+    type Seen<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a [u8]>);
+    let seen: Vec<Seen<'_>> = tunnels
         .iter()
-        .find(|t| t.net_reason.is_some())
-        .expect("the tunnel to evil.test");
-    assert_eq!(mismatch.net_decision.as_deref(), Some("refused"));
-    assert_eq!(mismatch.net_reason.as_deref(), Some("server_name_mismatch"));
-    assert_eq!(mismatch.server_name.as_deref(), Some(&b"evil.test"[..]));
-    let fine = tunnels.iter().find(|t| t.net_reason.is_none()).unwrap();
-    assert_eq!(fine.net_decision.as_deref(), Some("allowed"));
-    assert_eq!(fine.net_address.as_deref(), Some(&b"127.0.0.7"[..]));
-    assert_eq!(fine.server_name, None);
-    // The server heard the matching hello, and not a byte of the other.
+        .map(|t| {
+            (
+                t.net_decision.as_deref(),
+                t.net_reason.as_deref(),
+                t.server_name.as_deref(),
+            )
+        })
+        .collect();
+    let mismatch = (
+        Some("refused"),
+        Some("server_name_mismatch"),
+        Some(&b"evil.test"[..]),
+    );
+    let allowed = (Some("allowed"), None, None);
+    assert_eq!(
+        seen,
+        [mismatch, mismatch, allowed, mismatch, allowed],
+        "{tunnels:#?}"
+    );
+    assert_eq!(tunnels[4].net_address.as_deref(), Some(&b"127.0.0.7"[..]));
+    // The server heard the matching hello, and not a byte of the others.
     let t0 = std::time::Instant::now();
-    while received.lock().unwrap().len() < 2 && t0.elapsed() < Duration::from_secs(10) {
+    while received.lock().unwrap().len() < 4 && t0.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(50));
     }
     let mut got = received.lock().unwrap().clone();
     got.sort();
-    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got.len(), 4, "{got:?}");
     assert_eq!(
-        got[0], 0,
-        "the mismatched tunnel sent nothing upstream: {got:?}"
+        &got[..3],
+        [0, 0, 0],
+        "the mismatched tunnels sent nothing upstream: {got:?}"
     );
     assert!(
-        got[1] > 100,
+        got[3] > 100,
         "the ClientHello of sni.test reached the server: {got:?}"
     );
 }

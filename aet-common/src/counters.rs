@@ -74,8 +74,8 @@ pub mod counter {
     ];
 }
 
-/// The programs `sys_exit` hands a syscall to, by their index in its program array (`EXITS`),
-/// and their names in the object.
+/// The programs `sys_exit` hands a syscall to, by their index in its program array (`EXITS`;
+/// the loader's `PROGRAMS` names the program at each).
 pub mod exits {
     /// Reads, writes, closes, duplications, listings.
     pub const IO: u32 = 0;
@@ -91,13 +91,4 @@ pub mod exits {
     pub const PAYLOAD: u32 = 5;
     /// Number of entries.
     pub const COUNT: u32 = 6;
-    /// The program at each index.
-    pub const PROGRAMS: [(u32, &str); COUNT as usize] = [
-        (IO, "exit_io"),
-        (EXEC, "exit_exec"),
-        (RECV, "exit_recv"),
-        (NET, "exit_net"),
-        (EVENT, "exit_event"),
-        (PAYLOAD, "exit_payload"),
-    ];
 }

@@ -426,7 +426,8 @@ columns! {
     /// this port), `internal_address` (the host resolved only to loopback, link-local, private
     /// or other internal addresses no entry lists; `net_address` is the first),
     /// `server_name_mismatch` (the tunnel's TLS ClientHello named `server_name`, not its
-    /// `CONNECT` host), `connection_cap` (the run had as many connections open through the
+    /// `CONNECT` host), `server_name_unreadable` (its client began a TLS handshake whose server
+    /// name could not be read within the first 16 KiB), `connection_cap` (the run had as many connections open through the
     /// proxy as it may), `client_timeout` (the client sent no request in time). Null otherwise.
     NET_REASON = net_reason: OptName;
     /// For a tunnel of aet's proxy: the server name of the TLS ClientHello sent through it,

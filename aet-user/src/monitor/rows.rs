@@ -810,7 +810,7 @@ impl RowMaker {
                 }
             }
         } else if h.aux2 == payload::SEND {
-            let found = crate::proxy::rules::tls_server_name(bytes)
+            let found = crate::proxy::hello::tls_server_name(bytes)
                 .map(|n| (n, "tls"))
                 .or_else(|| names::http_host(bytes).map(|n| (n, "http")));
             if let Some((host, source)) = found {

@@ -13,7 +13,7 @@ use hyper::{
 };
 use hyper_util::rt::TokioIo;
 
-use super::{Decision, Proxy, Reach, Reason, Request as Kind, Slot, peer::Proto};
+use super::{Decision, Proxy, Reach, Reason, Request as Kind, Slot, hello::Hello, peer::Proto};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -218,24 +218,47 @@ async fn tunnel(
 /// post-quantum key shares is about 1,800 bytes).
 const FIRST_FLIGHT: usize = 16 * 1024;
 
+/// What a client's first bytes say about the tunnel they go through: a reason to refuse it, and
+/// the server name to record; `None` when there is none (not TLS, or a hello naming the host or
+/// no name at all). A TLS hello that cannot be read, or that does not end within the first
+/// flight, is refused: its name could not be checked.
+fn judge_first(bytes: &[u8], host: &str, full: bool) -> Option<Option<(Reason, Option<Vec<u8>>)>> {
+    Some(match super::hello::client_hello(bytes) {
+        Hello::Incomplete if !full => return None,
+        Hello::NotTls | Hello::Hello(None) => None,
+        Hello::Hello(Some(name)) if super::rules::same_host(&name, host.as_bytes()) => None,
+        Hello::Hello(Some(name)) => Some((Reason::ServerNameMismatch, Some(name))),
+        Hello::Incomplete | Hello::Unreadable => Some((Reason::ServerNameUnreadable, None)),
+    })
+}
+
+/// A tunnel whose client's first bytes are still to be checked.
+struct Pending {
+    /// The client's bytes so far, held back from the server.
+    bytes: Vec<u8>,
+    /// The tunnel's request, the row a refusal starts from.
+    ev: super::Event,
+    host: String,
+}
+
 /// Carries a tunnel once its client's first bytes are known: when they are a TLS ClientHello
-/// whose server name is not the `CONNECT` host, the tunnel's row says so and, under enforce,
-/// it is closed before a byte reaches the server. The row goes out here, once decided.
+/// whose server name is not the `CONNECT` host (or one that cannot be read), the tunnel's row
+/// says so and, under enforce, it is closed before a byte reaches the server. A client that
+/// says nothing at first (a protocol whose server speaks first) has its row sent at once and
+/// its first bytes checked whenever they come: a refusal then is a row of its own.
 async fn splice<C>(
     p: Arc<Proxy>,
     mut ev: super::Event,
     host: String,
     mut client: C,
-    mut upstream: tokio::net::TcpStream,
+    upstream: tokio::net::TcpStream,
 ) where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::io::AsyncReadExt as _;
     let mut first = vec![0u8; FIRST_FLIGHT];
     let mut have = 0;
-    // A TLS client speaks first; a protocol whose server speaks first (SSH, SMTP) sends
-    // nothing until it hears the server, so a short wait decides that there is no hello.
-    loop {
+    let verdict = loop {
         let read =
             tokio::time::timeout(super::FIRST_BYTES_TIMEOUT, client.read(&mut first[have..])).await;
         match read {
@@ -244,49 +267,95 @@ async fn splice<C>(
                 return;
             }
             Ok(Ok(n)) => have += n,
-            Err(_) => break,
+            Err(_) => break None,
         }
-        if have >= FIRST_FLIGHT || hello_complete(&first[..have]) != Some(false) {
-            break;
+        if let Some(v) = judge_first(&first[..have], &host, have >= FIRST_FLIGHT) {
+            break Some(v);
         }
-    }
-    let bytes = &first[..have];
-    if let Some(name) = super::rules::tls_server_name(bytes)
-        && !super::rules::same_host(&name, host.as_bytes())
-    {
-        ev.reason = Some(Reason::ServerNameMismatch);
-        ev.decision = p.refusal();
-        ev.server_name = Some(name);
-        if ev.decision == Decision::Refused {
+    };
+    first.truncate(have);
+    let pending = match verdict {
+        Some(refusal) => {
+            if let Some((reason, name)) = refusal {
+                ev.reason = Some(reason);
+                ev.decision = p.refusal();
+                ev.server_name = name;
+            }
+            let refused = ev.decision == Decision::Refused;
             p.send(ev);
-            return;
+            if refused {
+                return;
+            }
+            Err(first)
         }
-    }
-    p.send(ev);
-    if upstream.write_all(bytes).await.is_err() {
-        return;
-    }
-    carry(client, upstream, p.cfg.idle_timeout).await;
+        None => {
+            p.send(ev.clone());
+            Ok(Pending {
+                bytes: first,
+                ev,
+                host,
+            })
+        }
+    };
+    carry(&p, client, upstream, pending).await;
 }
 
 /// Carries a tunnel's bytes both ways until both sides have ended, or until no byte has moved
-/// either way for `idle` (the tunnel is then closed: an idle client does not hold a slot for
-/// ever). One side's end is passed on to the other (a half-close), as `copy_bidirectional`
-/// does.
-async fn carry<C>(client: C, upstream: tokio::net::TcpStream, idle: std::time::Duration)
-where
+/// either way for the idle timeout (the tunnel is then closed: an idle client does not hold a
+/// slot for ever). One side's end is passed on to the other (a half-close), as
+/// `copy_bidirectional` does. `first` is the client's bytes so far: checked already (`Err`),
+/// or still to be (`Ok`), held back until they are.
+async fn carry<C>(
+    p: &Proxy,
+    client: C,
+    upstream: tokio::net::TcpStream,
+    first: Result<Pending, Vec<u8>>,
+) where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let (mut cr, mut cw) = tokio::io::split(client);
     let (mut ur, mut uw) = upstream.into_split();
+    let mut pending = match first {
+        Ok(pending) => Some(pending),
+        Err(checked) => {
+            if uw.write_all(&checked).await.is_err() {
+                return;
+            }
+            None
+        }
+    };
     let (mut up, mut down) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
     let (mut client_done, mut upstream_done) = (false, false);
     while !(client_done && upstream_done) {
         tokio::select! {
             r = cr.read(&mut up), if !client_done => match r {
                 Ok(n) if n > 0 => {
-                    if uw.write_all(&up[..n]).await.is_err() {
+                    let Some(check) = pending.as_mut() else {
+                        if uw.write_all(&up[..n]).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    };
+                    check.bytes.extend_from_slice(&up[..n]);
+                    let full = check.bytes.len() >= FIRST_FLIGHT;
+                    let Some(verdict) = judge_first(&check.bytes, &check.host, full) else {
+                        continue;
+                    };
+                    let check = pending.take().expect("checked above");
+                    if let Some((reason, name)) = verdict {
+                        let mut row = check.ev;
+                        row.boot_ns = super::boot_now();
+                        row.reason = Some(reason);
+                        row.decision = p.refusal();
+                        row.server_name = name;
+                        let refused = row.decision == Decision::Refused;
+                        p.send(row);
+                        if refused {
+                            return;
+                        }
+                    }
+                    if uw.write_all(&check.bytes).await.is_err() {
                         return;
                     }
                 }
@@ -306,23 +375,8 @@ where
                     let _ = cw.shutdown().await;
                 }
             },
-            () = tokio::time::sleep(idle) => return,
+            () = tokio::time::sleep(p.cfg.idle_timeout) => return,
         }
-    }
-}
-
-/// Whether `b` holds a whole TLS record (`Some(true)`), the start of one (`Some(false)`), or
-/// something that is not TLS (`None`).
-fn hello_complete(b: &[u8]) -> Option<bool> {
-    match b {
-        [] => Some(false),
-        [0x16, rest @ ..] => match rest {
-            [_, _, hi, lo, body @ ..] => {
-                Some(body.len() >= usize::from(u16::from_be_bytes([*hi, *lo])))
-            }
-            _ => Some(false),
-        },
-        _ => None,
     }
 }
 

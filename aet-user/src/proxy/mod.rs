@@ -8,6 +8,7 @@
 //! recorded as `would_refuse` (the way a list is tried before it is enforced).
 
 pub(crate) mod dns;
+pub mod hello;
 mod http;
 mod peer;
 pub mod rules;
@@ -33,8 +34,8 @@ pub const URL: &str = "http://127.0.0.1:3128";
 pub const RESOLV_CONF: &str = "nameserver 127.0.0.1\noptions attempts:1 timeout:5\n";
 /// Most time one upstream connection or lookup may take.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a tunnel's client has to send its first bytes before the tunnel is carried without
-/// a server name to check (a protocol whose server speaks first).
+/// How long a tunnel's client has to send its first bytes before the tunnel's row goes out
+/// (a protocol whose server speaks first); its bytes are checked whenever they come.
 const FIRST_BYTES_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// What the proxy did with a request.
@@ -177,7 +178,7 @@ pub(crate) struct Proxy {
 }
 
 /// The kernel's boot-time clock now.
-fn boot_now() -> u64 {
+pub(crate) fn boot_now() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0)

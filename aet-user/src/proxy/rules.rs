@@ -33,6 +33,9 @@ pub enum Reason {
     InternalAddress,
     /// A tunnel's TLS server name is not its `CONNECT` host.
     ServerNameMismatch,
+    /// A tunnel's client began a TLS handshake whose server name could not be read (a hello
+    /// that is not one, or that did not end within the first 16 KiB).
+    ServerNameUnreadable,
     /// The run already had as many connections open through the proxy as it may.
     ConnectionCap,
     /// The client sent nothing, or too slowly, within the proxy's time.
@@ -47,6 +50,7 @@ impl Reason {
             Self::PortNotListed => "port_not_listed",
             Self::InternalAddress => "internal_address",
             Self::ServerNameMismatch => "server_name_mismatch",
+            Self::ServerNameUnreadable => "server_name_unreadable",
             Self::ConnectionCap => "connection_cap",
             Self::ClientTimeout => "client_timeout",
         }
@@ -259,26 +263,6 @@ pub fn reachable_of(
 /// Whether a TLS server name is the host a tunnel was asked for (no case, no final dot).
 pub fn same_host(a: &[u8], b: &[u8]) -> bool {
     hosts::normalize(a) == hosts::normalize(b)
-}
-
-/// The server name of a TLS ClientHello (the monitor names a connection by it, the proxy checks
-/// a tunnel's against its host).
-pub fn tls_server_name(b: &[u8]) -> Option<Vec<u8>> {
-    use tls_parser::{TlsExtension, TlsMessage, TlsMessageHandshake};
-    let (_, rec) = tls_parser::parse_tls_plaintext(b).ok()?;
-    for msg in &rec.msg {
-        if let TlsMessage::Handshake(TlsMessageHandshake::ClientHello(ch)) = msg {
-            let (_, exts) = tls_parser::parse_tls_client_hello_extensions(ch.ext?).ok()?;
-            for e in exts {
-                if let TlsExtension::SNI(names) = e
-                    && let Some((_, name)) = names.first()
-                {
-                    return Some(name.to_vec());
-                }
-            }
-        }
-    }
-    None
 }
 
 #[cfg(test)]
