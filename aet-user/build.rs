@@ -7,6 +7,18 @@ use anyhow::{Context as _, anyhow};
 use sha2::{Digest as _, Sha256};
 
 fn main() -> anyhow::Result<()> {
+    // A fuzz build (cargo-fuzz passes `--cfg fuzzing`) fuzzes the parsers, never loads the
+    // programs, and builds with flags the eBPF target must not get: it embeds no object.
+    if std::env::var_os("CARGO_CFG_FUZZING").is_some() {
+        let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("aet");
+        std::fs::write(&out, b"").with_context(|| format!("{}", out.display()))?;
+        println!("cargo:rustc-env=AET_COMMIT=fuzzing");
+        println!(
+            "cargo:rustc-env=AET_BUILD_ID={}+fuzzing",
+            std::env::var("CARGO_PKG_VERSION")?
+        );
+        return Ok(());
+    }
     let metadata = cargo_metadata::MetadataCommand::new()
         .no_deps()
         .exec()

@@ -11,9 +11,11 @@
 //! - [`sandbox`] and [`identity`]: the agent's view and its uid;
 //! - [`loader`]: the eBPF programs, loaded and attached;
 //! - [`kernel`]: cgroups, /proc, BTF, tracefs, the mount table;
-//! - [`version`]: which build this is.
+//! - [`version`]: which build this is;
+//! - [`fuzz`]: the bodies of the fuzz targets (every parser of the agent's bytes).
 pub mod cli;
 pub mod daemon;
+pub mod fuzz;
 pub mod guard;
 pub mod identity;
 pub mod kernel;
@@ -61,6 +63,13 @@ mod tests {
         ("kernel", &[]),
         // The sandbox's proxy: what its requests are (a row each) and how it serves them.
         ("proxy", &[]),
+        // The fuzz targets' bodies call into every layer.
+        (
+            "fuzz",
+            &[
+                "daemon", "monitor", "proxy", "sandbox", "loader", "kernel", "identity", "run",
+            ],
+        ),
         // Which build this is (no code of its own).
         ("version", &[]),
     ];

@@ -1,4 +1,4 @@
-//! aet's developer tasks: `cargo xtask setup | build | demo | test | bench`.
+//! aet's developer tasks: `cargo xtask setup | build | demo | test | bench | fuzz | docs`.
 //!
 //! `setup` installs everything aet needs on a fresh Debian machine, idempotently (the nightly
 //! toolchain's rust-src, bpf-linker built against the toolchain's own LLVM, bubblewrap, the Python
@@ -7,6 +7,7 @@
 
 mod bench;
 mod daemon;
+mod fuzz;
 mod setup;
 
 use std::{
@@ -40,6 +41,9 @@ enum Task {
     },
     /// Measure aet's overhead against untraced runs (open storm, exec storm).
     Bench(bench::Args),
+    /// Fuzz the parsers of untrusted bytes (cargo-fuzz, libFuzzer) for a while each, on their
+    /// corpora; print executions and coverage per target.
+    Fuzz(fuzz::Args),
     /// Regenerate the generated parts of the docs (CLI reference, ledger tables) and the golden
     /// fixtures from the code.
     Docs,
@@ -64,6 +68,10 @@ fn main() -> anyhow::Result<()> {
                 .env("AET_BLESS", "1"))?;
             println!("docs and fixtures regenerated; review them with `git diff`");
             Ok(())
+        }
+        Task::Fuzz(args) => {
+            setup::setup()?;
+            fuzz::run(&args)
         }
         Task::Bench(args) => {
             setup::setup()?;
@@ -326,6 +334,11 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
             "--exclude",
             "aet-ebpf",
         ]))
+    })?;
+    // Every fuzz target on its corpus for a few seconds: the targets build, and what once crashed
+    // them (replayed by the unit tests above) still does not.
+    steps.run("fuzz targets (5 s each, unoptimised build)", || {
+        fuzz::run(&fuzz::Args::short(5))
     })?;
     let aet = steps.run("build the aet binary", build)?;
     steps.run("end-to-end tests (standalone, then with a daemon)", || {

@@ -112,6 +112,7 @@ pub fn setup_for(purpose: Purpose) -> anyhow::Result<()> {
     rust_src()?;
     bpf_linker()?;
     if purpose == Purpose::Test {
+        cargo_fuzz()?;
         python()?;
         fixtures()?;
     }
@@ -250,6 +251,18 @@ fn bpf_linker() -> anyhow::Result<()> {
             "RUSTFLAGS",
             format!("-C link-arg=-Wl,-rpath,{}", lib.display()),
         ))
+}
+
+/// cargo-fuzz, for the fuzz targets (`cargo xtask fuzz`, and the short run in the tests).
+fn cargo_fuzz() -> anyhow::Result<()> {
+    let want = crate::fuzz::CARGO_FUZZ_VERSION;
+    let have = output(Command::new(cargo_bin().join("cargo-fuzz")).arg("--version"));
+    if have.as_deref().is_some_and(|v| v.contains(want)) {
+        println!("ok   cargo-fuzz {want}");
+        return Ok(());
+    }
+    println!("..   cargo install cargo-fuzz {want}");
+    sh(Command::new("cargo").args(["install", "cargo-fuzz", "--locked", "--version", want]))
 }
 
 fn python() -> anyhow::Result<()> {

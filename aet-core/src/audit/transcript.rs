@@ -72,9 +72,18 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || (b[10] != b'T' && b[10] != b' ') {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    // Digits only (`parse` would take a sign), each field in its range.
+    let num = |r: std::ops::Range<usize>| {
+        let t = s.get(r)?;
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse::<i64>().ok())?
+    };
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
     let mut i = 19;
     let mut frac_ns = 0i64;
     if b.get(i) == Some(&b'.') {
@@ -96,6 +105,9 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
             let sign = if b[i] == b'-' { -1 } else { 1 };
             let oh = num(i + 1..i + 3)?;
             let om = num(i + 4..i + 6)?;
+            if oh > 23 || om > 59 {
+                return None;
+            }
             sign * (oh * 3600 + om * 60)
         }
         _ => return None,
@@ -109,7 +121,8 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     let secs = days * 86400 + h * 3600 + mi * 60 + se - offset;
-    Some(secs * 1_000_000_000 + frac_ns)
+    // Past 2262 the nanoseconds do not fit an i64: no time, rather than a wrong one.
+    secs.checked_mul(1_000_000_000)?.checked_add(frac_ns)
 }
 
 /// Path-like words of a shell command: anything with a `/`, or a dotted file name.
@@ -351,6 +364,21 @@ mod tests {
             Some(1_795_946_400_000_000_000)
         );
         assert_eq!(parse_rfc3339("yesterday"), None);
+        // Found by the transcript fuzz target: a year whose nanoseconds overflow an i64 (which
+        // panicked), fields out of range, signs where digits go.
+        assert_eq!(parse_rfc3339("4052-12-03T10:00:02Z"), None);
+        assert_eq!(
+            parse_rfc3339("2262-04-11T23:47:16Z"),
+            Some(9_223_372_036_000_000_000)
+        );
+        assert_eq!(parse_rfc3339("2026-13-29T10:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2026-11-29T25:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2026-11-29T10:00:00+99:00"), None);
+        assert_eq!(parse_rfc3339("+026-11-29T10:00:00Z"), None);
+        assert_eq!(
+            parse_rfc3339("2026-11-29T10:00:00.999999999999Z").map(|t| t % 1_000_000_000),
+            Some(999_999_999)
+        );
     }
 
     #[test]

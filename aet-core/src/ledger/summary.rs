@@ -177,7 +177,7 @@ pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
         overload: m.overload.clone(),
     };
     if let (Some(a), Some(b)) = (s.started_ns, s.ended_ns) {
-        s.duration_s = Some((b - a) as f64 / 1e9);
+        s.duration_s = Some(b.saturating_sub(a) as f64 / 1e9);
     }
     let mut t = Tally::default();
     while let Some(batch) = ledger.next_batch()? {
@@ -209,7 +209,7 @@ pub fn summarize(ledger: &mut Ledger) -> Result<Summary, ReadError> {
     if s.duration_s.is_none()
         && let (Some(a), Some(b)) = (t.first_ts, t.last_ts)
     {
-        s.duration_s = Some((b - a) as f64 / 1e9);
+        s.duration_s = Some(b.saturating_sub(a) as f64 / 1e9);
     }
     let unseen_starts = t
         .pids
@@ -288,13 +288,17 @@ fn tally(r: &LedgerRow, s: &mut Summary, t: &mut Tally) {
             let Some(key) = key_of(r, best) else { return };
             note(&key, t);
             let (br, bw) = (r.bytes_read.unwrap_or(0), r.bytes_written.unwrap_or(0));
-            s.bytes_read += br;
-            s.bytes_written += bw;
+            // A ledger says what it says: sums of doctored counts saturate, never wrap or panic
+            // (found by the ledger fuzz target).
+            s.bytes_read = s.bytes_read.saturating_add(br);
+            s.bytes_written = s.bytes_written.saturating_add(bw);
             if br > 0 {
-                t.read.entry(key.clone()).or_default().1 += br;
+                let e = &mut t.read.entry(key.clone()).or_default().1;
+                *e = e.saturating_add(br);
             }
             if bw > 0 {
-                t.written.entry(key).or_default().1 += bw;
+                let e = &mut t.written.entry(key).or_default().1;
+                *e = e.saturating_add(bw);
             }
         }
         Some(EventKind::Stat) => s.probes += 1,

@@ -199,7 +199,7 @@ impl Client {
                 socket: self.socket.clone(),
             });
         }
-        match serde_json::from_str::<Response>(&answer) {
+        match super::protocol::decode::<Response>(&answer) {
             Ok(Response::Error { message }) => Err(DaemonError::Refused {
                 socket: self.socket.clone(),
                 message,

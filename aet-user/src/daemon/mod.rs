@@ -460,7 +460,7 @@ fn serve_connection(d: &Daemon, mut conn: UnixStream) {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        let response = match serde_json::from_str::<Request>(&line) {
+        let response = match protocol::decode::<Request>(&line) {
             Err(e) => Response::Error {
                 message: format!("bad request: {e}"),
             },

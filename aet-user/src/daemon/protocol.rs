@@ -121,3 +121,8 @@ pub enum Response {
         message: String,
     },
 }
+
+/// Decodes one line of the protocol (a request or a response): the error says what is wrong.
+pub fn decode<T: serde::de::DeserializeOwned>(line: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_str(line)
+}

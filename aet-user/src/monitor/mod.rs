@@ -16,7 +16,7 @@
 
 mod consumer;
 pub mod decode;
-mod names;
+pub(crate) mod names;
 mod outside;
 pub mod overload;
 pub mod paths;

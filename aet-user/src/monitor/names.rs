@@ -42,16 +42,16 @@ impl Peer {
 
 /// One DNS question with what its message said.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Dns {
-    pub(super) id: u16,
-    pub(super) response: bool,
-    pub(super) name: Vec<u8>,
-    pub(super) qtype: &'static str,
-    pub(super) rcode: &'static str,
+pub(crate) struct Dns {
+    pub(crate) id: u16,
+    pub(crate) response: bool,
+    pub(crate) name: Vec<u8>,
+    pub(crate) qtype: &'static str,
+    pub(crate) rcode: &'static str,
     /// The answer section, each `TYPE DATA`.
-    pub(super) records: Vec<String>,
+    pub(crate) records: Vec<String>,
     /// The addresses of its A and AAAA records.
-    pub(super) addrs: Vec<IpAddr>,
+    pub(crate) addrs: Vec<IpAddr>,
 }
 
 fn dns_of(m: &Message) -> Vec<Dns> {
@@ -83,7 +83,7 @@ fn dns_of(m: &Message) -> Vec<Dns> {
 
 /// The DNS questions of a payload: one message (a datagram), or messages each behind a two-byte
 /// length (a TCP stream's).
-pub(super) fn dns_messages(b: &[u8]) -> Vec<Dns> {
+pub(crate) fn dns_messages(b: &[u8]) -> Vec<Dns> {
     if let Ok(m) = Message::from_vec(b) {
         return dns_of(&m);
     }
@@ -117,7 +117,7 @@ fn authority_host(a: &[u8]) -> Option<Vec<u8>> {
 
 /// The host of an HTTP request: its `CONNECT` target, its absolute target's authority, or its
 /// `Host` header.
-pub(super) fn http_host(b: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn http_host(b: &[u8]) -> Option<Vec<u8>> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut headers);
     let complete = matches!(req.parse(b), Ok(httparse::Status::Complete(_)));

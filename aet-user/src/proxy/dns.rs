@@ -44,7 +44,11 @@ pub(crate) fn rcode_name(c: ResponseCode) -> &'static str {
 }
 
 /// The answer to one query message from `client` (`None`: not a query; nothing is sent).
-async fn answer(p: &Proxy, bytes: &[u8], client: (SocketAddr, Proto)) -> Option<Vec<u8>> {
+pub(super) async fn answer(
+    p: &Proxy,
+    bytes: &[u8],
+    client: (SocketAddr, Proto),
+) -> Option<Vec<u8>> {
     let req = Message::from_vec(bytes).ok()?;
     if req.metadata.message_type != MessageType::Query {
         return None;
@@ -60,7 +64,13 @@ async fn answer(p: &Proxy, bytes: &[u8], client: (SocketAddr, Proto)) -> Option<
     let name = name_bytes(q.name());
     let host = String::from_utf8_lossy(&name).into_owned();
     let decision = p.decide(&name, None);
-    let mut ev = p.event(Kind::Dns, &name, 53, decision, client);
+    let mut ev = p.event(
+        Kind::Dns,
+        &name,
+        53,
+        decision,
+        &super::Client::new(client.0, client.1),
+    );
     ev.dns_type = Some(<&'static str>::from(q.query_type()).to_owned());
     let code = if ev.decision == Decision::Refused {
         ResponseCode::Refused

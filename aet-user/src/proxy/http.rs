@@ -13,7 +13,9 @@ use hyper::{
 };
 use hyper_util::rt::TokioIo;
 
-use super::{Decision, Proxy, Reach, Reason, Request as Kind, Slot, hello::Hello, peer::Proto};
+use super::{
+    Client, Decision, Proxy, Reach, Reason, Request as Kind, Slot, hello::Hello, peer::Proto,
+};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -78,21 +80,34 @@ pub(super) async fn serve(p: Arc<Proxy>, listener: tokio::net::TcpListener) {
                     return;
                 }
             }
-            let slot = Arc::new(slot);
-            let svc = {
-                let p = p.clone();
-                service_fn(move |req| handle(p.clone(), client, req, slot.clone()))
-            };
-            let _ = hyper::server::conn::http1::Builder::new()
-                .preserve_header_case(true)
-                .title_case_headers(true)
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(p.cfg.client_timeout)
-                .serve_connection(TokioIo::new(stream), svc)
-                .with_upgrades()
-                .await;
+            serve_io(p, stream, client, slot).await;
         });
     }
+}
+
+/// Serves one client connection that has sent its first byte (a TCP stream from the listener,
+/// or an in-process stream: [`super::replay`]), its requests one at a time.
+pub(super) async fn serve_io<S>(p: Arc<Proxy>, stream: S, client: SocketAddr, slot: Slot)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let slot = Arc::new(slot);
+    let client = Arc::new(Client::new(client, Proto::Tcp));
+    let svc = {
+        let p = p.clone();
+        service_fn(move |req| handle(p.clone(), client.clone(), req, slot.clone()))
+    };
+    let _ = hyper::server::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .title_case_headers(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(p.cfg.client_timeout)
+        // A client that ends its side after its last request (`printf ... | nc`) still hears
+        // every answer, pipelined requests included.
+        .half_close(true)
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades()
+        .await;
 }
 
 /// Answers a connection the proxy does not serve, closes it, and records why.
@@ -108,7 +123,7 @@ async fn refuse_connection(
         b"",
         0,
         (Decision::Refused, Some(reason)),
-        (client, Proto::Tcp),
+        &Client::new(client, Proto::Tcp),
     );
     let (status, why) = match reason {
         Reason::ConnectionCap => (
@@ -138,7 +153,7 @@ async fn refuse_connection(
 
 async fn handle(
     p: Arc<Proxy>,
-    client: SocketAddr,
+    client: Arc<Client>,
     req: Request<Incoming>,
     slot: Arc<Slot>,
 ) -> Result<Response<Body>, hyper::Error> {
@@ -151,7 +166,7 @@ async fn handle(
 /// `CONNECT host:port`.
 async fn tunnel(
     p: Arc<Proxy>,
-    client: SocketAddr,
+    client: Arc<Client>,
     req: Request<Incoming>,
     slot: Slot,
 ) -> Response<Body> {
@@ -168,13 +183,7 @@ async fn tunnel(
         .to_owned();
     let port = auth.port_u16().unwrap_or(443);
     let decision = p.decide(host.as_bytes(), Some(port));
-    let mut ev = p.event(
-        Kind::Connect,
-        host.as_bytes(),
-        port,
-        decision,
-        (client, Proto::Tcp),
-    );
+    let mut ev = p.event(Kind::Connect, host.as_bytes(), port, decision, &client);
     if ev.decision == Decision::Refused {
         let reason = ev.reason;
         p.send(ev);
@@ -383,7 +392,7 @@ async fn carry<C>(
 /// A plain HTTP request with an absolute URL.
 async fn forward(
     p: Arc<Proxy>,
-    client: SocketAddr,
+    client: Arc<Client>,
     mut req: Request<Incoming>,
 ) -> Result<Response<Body>, hyper::Error> {
     let uri = req.uri().clone();
@@ -399,13 +408,7 @@ async fn forward(
         .to_owned();
     let port = uri.port_u16().unwrap_or(80);
     let decision = p.decide(host.as_bytes(), Some(port));
-    let mut ev = p.event(
-        Kind::Http,
-        host.as_bytes(),
-        port,
-        decision,
-        (client, Proto::Tcp),
-    );
+    let mut ev = p.event(Kind::Http, host.as_bytes(), port, decision, &client);
     if ev.decision == Decision::Refused {
         let reason = ev.reason;
         p.send(ev);

@@ -11,6 +11,7 @@ pub(crate) mod dns;
 pub mod hello;
 mod http;
 mod peer;
+pub mod replay;
 pub mod rules;
 
 use std::{
@@ -170,6 +171,26 @@ impl Drop for Slot {
     }
 }
 
+/// The sandbox's end of a connection to the proxy (or of a DNS datagram), and the run's process
+/// that owns it, looked up in `/proc` at its first request: once a connection, not once a
+/// request (a keep-alive client's thousands of requests would each scan the namespace's
+/// socket tables).
+pub(crate) struct Client {
+    addr: SocketAddr,
+    proto: peer::Proto,
+    owner: std::sync::OnceLock<Option<peer::Owner>>,
+}
+
+impl Client {
+    fn new(addr: SocketAddr, proto: peer::Proto) -> Self {
+        Self {
+            addr,
+            proto,
+            owner: std::sync::OnceLock::new(),
+        }
+    }
+}
+
 /// The proxy.
 pub(crate) struct Proxy {
     cfg: Config,
@@ -215,9 +236,16 @@ impl Proxy {
         host: &[u8],
         port: u16,
         (decision, reason): (Decision, Option<Reason>),
-        client: (SocketAddr, peer::Proto),
+        client: &Client,
     ) -> Event {
-        let who = peer::owner(&self.cfg.cgroup, self.shared.netns, client.0, client.1);
+        let who = *client.owner.get_or_init(|| {
+            peer::owner(
+                &self.cfg.cgroup,
+                self.shared.netns,
+                client.addr,
+                client.proto,
+            )
+        });
         Event {
             boot_ns: boot_now(),
             request,

@@ -1,0 +1,266 @@
+//! `cargo xtask fuzz [--time S] [TARGET...]`: builds the fuzz targets of `fuzz/` (cargo-fuzz,
+//! libFuzzer, the nightly toolchain) and runs each for `S` seconds on its corpus, then prints
+//! what each did: executions, coverage, the corpus it grew. A crash (a panic, a hang past the
+//! per-input timeout, memory past the limit) fails the task and names the input libFuzzer kept;
+//! once fixed, that input goes into `fuzz/regressions/TARGET/`, which the unit tests replay.
+//!
+//! The committed seeds (`fuzz/corpus/TARGET/`) are only read: what the fuzzer adds goes to
+//! `fuzz/work/TARGET/` (ignored by git), so a longer run starts from what a shorter one found.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::{root, setup};
+
+/// The cargo-fuzz version aet's targets are built with.
+pub const CARGO_FUZZ_VERSION: &str = "0.13.1";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Seconds each target runs.
+    #[arg(long, default_value_t = 60)]
+    time: u64,
+    /// Jobs at once (each target in turn runs this many libFuzzer processes).
+    #[arg(long, default_value_t = 1)]
+    jobs: u32,
+    /// Build without optimisations: quicker to build, several times slower to run (the short
+    /// run of `cargo xtask test`).
+    #[arg(long)]
+    dev: bool,
+    /// Only these targets (default: every one).
+    targets: Vec<String>,
+}
+
+impl Args {
+    /// Every target for `secs` seconds, one process each.
+    pub fn short(secs: u64) -> Self {
+        Self {
+            time: secs,
+            jobs: 1,
+            dev: true,
+            targets: Vec::new(),
+        }
+    }
+}
+
+/// What one target's run did.
+struct Outcome {
+    target: String,
+    secs: f64,
+    execs: Option<u64>,
+    cov: Option<u64>,
+    features: Option<u64>,
+    corpus: usize,
+}
+
+fn fuzz_dir() -> PathBuf {
+    root().join("fuzz")
+}
+
+/// The targets `fuzz/Cargo.toml` declares, in its order.
+pub fn targets() -> anyhow::Result<Vec<String>> {
+    let path = fuzz_dir().join("Cargo.toml");
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let names: Vec<String> = text
+        .split("[[bin]]")
+        .skip(1)
+        .filter_map(|t| {
+            let line = t.lines().find(|l| l.trim_start().starts_with("name"))?;
+            Some(line.split('"').nth(1)?.to_owned())
+        })
+        .collect();
+    anyhow::ensure!(!names.is_empty(), "{}: no [[bin]] targets", path.display());
+    Ok(names)
+}
+
+fn nightly_cargo() -> Command {
+    let mut c = Command::new("cargo");
+    c.arg("+nightly")
+        .env("PATH", setup::path_with_cargo_bin())
+        .current_dir(root());
+    c
+}
+
+/// Builds every target: optimised, with debug assertions and overflow checks, no sanitizer
+/// (the parsers are safe Rust: what the fuzzer looks for is a panic, a hang or runaway memory,
+/// and a sanitizer would halve the executions), 16 codegen units (a cold build in about 6
+/// minutes on 2 cores instead of far more with one); `dev`: unoptimised instead.
+pub fn build(dev: bool) -> anyhow::Result<()> {
+    let mut c = nightly_cargo();
+    c.args(["fuzz", "build", "--sanitizer", "none"]);
+    if dev {
+        c.arg("--dev");
+    } else {
+        c.args(["--codegen-units", "16"]);
+    }
+    crate::sh(c.arg("--fuzz-dir").arg(fuzz_dir()))
+}
+
+/// Where `build` leaves a target.
+fn binary(target: &str, dev: bool) -> PathBuf {
+    fuzz_dir()
+        .join("target/x86_64-unknown-linux-gnu")
+        .join(if dev { "debug" } else { "release" })
+        .join(target)
+}
+
+/// Number of files in a directory (0 when it is missing).
+fn count(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| d.flatten().count())
+}
+
+/// The value after `key` in libFuzzer's last status line (`#123 DONE cov: 45 ft: 67 ...`).
+fn stat(line: &str, key: &str) -> Option<u64> {
+    let mut words = line.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == key {
+            return words.next()?.parse().ok();
+        }
+    }
+    None
+}
+
+fn run_one(target: &str, args: &Args) -> anyhow::Result<Outcome> {
+    let (secs, jobs) = (args.time, args.jobs);
+    let dir = fuzz_dir();
+    let work = dir.join("work").join(target);
+    let seeds = dir.join("corpus").join(target);
+    let artifacts = dir.join("artifacts").join(target);
+    std::fs::create_dir_all(&work)?;
+    std::fs::create_dir_all(&artifacts)?;
+    anyhow::ensure!(
+        count(&seeds) > 0,
+        "{}: the target has no seed corpus",
+        seeds.display()
+    );
+    let bin = binary(target, args.dev);
+    anyhow::ensure!(bin.exists(), "{}: not built", bin.display());
+    println!("== fuzz {target} for {secs} s");
+    let started = Instant::now();
+    let mut cmd = Command::new(&bin);
+    cmd.arg(&work)
+        .arg(&seeds)
+        .arg(format!("-max_total_time={secs}"))
+        // A slow input is a hang: the proxy bounds its own at 20 s, the rest are far faster.
+        .arg("-timeout=30")
+        .arg("-rss_limit_mb=4096")
+        .arg("-print_final_stats=1")
+        .arg(format!("-artifact_prefix={}/", artifacts.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .current_dir(&dir);
+    if jobs > 1 {
+        cmd.arg(format!("-fork={jobs}"));
+    }
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
+    let log = String::from_utf8_lossy(&out.stderr);
+    let last = log
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('#') && l.contains("cov:"))
+        .unwrap_or("");
+    let execs = log
+        .lines()
+        .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+        .and_then(|v| v.trim().parse().ok())
+        .or_else(|| {
+            last.trim_start_matches('#')
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        });
+    if !out.status.success() {
+        let kept: Vec<String> = std::fs::read_dir(&artifacts)?
+            .flatten()
+            .map(|e| e.path().display().to_string())
+            .collect();
+        // The panic and what libFuzzer said of it, without the backtrace's frames.
+        let lines: Vec<&str> = log.lines().collect();
+        let mut tail: Vec<&str> = Vec::new();
+        for (i, l) in lines.iter().enumerate() {
+            if l.contains("panicked at") {
+                tail.extend(lines.get(i..(i + 2).min(lines.len())).unwrap_or_default());
+            }
+            if l.starts_with("==") || l.starts_with("SUMMARY") || l.starts_with("artifact_prefix") {
+                tail.push(l);
+            }
+        }
+        bail!(
+            "fuzz target {target} failed ({}) after {:.0} s:\n{}\n\ninputs kept: {}\n(reproduce: \
+             {} INPUT; once fixed, copy INPUT into fuzz/regressions/{target}/)",
+            out.status,
+            started.elapsed().as_secs_f64(),
+            tail.join("\n"),
+            if kept.is_empty() {
+                "none".into()
+            } else {
+                kept.join(", ")
+            },
+            bin.display()
+        );
+    }
+    Ok(Outcome {
+        target: target.to_owned(),
+        secs: started.elapsed().as_secs_f64(),
+        execs,
+        cov: stat(last, "cov:"),
+        features: stat(last, "ft:"),
+        corpus: count(&work) + count(&seeds),
+    })
+}
+
+/// `cargo xtask fuzz`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let all = targets()?;
+    let chosen: Vec<String> = if args.targets.is_empty() {
+        all.clone()
+    } else {
+        for t in &args.targets {
+            anyhow::ensure!(
+                all.contains(t),
+                "no fuzz target {t:?}; the targets are {}",
+                all.join(", ")
+            );
+        }
+        args.targets.clone()
+    };
+    build(args.dev)?;
+    let mut done = Vec::new();
+    for t in &chosen {
+        done.push(run_one(t, args)?);
+    }
+    println!(
+        "\n== fuzzing ({} s a target, {} build)",
+        args.time,
+        if args.dev { "unoptimised" } else { "optimised" }
+    );
+    println!(
+        "{:<16} {:>7} {:>12} {:>9} {:>7} {:>8} {:>7}",
+        "target", "secs", "executions", "exec/s", "cov", "features", "corpus"
+    );
+    let num = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
+    for o in &done {
+        println!(
+            "{:<16} {:>7.0} {:>12} {:>9} {:>7} {:>8} {:>7}",
+            o.target,
+            o.secs,
+            num(o.execs),
+            o.execs
+                .map_or("?".into(), |e| format!("{:.0}", e as f64 / o.secs.max(1.0))),
+            num(o.cov),
+            num(o.features),
+            o.corpus
+        );
+    }
+    println!("no crash in {} targets", done.len());
+    Ok(())
+}
