@@ -32,6 +32,10 @@ pub struct Args {
     /// run of `cargo xtask test`).
     #[arg(long)]
     dev: bool,
+    /// Start from the committed seeds alone, in a fresh work corpus (what CI has): the short
+    /// run of `cargo xtask test`, which a long run's corpus would make long.
+    #[arg(skip)]
+    seeds_only: bool,
     /// Only these targets (default: every one).
     targets: Vec<String>,
 }
@@ -43,6 +47,7 @@ impl Args {
             time: secs,
             jobs: 1,
             dev: true,
+            seeds_only: true,
             targets: Vec::new(),
         }
     }
@@ -128,7 +133,13 @@ fn stat(line: &str, key: &str) -> Option<u64> {
 fn run_one(target: &str, args: &Args) -> anyhow::Result<Outcome> {
     let (secs, jobs) = (args.time, args.jobs);
     let dir = fuzz_dir();
-    let work = dir.join("work").join(target);
+    let work = if args.seeds_only {
+        let w = dir.join("target/short-work").join(target);
+        let _ = std::fs::remove_dir_all(&w);
+        w
+    } else {
+        dir.join("work").join(target)
+    };
     let seeds = dir.join("corpus").join(target);
     let artifacts = dir.join("artifacts").join(target);
     std::fs::create_dir_all(&work)?;

@@ -752,6 +752,14 @@ fn footer_blocks_fit(file: &mut File, len: u64) -> Result<bool, String> {
     Ok(true)
 }
 
+/// Where the stream of the unfinished ledger at `path` stops making sense (see
+/// [`stream_extent`]): what its reader reads, for a second reader to read the same.
+pub fn stream_end(path: &Path) -> io::Result<u64> {
+    let mut f = File::open(path)?;
+    let len = f.metadata()?.len();
+    stream_extent(&mut f, len)
+}
+
 /// Where the stream of an unfinished file stops making sense: the offset of its first message
 /// whose declared lengths pass the file's end (or the end of the file).
 fn stream_extent(file: &mut File, len: u64) -> io::Result<u64> {
