@@ -500,26 +500,24 @@ pub fn proxy(data: &[u8]) {
 /// encodes back to a line that decodes to the same (compared as JSON values: a map's keys come
 /// out in any order).
 pub fn daemon_protocol(data: &[u8]) {
-    use crate::daemon::protocol::{Request, Response, decode};
+    use crate::daemon::protocol::{Request, Response};
     let Ok(line) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(r) = decode::<Request>(line) {
-        let once = serde_json::to_string(&r).expect("a request encodes");
-        let again: Request = decode(&once).expect("an encoded request decodes");
-        assert_eq!(
-            serde_json::to_value(&r).expect("encodes"),
-            serde_json::to_value(&again).expect("encodes")
-        );
-    }
-    if let Ok(r) = decode::<Response>(line) {
-        let once = serde_json::to_string(&r).expect("a response encodes");
-        let again: Response = decode(&once).expect("an encoded response decodes");
-        assert_eq!(
-            serde_json::to_value(&r).expect("encodes"),
-            serde_json::to_value(&again).expect("encodes")
-        );
-    }
+    round_trip::<Request>(line);
+    round_trip::<Response>(line);
+}
+
+/// When `line` decodes as a `T`, its encoding decodes to the same.
+fn round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(line: &str) {
+    use crate::daemon::protocol::decode;
+    let Ok(r) = decode::<T>(line) else { return };
+    let once = serde_json::to_string(&r).expect("what decodes encodes");
+    let again: T = decode(&once).expect("what was encoded decodes");
+    assert_eq!(
+        serde_json::to_value(&r).expect("encodes"),
+        serde_json::to_value(&again).expect("encodes")
+    );
 }
 
 #[cfg(test)]

@@ -69,18 +69,7 @@ fn fuzz_dir() -> PathBuf {
 
 /// The targets `fuzz/Cargo.toml` declares, in its order.
 pub fn targets() -> anyhow::Result<Vec<String>> {
-    let path = fuzz_dir().join("Cargo.toml");
-    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
-    let names: Vec<String> = text
-        .split("[[bin]]")
-        .skip(1)
-        .filter_map(|t| {
-            let line = t.lines().find(|l| l.trim_start().starts_with("name"))?;
-            Some(line.split('"').nth(1)?.to_owned())
-        })
-        .collect();
-    anyhow::ensure!(!names.is_empty(), "{}: no [[bin]] targets", path.display());
-    Ok(names)
+    crate::manifest_names(&fuzz_dir().join("Cargo.toml"), "bin")
 }
 
 fn nightly_cargo() -> Command {

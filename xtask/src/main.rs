@@ -436,16 +436,7 @@ const STANDALONE_TESTS: &[&str] = &["monitor", "overload", "faults", "daemon"];
 /// The `[[test]]` files of tests/Cargo.toml, in its order.
 fn e2e_files() -> anyhow::Result<Vec<String>> {
     let path = root().join("tests/Cargo.toml");
-    let text = std::fs::read_to_string(&path)?;
-    let names: Vec<String> = text
-        .split("[[test]]")
-        .skip(1)
-        .filter_map(|t| {
-            let line = t.lines().find(|l| l.trim_start().starts_with("name"))?;
-            Some(line.split('"').nth(1)?.to_owned())
-        })
-        .collect();
-    anyhow::ensure!(!names.is_empty(), "{}: no [[test]] names", path.display());
+    let names = manifest_names(&path, "test")?;
     for s in STANDALONE_TESTS {
         anyhow::ensure!(
             names.iter().any(|n| n == s),
@@ -453,6 +444,26 @@ fn e2e_files() -> anyhow::Result<Vec<String>> {
             path.display()
         );
     }
+    Ok(names)
+}
+
+/// The `name`s of a Cargo manifest's `[[TABLE]]` entries (`test`, `bin`), in its order; an error
+/// when there is none.
+pub fn manifest_names(path: &Path, table: &str) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    let names: Vec<String> = text
+        .split(&format!("[[{table}]]"))
+        .skip(1)
+        .filter_map(|t| {
+            let line = t.lines().find(|l| l.trim_start().starts_with("name"))?;
+            Some(line.split('"').nth(1)?.to_owned())
+        })
+        .collect();
+    anyhow::ensure!(
+        !names.is_empty(),
+        "{}: no [[{table}]] names",
+        path.display()
+    );
     Ok(names)
 }
 
