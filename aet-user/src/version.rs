@@ -23,4 +23,22 @@ mod tests {
         assert!(super::BUILD_ID.contains(".ebpf-"), "{}", super::BUILD_ID);
         assert!(super::LONG.contains(super::BUILD_ID));
     }
+
+    /// The wheel's version is the Python package's (`pyproject.toml`, `aet.__version__`), and
+    /// the Debian package's the crate's: one version everywhere.
+    #[test]
+    fn the_python_package_has_the_crates_version() {
+        let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../python");
+        let pyproject = std::fs::read_to_string(python.join("pyproject.toml")).unwrap();
+        let init = std::fs::read_to_string(python.join("src/aet/__init__.py")).unwrap();
+        let v = super::VERSION;
+        assert!(
+            pyproject.contains(&format!("\nversion = \"{v}\"\n")),
+            "python/pyproject.toml: not version {v}"
+        );
+        assert!(
+            init.contains(&format!("__version__ = \"{v}\"\n")),
+            "aet/__init__.py: not version {v}"
+        );
+    }
 }

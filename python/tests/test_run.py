@@ -47,6 +47,30 @@ def test_runs_without_a_daemon_argument_are_served_by_one_daemon(aet_bin: str,
     assert json.loads(alone.metadata["aet.monitor"])["served_by"] == "standalone"
 
 
+def test_a_run_without_out_gets_a_new_directory_under_runs(
+        aet_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    first, second = aet.run(["true"]), aet.run(["true"])
+    assert first.dir != second.dir, "two runs of one second share no directory"
+    for r in (first, second):
+        assert r.dir.parent == Path("runs") and r.dir.name.startswith("20"), r.dir
+        assert r.complete and r.exit_status == 0 and r.verdict is None
+        assert (tmp_path / r.dir / "ledger.arrow").is_file()
+
+
+def test_the_binary_is_aet_bin_else_the_one_installed_with_the_package(
+        aet_bin: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aet import _binary
+    monkeypatch.delenv("AET_BIN", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    # The tree's package (tests import python/src) was not installed with a binary.
+    assert _binary.installed_binary() is None
+    with pytest.raises(aet.AetNotFound, match="wheel"):
+        _binary.aet_binary()
+    monkeypatch.setenv("AET_BIN", aet_bin)
+    assert _binary.aet_binary() == aet_bin
+
+
 def test_a_run_past_its_timeout_is_stopped_and_its_ledger_finished(aet_bin: str, tmp_path: Path) -> None:
     with pytest.raises(aet.RunTimeout) as e:
         aet.run(["sleep", "30"], out=tmp_path / "r", timeout=3, daemon=False)

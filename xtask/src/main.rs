@@ -1,4 +1,4 @@
-//! aet's developer tasks: `cargo xtask setup | build | demo | test | bench | fuzz | docs`.
+//! aet's developer tasks: `cargo xtask setup | build | demo | test | bench | fuzz | dist | docs`.
 //!
 //! `setup` installs everything aet needs on a fresh Debian machine, idempotently (the nightly
 //! toolchain's rust-src, bpf-linker built against the toolchain's own LLVM, bubblewrap, the Python
@@ -7,7 +7,9 @@
 
 mod bench;
 mod daemon;
+mod dist;
 mod fuzz;
+mod install;
 mod setup;
 
 use std::{
@@ -44,6 +46,9 @@ enum Task {
     /// Fuzz the parsers of untrusted bytes (cargo-fuzz, libFuzzer) for a while each, on their
     /// corpora; print executions and coverage per target.
     Fuzz(fuzz::Args),
+    /// Build what users install into target/dist: the wheel (the binary and the Python
+    /// package) and the Debian package (with man pages, completions and the daemon's units).
+    Dist(dist::Args),
     /// Regenerate the generated parts of the docs (CLI reference, ledger tables) and the golden
     /// fixtures from the code.
     Docs,
@@ -72,6 +77,14 @@ fn main() -> anyhow::Result<()> {
         Task::Fuzz(args) => {
             setup::setup()?;
             fuzz::run(&args)
+        }
+        Task::Dist(args) => {
+            setup::setup_for(setup::Purpose::Dist)?;
+            let built = dist::dist(&args)?;
+            if args.install_test {
+                install::test(&built)?;
+            }
+            Ok(())
         }
         Task::Bench(args) => {
             setup::setup()?;

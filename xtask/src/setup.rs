@@ -14,15 +14,17 @@ use crate::sh;
 
 /// The bpf-linker version aet is built with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
-/// What a setup is for: the demo needs only what builds aet and runs the built-in example; the
-/// tests need everything.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// What a setup is for: the demo needs only what builds aet and runs the built-in example;
+/// `cargo xtask dist` that and the packaging tools; the tests need everything. Each purpose needs
+/// what the ones before it do.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Purpose {
     Demo,
+    Dist,
     Test,
 }
 
-/// Debian packages, with whether the demo needs them: bubblewrap for sandboxes; gcc and make for
+/// Debian packages, with the first purpose that needs them: bubblewrap for sandboxes; gcc and make for
 /// the demo's example and the end-to-end tests' helpers; libseccomp-dev to link the seccomp
 /// filter that closes io_uring in the sandbox; git for the repository tests and the benchmark;
 /// chromium for the test that opens the HTML report; attr (setfattr) for the test that changes a
@@ -30,25 +32,33 @@ pub enum Purpose {
 /// cgroups) and a static busybox for the container tests, whose images are made here and never
 /// pulled; bpftool for the tamper test and the benchmark's program statistics; a JRE for the
 /// PySpark check of the Parquet export (an entry whose first field is a path is checked by that
-/// file, the others by `command -v`).
-const APT_PACKAGES: &[(&str, &str, bool)] = &[
-    ("bwrap", "bubblewrap", true),
-    ("gcc", "gcc", true),
-    ("make", "make", true),
-    ("/usr/include/seccomp.h", "libseccomp-dev", true),
-    ("setfattr", "attr", false),
-    ("dockerd", "docker.io", false),
-    ("podman", "podman", false),
-    ("runc", "runc", false),
-    ("busybox", "busybox-static", false),
-    ("bpftool", "bpftool", false),
-    ("git", "git", false),
-    ("chromium", "chromium", false),
-    ("java", "openjdk-17-jre-headless", false),
+/// file, the others by `command -v`); dpkg-dev (dpkg-shlibdeps) for the Debian package's
+/// `Depends`, debootstrap for the clean root `cargo xtask dist --install-test` installs it
+/// into.
+const APT_PACKAGES: &[(&str, &str, Purpose)] = &[
+    ("bwrap", "bubblewrap", Purpose::Demo),
+    ("gcc", "gcc", Purpose::Demo),
+    ("make", "make", Purpose::Demo),
+    ("/usr/include/seccomp.h", "libseccomp-dev", Purpose::Demo),
+    ("setfattr", "attr", Purpose::Test),
+    ("dockerd", "docker.io", Purpose::Test),
+    ("podman", "podman", Purpose::Test),
+    ("runc", "runc", Purpose::Test),
+    ("busybox", "busybox-static", Purpose::Test),
+    ("bpftool", "bpftool", Purpose::Test),
+    ("git", "git", Purpose::Test),
+    ("chromium", "chromium", Purpose::Test),
+    ("java", "openjdk-17-jre-headless", Purpose::Test),
     // The names-on-the-network tests: dig, curl, and Debian's own pip inside a sandbox.
-    ("dig", "bind9-dnsutils", false),
-    ("curl", "curl", false),
-    ("/usr/lib/python3/dist-packages/pip", "python3-pip", false),
+    ("dig", "bind9-dnsutils", Purpose::Test),
+    ("curl", "curl", Purpose::Test),
+    (
+        "/usr/lib/python3/dist-packages/pip",
+        "python3-pip",
+        Purpose::Test,
+    ),
+    ("dpkg-shlibdeps", "dpkg-dev", Purpose::Dist),
+    ("debootstrap", "debootstrap", Purpose::Dist),
 ];
 /// Python packages the tests use to check that notebooks read ledgers as they are, and to
 /// execute `examples/notebooks`.
@@ -111,6 +121,9 @@ pub fn setup_for(purpose: Purpose) -> anyhow::Result<()> {
     apt(purpose)?;
     rust_src()?;
     bpf_linker()?;
+    if purpose == Purpose::Dist {
+        packaging()?;
+    }
     if purpose == Purpose::Test {
         cargo_fuzz()?;
         python()?;
@@ -127,7 +140,7 @@ pub fn setup_for(purpose: Purpose) -> anyhow::Result<()> {
 fn apt(purpose: Purpose) -> anyhow::Result<()> {
     let wanted: Vec<(&str, &str)> = APT_PACKAGES
         .iter()
-        .filter(|(_, _, demo)| *demo || purpose == Purpose::Test)
+        .filter(|(_, _, need)| *need <= purpose)
         .map(|(bin, pkg, _)| (*bin, *pkg))
         .collect();
     let missing: Vec<&str> = wanted
@@ -251,6 +264,48 @@ fn bpf_linker() -> anyhow::Result<()> {
             "RUSTFLAGS",
             format!("-C link-arg=-Wl,-rpath,{}", lib.display()),
         ))
+}
+
+/// The packaging tools of `cargo xtask dist`, at the versions it was written for: cargo-deb, and
+/// maturin and auditwheel from PyPI.
+pub const CARGO_DEB_VERSION: &str = "3.8.0";
+const PACKAGING_PIP: &[(&str, &str)] = &[("maturin", "1.16.0"), ("auditwheel", "6.8.2")];
+
+fn packaging() -> anyhow::Result<()> {
+    let have = output(Command::new(cargo_bin().join("cargo-deb")).arg("--version"));
+    if have
+        .as_deref()
+        .is_some_and(|v| v.contains(CARGO_DEB_VERSION))
+    {
+        println!("ok   cargo-deb {CARGO_DEB_VERSION}");
+    } else {
+        println!("..   cargo install cargo-deb {CARGO_DEB_VERSION}");
+        sh(Command::new("cargo").args([
+            "install",
+            "cargo-deb",
+            "--locked",
+            "--version",
+            CARGO_DEB_VERSION,
+        ]))?;
+    }
+    for (tool, want) in PACKAGING_PIP {
+        let have = output(Command::new("python3").args(["-m", tool, "--version"]));
+        if have.as_deref().is_some_and(|v| v.contains(want)) {
+            println!("ok   {tool} {want}");
+            continue;
+        }
+        println!("..   pip install {tool}=={want}");
+        sh(Command::new("python3").args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--root-user-action=ignore",
+            &format!("{tool}=={want}"),
+        ]))?;
+    }
+    Ok(())
 }
 
 /// cargo-fuzz, for the fuzz targets (`cargo xtask fuzz`, and the short run in the tests).

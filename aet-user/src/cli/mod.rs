@@ -6,6 +6,7 @@
 pub(crate) mod audit;
 mod daemon;
 mod doctor;
+mod generate;
 mod ledger;
 mod monitor;
 mod phase;
@@ -167,6 +168,9 @@ pub enum Command {
     /// Serve every `aet run` and `aet monitor` of this host from one set of programs (a resident
     /// monitor), until SIGINT or SIGTERM; `aet daemon status` lists the runs it serves.
     Daemon(daemon::Args),
+    /// Man pages and shell completions, made from this CLI.
+    #[command(subcommand)]
+    Generate(generate::Command),
     /// Internal: kills a run's cgroup if `aet run` dies before finishing (see `guard::Guard`).
     #[command(name = "__guard", hide = true)]
     Guard { cgroup: std::path::PathBuf },
@@ -239,6 +243,7 @@ pub fn main() -> ExitCode {
         Command::Verify(a) => (verify::verify(a), Exit::Usage.code()),
         Command::Key(c) => (verify::key(c), Exit::Usage.code()),
         Command::Daemon(a) => (daemon::run(a), Exit::AetFailed.code()),
+        Command::Generate(c) => (generate::run(c), Exit::Usage.code()),
         Command::Guard { cgroup } => (crate::guard::guard_main(&cgroup).map(|()| 0), 1),
         Command::GuardDaemon { state } => (crate::daemon::guard_main(&state).map(|()| 0), 1),
         Command::GuardThaw { dir } => (crate::guard::thaw_main(&dir).map(|()| 0), 1),

@@ -2,27 +2,51 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Optional, Sequence
 
 from .errors import AetError, AetNotFound
 
 
 def aet_binary() -> str:
-    """The ``aet`` binary: ``$AET_BIN`` when set, else ``aet`` on ``PATH``."""
+    """The ``aet`` binary: ``$AET_BIN`` when set; else the one installed with this package (the
+    wheel puts it in the environment's scripts directory, which need not be on ``PATH``); else
+    ``aet`` on ``PATH``."""
     env = os.environ.get("AET_BIN")
     if env:
         if not (os.path.isfile(env) and os.access(env, os.X_OK)):
             raise AetNotFound(f"AET_BIN={env} is not an executable file")
         return env
-    found = shutil.which("aet")
+    found = installed_binary() or shutil.which("aet")
     if found is None:
         raise AetNotFound(
-            "no aet binary: put aet on PATH or set AET_BIN (cargo xtask build prints its path)"
+            "no aet binary: install the aet wheel (cargo xtask dist builds it), put aet on PATH "
+            "or set AET_BIN (cargo xtask build prints its path)"
         )
     return found
+
+
+def installed_binary() -> Optional[str]:
+    """The ``aet`` binary the installed distribution ``aet`` lists in its ``RECORD``, when that
+    distribution is this very package (not another copy of it elsewhere on ``sys.path``), else
+    ``None`` (a source checkout, or a package installed without the binary)."""
+    try:
+        dist = importlib.metadata.distribution("aet")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    here = Path(__file__).resolve().parent
+    if Path(str(dist.locate_file("aet/__init__.py"))).resolve().parent != here:
+        return None
+    for f in dist.files or []:
+        if f.name == "aet" and f.parent.name in ("bin", "scripts"):
+            path = Path(str(dist.locate_file(f))).resolve()
+            if path.is_file() and os.access(path, os.X_OK):
+                return str(path)
+    return None
 
 
 def aet_messages(stderr: str) -> str:

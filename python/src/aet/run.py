@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
@@ -73,10 +75,20 @@ def outcome(out: Path, returncode: int, stderr: str, argv: list[str], check: boo
     return result
 
 
+def default_out() -> Path:
+    """A new run directory ``runs/<UTC time>-<random>`` under the current directory: where
+    :func:`run` writes without ``out`` (as ``aet run`` without ``--out`` does, and never one an
+    earlier run of the same second holds)."""
+    runs = Path("runs")
+    runs.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=runs))
+
+
 def run(
     argv: Sequence[str],
     *,
-    out: PathLike,
+    out: Optional[PathLike] = None,
     policy: Optional[PathLike] = None,
     sandbox: Optional[PathLike] = None,
     identity: Identity = None,
@@ -92,7 +104,7 @@ def run(
     aet_args: Sequence[str] = (),
 ) -> RunResult:
     """Runs ``argv`` under ``aet run`` into the run directory ``out`` (which must not hold a
-    ledger) and returns the finished run: its exit status, completeness, and with ``policy``
+    ledger; default: a new :func:`default_out`) and returns the finished run: its exit status, completeness, and with ``policy``
     the audit's verdict and findings. ``identity``: ``True`` for aet's agent identity, or
     ``"UID"``/``"UID:GID"``. ``daemon``: ``True`` requires a resident ``aet daemon``,
     ``False`` loads the programs for this run (seconds of verification), ``None`` uses the
@@ -105,7 +117,7 @@ def run(
     seconds. The command's own failure is not an exception: see ``exit_status``."""
     if not argv:
         raise ValueError("argv is empty: nothing to run")
-    outp = Path(out)
+    outp = Path(out) if out is not None else default_out()
     cmd = [aet_binary(), *run_args(outp, policy=policy, sandbox=sandbox, identity=identity,
                                    mode=mode, sign=sign, daemon=daemon, grace=grace,
                                    extra=aet_args), "--", *argv]

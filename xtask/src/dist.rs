@@ -1,0 +1,186 @@
+//! `cargo xtask dist`: what users install, built into `target/dist/` from the tree as committed.
+//!
+//! - `aet-VERSION-py3-none-PLATFORM.whl`: the `aet` binary and the Python package (maturin, with
+//!   `bindings = "bin"`; `python/pyproject.toml` `[tool.maturin]`), its platform tag the glibc
+//!   the binary needs (maturin's auditwheel check; `auditwheel show` agrees);
+//! - `aet_VERSION-1_amd64.deb`: the binary, the preset policies, man pages, completions and the
+//!   socket-activated daemon's units (cargo-deb; `aet-user/Cargo.toml` `[package.metadata.deb]`);
+//! - `share/`: the man pages, completions and units the package was made from.
+//!
+//! Every file's time is the commit's (`SOURCE_DATE_EPOCH`), so two builds of one commit in one
+//! checkout give the same bytes.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail, ensure};
+
+use crate::{cargo, root, sh};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Build from a tree with uncommitted changes (the version's commit then ends in `-dirty`).
+    #[arg(long)]
+    pub allow_dirty: bool,
+    /// Then install what was built as users do and check it (xtask/src/install.rs: the wheel
+    /// in a fresh venv, the Debian package in a clean Debian 12 root made by debootstrap).
+    #[arg(long)]
+    pub install_test: bool,
+}
+
+/// What `dist` built.
+pub struct Artefacts {
+    pub wheel: PathBuf,
+    pub deb: PathBuf,
+    /// The `aet` binary both carry.
+    pub aet: PathBuf,
+}
+
+/// The workspace's version (`[workspace.package]`), which the binary, the wheel and the package
+/// all carry.
+pub fn version() -> anyhow::Result<String> {
+    let path = root().join("Cargo.toml");
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let table: toml::Table = text.parse().with_context(|| path.display().to_string())?;
+    table
+        .get("workspace")
+        .and_then(|w| w.get("package"))
+        .and_then(|p| p.get("version"))
+        .and_then(|v| v.as_str())
+        .map(str::to_owned)
+        .with_context(|| format!("{}: no [workspace.package] version", path.display()))
+}
+
+fn git(args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(root())
+        .args(args)
+        .output()
+        .context("git")?;
+    ensure!(
+        out.status.success(),
+        "git {}: {}",
+        args.join(" "),
+        out.status
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+pub fn dist(args: &Args) -> anyhow::Result<Artefacts> {
+    let dirty = !git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty();
+    if dirty && !args.allow_dirty {
+        bail!(
+            "the tree has uncommitted changes: commit them, or pass --allow-dirty (the \
+             artefacts' commit then ends in -dirty)"
+        );
+    }
+    let version = version()?;
+    let python = root().join("python/pyproject.toml");
+    let py = std::fs::read_to_string(&python)?;
+    ensure!(
+        py.contains(&format!("\nversion = \"{version}\"\n")),
+        "{}: [project] version is not {version}, the workspace's",
+        python.display()
+    );
+    let epoch = git(&["log", "-1", "--format=%ct"])?;
+    let out = root().join("target/dist");
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| out.display().to_string())?;
+    }
+    std::fs::create_dir_all(&out)?;
+
+    // The wheel first: maturin builds the release binary (`cargo build --release` of aet-user's
+    // bin, the same build `cargo xtask build` makes and the package then takes).
+    println!("== the wheel (maturin)");
+    let mut maturin = Command::new("python3");
+    maturin
+        .env("PATH", crate::setup::path_with_cargo_bin())
+        .env("SOURCE_DATE_EPOCH", &epoch)
+        .args(["-m", "maturin", "build", "--release", "--locked", "--out"])
+        .arg(&out)
+        .args(["--manifest-path"])
+        .arg(root().join("aet-user/Cargo.toml"));
+    sh(maturin.current_dir(root().join("python")))?;
+    let aet = crate::build()?;
+    let share = out.join("share");
+    generated(&aet, &share, &epoch)?;
+
+    println!("== the Debian package (cargo-deb)");
+    sh(cargo()
+        .env("SOURCE_DATE_EPOCH", &epoch)
+        .args([
+            "deb",
+            "--package",
+            "aet-user",
+            "--no-build",
+            "--locked",
+            "--output",
+        ])
+        .arg(&out))?;
+
+    let find = |ext: &str| -> anyhow::Result<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&out)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .collect();
+        ensure!(
+            found.len() == 1,
+            "{}: {} .{ext} files, expected one",
+            out.display(),
+            found.len()
+        );
+        Ok(found.remove(0))
+    };
+    let artefacts = Artefacts {
+        wheel: find("whl")?,
+        deb: find("deb")?,
+        aet,
+    };
+    println!("== built");
+    for p in [&artefacts.wheel, &artefacts.deb] {
+        let size = std::fs::metadata(p)?.len();
+        println!(
+            "{:>8.1} MiB  {}",
+            size as f64 / (1 << 20) as f64,
+            p.display()
+        );
+    }
+    Ok(artefacts)
+}
+
+/// The man pages (gzipped, as Debian wants them), completions and systemd units of `share`,
+/// made by the binary itself from its CLI.
+fn generated(aet: &Path, share: &Path, epoch: &str) -> anyhow::Result<()> {
+    let man = share.join("man/man1");
+    sh(Command::new(aet).args(["generate", "man"]).arg(&man))?;
+    for page in std::fs::read_dir(&man)? {
+        // -n: no name or time in the gzip header, so the bytes are the page's alone.
+        sh(Command::new("gzip").args(["-9nf"]).arg(page?.path()))?;
+    }
+    let completions = share.join("completions");
+    for shell in ["bash", "zsh", "fish"] {
+        sh(Command::new(aet)
+            .args(["generate", "completions", shell, "--dir"])
+            .arg(&completions))?;
+    }
+    // The units of dist/systemd, with the binary where the package puts it.
+    let units = share.join("systemd");
+    std::fs::create_dir_all(&units)?;
+    for unit in ["aet.socket", "aet.service"] {
+        let text = std::fs::read_to_string(root().join("dist/systemd").join(unit))?;
+        std::fs::write(
+            units.join(unit),
+            text.replace("/usr/local/bin/aet", "/usr/bin/aet"),
+        )?;
+    }
+    // The generated files' times are the commit's too (the package keeps them).
+    sh(Command::new("find")
+        .arg(share)
+        .args(["-exec", "touch", "-h", "-d"])
+        .arg(format!("@{epoch}"))
+        .args(["{}", "+"]))?;
+    Ok(())
+}
