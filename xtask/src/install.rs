@@ -53,7 +53,7 @@ fn stdout(cmd: &mut Command) -> anyhow::Result<String> {
 
 /// The short commit `aet --version` names.
 fn commit() -> anyhow::Result<String> {
-    stdout(Command::new("git").args(["rev-parse", "--short=12", "HEAD"]))
+    crate::dist::git(&["rev-parse", "--short=12", "HEAD"])
 }
 
 pub fn test(a: &Artefacts) -> anyhow::Result<()> {

@@ -272,22 +272,7 @@ pub const CARGO_DEB_VERSION: &str = "3.8.0";
 const PACKAGING_PIP: &[(&str, &str)] = &[("maturin", "1.16.0"), ("auditwheel", "6.8.2")];
 
 fn packaging() -> anyhow::Result<()> {
-    let have = output(Command::new(cargo_bin().join("cargo-deb")).arg("--version"));
-    if have
-        .as_deref()
-        .is_some_and(|v| v.contains(CARGO_DEB_VERSION))
-    {
-        println!("ok   cargo-deb {CARGO_DEB_VERSION}");
-    } else {
-        println!("..   cargo install cargo-deb {CARGO_DEB_VERSION}");
-        sh(Command::new("cargo").args([
-            "install",
-            "cargo-deb",
-            "--locked",
-            "--version",
-            CARGO_DEB_VERSION,
-        ]))?;
-    }
+    cargo_tool("cargo-deb", CARGO_DEB_VERSION)?;
     for (tool, want) in PACKAGING_PIP {
         let have = output(Command::new("python3").args(["-m", tool, "--version"]));
         if have.as_deref().is_some_and(|v| v.contains(want)) {
@@ -295,29 +280,39 @@ fn packaging() -> anyhow::Result<()> {
             continue;
         }
         println!("..   pip install {tool}=={want}");
-        sh(Command::new("python3").args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--root-user-action=ignore",
-            &format!("{tool}=={want}"),
-        ]))?;
+        sh(pip_install().arg(format!("{tool}=={want}")))?;
     }
     Ok(())
 }
 
 /// cargo-fuzz, for the fuzz targets (`cargo xtask fuzz`, and the short run in the tests).
 fn cargo_fuzz() -> anyhow::Result<()> {
-    let want = crate::fuzz::CARGO_FUZZ_VERSION;
-    let have = output(Command::new(cargo_bin().join("cargo-fuzz")).arg("--version"));
+    cargo_tool("cargo-fuzz", crate::fuzz::CARGO_FUZZ_VERSION)
+}
+
+/// A cargo subcommand from crates.io at version `want`, installed unless that version is.
+fn cargo_tool(name: &str, want: &str) -> anyhow::Result<()> {
+    let have = output(Command::new(cargo_bin().join(name)).arg("--version"));
     if have.as_deref().is_some_and(|v| v.contains(want)) {
-        println!("ok   cargo-fuzz {want}");
+        println!("ok   {name} {want}");
         return Ok(());
     }
-    println!("..   cargo install cargo-fuzz {want}");
-    sh(Command::new("cargo").args(["install", "cargo-fuzz", "--locked", "--version", want]))
+    println!("..   cargo install {name} {want}");
+    sh(Command::new("cargo").args(["install", name, "--locked", "--version", want]))
+}
+
+/// `python3 -m pip install`, quiet, as root.
+fn pip_install() -> Command {
+    let mut c = Command::new("python3");
+    c.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--root-user-action=ignore",
+    ]);
+    c
 }
 
 fn python() -> anyhow::Result<()> {
@@ -328,30 +323,18 @@ fn python() -> anyhow::Result<()> {
         )
         .map(|(_, pkg)| *pkg)
         .collect();
-    let pip = || {
-        let mut c = Command::new("python3");
-        c.args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--root-user-action=ignore",
-        ]);
-        c
-    };
     if missing.is_empty() {
         println!(
             "ok   python ledger readers, notebooks, Spark, Inspect AI, the Docker SDK, pytest, mypy"
         );
     } else {
         println!("..   pip install {}", missing.join(" "));
-        sh(pip().args(&missing))?;
+        sh(pip_install().args(&missing))?;
     }
     // aet's own package, from the tree every time (its entry point registers the Inspect
     // sandbox); its dependencies are installed above.
     println!("..   pip install ./python");
-    sh(pip()
+    sh(pip_install()
         .args(["--no-deps", "--force-reinstall"])
         .arg(crate::root().join("python")))
 }

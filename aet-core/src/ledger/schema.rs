@@ -109,8 +109,8 @@ meta_keys! {
     /// `io` row with that identity and no open of its own.
     INHERITED_FDS = "aet.inherited_fds";
     /// How the run met overload, a JSON object: `asked` and `used` (`freeze`: the run's cgroup
-    /// is frozen while its unread records fill more than a quarter of its share of the ring
-    /// buffer, until they are below an eighth; `drop`: the kernel drops what does not fit and counts
+    /// is frozen while its unread records fill more than an eighth of its share of the ring
+    /// buffer, until they are below a sixteenth; `drop`: the kernel drops what does not fit and counts
     /// it), `freezes`, `frozen_ms` (total), `longest_ms`, and a `note` when the run used
     /// another than it asked (a scope that is not a cgroup) or freezing failed.
     OVERLOAD = "aet.overload";

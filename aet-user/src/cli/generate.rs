@@ -1,5 +1,5 @@
 //! `aet generate`: the man pages and shell completions made from this CLI's own definition, so
-//! that they never disagree with `aet --help` (the Debian package and the wheel ship them).
+//! that they never disagree with `aet --help` (the Debian package ships them).
 
 use std::path::{Path, PathBuf};
 

@@ -70,11 +70,12 @@ pub struct Freezer {
 }
 
 /// The unread share of its quota above which a run is frozen, and below which it is thawed.
-/// A quarter, not a half: between the crossing and the freeze taking hold (the consumer notices
-/// at its next batch; tasks stop at their next return to user space) a storm on 2 cores wrote
-/// the other half, and 415 to 608 `quota_full` losses made frozen runs incomplete.
-pub const HIGH_WATER: (u64, u64) = (1, 4);
-pub const LOW_WATER: (u64, u64) = (1, 8);
+/// An eighth: between the crossing and the freeze taking hold (the consumer notices every 256
+/// records; tasks stop at their next return to user space) a storm on 2 cores with a slow
+/// consumer overran the rest of the quota: 415 and 608 `quota_full` losses with the mark at a
+/// half, 7 with it at a quarter, none in 4 runs at an eighth (tests/overload.rs).
+pub const HIGH_WATER: (u64, u64) = (1, 8);
+pub const LOW_WATER: (u64, u64) = (1, 16);
 
 impl Freezer {
     /// A freezer for a run of `scope` that asked for `asked`; `marker_dir` holds the marker
@@ -249,9 +250,13 @@ mod tests {
         let mut f = Freezer::new(OnOverload::Freeze, &scope, Some(markers.path()), 3);
         assert!(f.active());
         let freeze = d.path().join("cgroup.freeze");
-        f.check(400, 1000);
+        let quota = 1000;
+        let high = quota / HIGH_WATER.1 * HIGH_WATER.0;
+        let low = quota / LOW_WATER.1 * LOW_WATER.0;
+        assert!(low < high && high < quota);
+        f.check(high, quota);
         assert!(!f.frozen());
-        f.check(501, 1000);
+        f.check(high + 1, quota);
         assert!(f.frozen());
         assert_eq!(fs::read_to_string(&freeze).unwrap(), "1");
         // The marker names the cgroup while it is frozen.
@@ -260,9 +265,9 @@ mod tests {
             fs::read(&marker).unwrap(),
             freeze.as_os_str().as_encoded_bytes()
         );
-        f.check(300, 1000);
-        assert!(f.frozen(), "still above the low mark");
-        f.check(200, 1000);
+        f.check(low, quota);
+        assert!(f.frozen(), "still at the low mark");
+        f.check(low - 1, quota);
         assert!(!f.frozen());
         assert_eq!(fs::read_to_string(&freeze).unwrap(), "0");
         assert!(!marker.exists());
