@@ -7,8 +7,9 @@
 //!   socket-activated daemon's units (cargo-deb; `aet-user/Cargo.toml` `[package.metadata.deb]`);
 //! - `share/`: the man pages, completions and units the package was made from.
 //!
-//! Every file's time is the commit's (`SOURCE_DATE_EPOCH`), so two builds of one commit in one
-//! checkout give the same bytes.
+//! Every file in the package has the commit's time (`SOURCE_DATE_EPOCH`), every entry of the
+//! wheel maturin's fixed 1980-01-01, so two builds of one commit in one checkout give the same
+//! bytes.
 
 use std::{
     path::{Path, PathBuf},
@@ -88,15 +89,19 @@ pub fn dist(args: &Args) -> anyhow::Result<Artefacts> {
     // The wheel first: maturin builds the release binary (`cargo build --release` of aet-user's
     // bin, the same build `cargo xtask build` makes and the package then takes).
     println!("== the wheel (maturin)");
+    // Not SOURCE_DATE_EPOCH: zstd-sys's build script tracks it, and setting it here would rebuild
+    // the tree from zstd-sys up twice (13 min each on 2 cores: once for maturin, once more for
+    // the build after it). Without it maturin stamps every entry 1980-01-01, as reproducible.
+    forget_repaired()?;
     let mut maturin = Command::new("python3");
     maturin
         .env("PATH", crate::setup::path_with_cargo_bin())
-        .env("SOURCE_DATE_EPOCH", &epoch)
+        .env_remove("SOURCE_DATE_EPOCH")
         .args(["-m", "maturin", "build", "--release", "--locked", "--out"])
-        .arg(&out)
-        .args(["--manifest-path"])
-        .arg(root().join("aet-user/Cargo.toml"));
-    sh(maturin.current_dir(root().join("python")))?;
+        .arg(&out);
+    let built = sh(maturin.current_dir(root().join("python")));
+    forget_repaired()?;
+    built?;
     let aet = crate::build()?;
     let share = out.join("share");
     generated(&aet, &share, &epoch)?;
@@ -142,6 +147,53 @@ pub fn dist(args: &Args) -> anyhow::Result<Artefacts> {
         );
     }
     Ok(artefacts)
+}
+
+/// [`dist`] twice, the second build's bytes checked against the first's.
+pub fn reproducible(args: &Args) -> anyhow::Result<Artefacts> {
+    let sums = |a: &Artefacts| -> anyhow::Result<String> {
+        let out = Command::new("sha256sum")
+            .arg(&a.wheel)
+            .arg(&a.deb)
+            .output()
+            .context("sha256sum")?;
+        ensure!(out.status.success(), "sha256sum: {}", out.status);
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let first = sums(&dist(args)?)?;
+    println!("== again, to check the bytes are the same");
+    let again = dist(args)?;
+    let second = sums(&again)?;
+    ensure!(
+        first == second,
+        "two builds of one tree differ:\n{first}{second}"
+    );
+    println!("ok   the same bytes twice:\n{second}");
+    Ok(again)
+}
+
+/// maturin repairs the binary it packs in place (patchelf: libseccomp's name changed to the
+/// bundled copy's, an RPATH added), and that file is a hard link of cargo's own output in
+/// `target/release/deps`, which cargo then counts as fresh: the next wheel would look for a
+/// library of the changed name and fail. Every link of the repaired file goes, so cargo links it
+/// again (5 s).
+fn forget_repaired() -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let copy = root().join("target/maturin/aet");
+    let Ok(meta) = std::fs::metadata(&copy) else {
+        return Ok(());
+    };
+    let deps = root().join("target/release/deps");
+    for entry in std::fs::read_dir(&deps).with_context(|| deps.display().to_string())? {
+        let path = entry?.path();
+        if let Ok(m) = std::fs::symlink_metadata(&path)
+            && m.ino() == meta.ino()
+            && m.dev() == meta.dev()
+        {
+            std::fs::remove_file(&path).with_context(|| path.display().to_string())?;
+        }
+    }
+    std::fs::remove_file(&copy).with_context(|| copy.display().to_string())
 }
 
 /// The man pages (gzipped, as Debian wants them), completions and systemd units of `share`,

@@ -79,7 +79,12 @@ fn main() -> anyhow::Result<()> {
             fuzz::run(&args)
         }
         Task::Dist(args) => {
-            setup::setup_for(setup::Purpose::Dist)?;
+            // Installing as users do runs the Python package's Inspect tests (Docker images).
+            setup::setup_for(if args.install_test {
+                setup::Purpose::Test
+            } else {
+                setup::Purpose::Dist
+            })?;
             let built = dist::dist(&args)?;
             if args.install_test {
                 install::test(&built)?;
@@ -102,10 +107,13 @@ pub fn root() -> PathBuf {
         .to_owned()
 }
 
-/// Runs a command in the workspace root, failing on a non-zero exit.
+/// Runs a command in the workspace root (or the directory it was given), failing on a non-zero
+/// exit.
 pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
+    if cmd.get_current_dir().is_none() {
+        cmd.current_dir(root());
+    }
     let status = cmd
-        .current_dir(root())
         .status()
         .with_context(|| format!("cannot start {cmd:?}"))?;
     if !status.success() {
@@ -359,6 +367,15 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
     })?;
     if filter.is_none() {
         steps.run("the Python package (mypy, pytest)", || python_package(&aet))?;
+        // What users install, built from this tree (dirty or not) and installed as they would.
+        steps.run("the wheel and the Debian package, installed", || {
+            let args = dist::Args {
+                allow_dirty: true,
+                install_test: true,
+            };
+            let first = dist::reproducible(&args)?;
+            install::test(&first)
+        })?;
     }
     steps.print("cargo xtask test");
     Ok(())

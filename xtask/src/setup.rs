@@ -103,9 +103,10 @@ fn cargo_bin() -> PathBuf {
 
 /// `PATH` with cargo's bin directory first (where bpf-linker is installed).
 pub fn path_with_cargo_bin() -> std::ffi::OsString {
-    let mut paths = vec![cargo_bin()];
+    let bin = cargo_bin();
+    let mut paths = vec![bin.clone()];
     if let Some(p) = std::env::var_os("PATH") {
-        paths.extend(std::env::split_paths(&p));
+        paths.extend(std::env::split_paths(&p).filter(|p| *p != bin));
     }
     std::env::join_paths(paths).unwrap_or_default()
 }
@@ -121,7 +122,7 @@ pub fn setup_for(purpose: Purpose) -> anyhow::Result<()> {
     apt(purpose)?;
     rust_src()?;
     bpf_linker()?;
-    if purpose == Purpose::Dist {
+    if purpose >= Purpose::Dist {
         packaging()?;
     }
     if purpose == Purpose::Test {

@@ -14,8 +14,8 @@ from .errors import AetError, AetNotFound
 
 def aet_binary() -> str:
     """The ``aet`` binary: ``$AET_BIN`` when set; else the one installed with this package (the
-    wheel puts it in the environment's scripts directory, which need not be on ``PATH``); else
-    ``aet`` on ``PATH``."""
+    wheel puts it beside the package, with a launcher in the environment's scripts directory,
+    which need not be on ``PATH``); else ``aet`` on ``PATH``."""
     env = os.environ.get("AET_BIN")
     if env:
         if not (os.path.isfile(env) and os.access(env, os.X_OK)):
@@ -41,11 +41,16 @@ def installed_binary() -> Optional[str]:
     here = Path(__file__).resolve().parent
     if Path(str(dist.locate_file("aet/__init__.py"))).resolve().parent != here:
         return None
-    for f in dist.files or []:
-        if f.name == "aet" and f.parent.name in ("bin", "scripts"):
-            path = Path(str(dist.locate_file(f))).resolve()
-            if path.is_file() and os.access(path, os.X_OK):
-                return str(path)
+    # The wheel (maturin's `bindings = "bin"`) puts the binary in `aet.scripts/` beside the
+    # package and a Python launcher that execs it in the scripts directory: the binary itself
+    # first, which saves a Python start per call.
+    found = [f for f in dist.files or [] if f.name == "aet"
+             and f.parent.name in ("aet.scripts", "bin", "scripts")]
+    found.sort(key=lambda f: f.parent.name != "aet.scripts")
+    for f in found:
+        path = Path(str(dist.locate_file(f))).resolve()
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
     return None
 
 
