@@ -16,4 +16,5 @@ pub mod run_dir;
 pub mod runs;
 pub mod stage;
 pub mod util;
+pub mod version;
 pub mod watch;

@@ -8,6 +8,10 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// git checkout).
 pub const COMMIT: &str = env!("AET_COMMIT");
 
+/// The version with its commit (`0.1.0+1a2b3c4d5e6f`): what the ledger, `audit.json` and the
+/// manifest record as `aet_version` (set in `aet_core::version` at start).
+pub const RELEASE: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("AET_COMMIT"));
+
 /// The build: version, commit and the digest of the eBPF object. A client and a daemon of
 /// different builds refuse each other (the daemon writes the client's ledger with its own code).
 pub const BUILD_ID: &str = env!("AET_BUILD_ID");
@@ -22,6 +26,7 @@ mod tests {
         assert!(super::BUILD_ID.starts_with(&format!("{}+{}", super::VERSION, super::COMMIT)));
         assert!(super::BUILD_ID.contains(".ebpf-"), "{}", super::BUILD_ID);
         assert!(super::LONG.contains(super::BUILD_ID));
+        assert!(super::BUILD_ID.starts_with(&format!("{}.ebpf-", super::RELEASE)));
     }
 
     /// The wheel's version is the Python package's (`pyproject.toml`, `aet.__version__`), and

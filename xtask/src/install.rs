@@ -182,24 +182,28 @@ fn wheel(a: &Artefacts, version: &str, host_version: &str) -> anyhow::Result<()>
         dir.join("policy.toml"),
         "[allow]\nread = [\"/\"]\nwrite = [\"/dev\"]\n",
     )?;
+    let build = host_version
+        .split(['(', ')'])
+        .nth(1)
+        .context("no build in aet --version")?;
+    // The files of a run carry the version with its commit, as `aet --version` does.
+    let release = build.split(".ebpf-").next().unwrap_or(build);
     let script = format!(
-        "import aet\n\
+        "import aet, json\n\
          r = aet.run(['true'])\n\
          assert r.complete and r.exit_status == 0 and r.verdict is None, r\n\
          assert r.dir.parent.name == 'runs', r.dir\n\
-         assert r.metadata['aet.version'] == {version:?}, r.metadata\n\
+         assert r.metadata['aet.version'] == {release:?}, r.metadata\n\
          c = aet.run(['true'], policy='policy.toml')\n\
          assert c.complete and c.verdict == 'clean', (c.verdict, c.findings)\n\
+         v = json.loads((c.dir / 'audit.json').read_text())['aet_version']\n\
+         assert v == {release:?}, v\n\
          print(c.verdict, r.metadata['aet.monitor'])\n"
     );
     let ran = stdout(user(&python).args(["-c", &script]));
     let stopped = output(user(&aet).args(["daemon", "stop", "--socket", SOCKET]));
     let ran = ran?;
     stopped.context("the daemon the first run started did not stop")?;
-    let build = host_version
-        .split(['(', ')'])
-        .nth(1)
-        .context("no build in aet --version")?;
     ensure!(
         ran.starts_with("clean ") && ran.contains(build) && ran.contains("\"auto\""),
         "aet.run: {ran:?} (want clean, served by a daemon the first run started, of build {build})"

@@ -390,7 +390,7 @@ fn build_report(
     let mut report = Report {
         format: REPORT_FORMAT.into(),
         version: REPORT_VERSION,
-        aet_version: env!("CARGO_PKG_VERSION").into(),
+        aet_version: crate::version::get().into(),
         ledger: ledger.to_owned(),
         policy: policy.path.clone(),
         verdict,

@@ -40,7 +40,8 @@ meta_keys! {
     /// also lack `phase`, and `2`, whose ledgers also lack the fd, process and network columns:
     /// read as null).
     SCHEMA_VERSION = "aet.schema_version";
-    /// The aet version that wrote the ledger.
+    /// The aet version that wrote the ledger, with the commit it was built from
+    /// (`0.1.0+1a2b3c4d5e6f`; `-dirty` after it when the tree had uncommitted changes).
     AET_VERSION = "aet.version";
     /// What recorded the run: `standalone` (programs loaded for it), or `daemon` with its pid,
     /// how it was started (`manual`, `auto`: by a run, `socket`: activated by systemd) and its

@@ -80,7 +80,7 @@ impl LedgerWriter {
             .map_err(create)?;
         let mut head = metadata;
         head.insert(meta::SCHEMA_VERSION.into(), schema::SCHEMA_VERSION.into());
-        head.insert(meta::AET_VERSION.into(), env!("CARGO_PKG_VERSION").into());
+        head.insert(meta::AET_VERSION.into(), crate::version::get().into());
         head.insert(meta::FINISHED.into(), "false".into());
         let schema = schema::schema(head.clone());
         let file = IpcFileWriter::try_new(BufWriter::with_capacity(1 << 20, file), &schema)

@@ -207,6 +207,8 @@ pub enum Command {
 
 /// Parses the arguments, runs the subcommand, and returns the process exit code.
 pub fn main() -> ExitCode {
+    // What the ledger, audit.json and the manifest record: the version with its commit.
+    aet_core::version::set(crate::version::RELEASE);
     // A damaged ledger can make Arrow's decoder panic; the reader catches that and reports the
     // file as corrupt, so the panic itself is not printed.
     let default_hook = std::panic::take_hook();

@@ -258,7 +258,17 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
         extra.set(meta::EXIT_STATUS, code);
     }
     extra.set_json(meta::KILLED, &killed);
-    let report = monitor.stop(extra, reasons)?;
+    let report = match monitor.stop(extra, reasons) {
+        Ok(r) => r,
+        // The daemon died as the command ended (its guard kills the runs it served, so the
+        // command may be seen to end before the connection is): the ledger is its, unfinished.
+        Err(SessionError::Daemon(crate::daemon::DaemonError::Gone { .. })) => {
+            drop(cg);
+            guard.release();
+            return Err(RunError::DaemonGone(ledger));
+        }
+        Err(e) => return Err(e.into()),
+    };
     drop(cg);
     guard.release();
     report_end(&report, opts.quiet);

@@ -38,7 +38,7 @@ pub fn sign(
     let body = aet_core::manifest::Body {
         format: String::new(),
         version: 1,
-        aet_version: env!("CARGO_PKG_VERSION").into(),
+        aet_version: crate::version::RELEASE.into(),
         ledger: aet_core::run_dir::LEDGER.into(),
         ledger_final_hash: aet_core::ledger::chain::hex(&chain.final_hash),
         ledger_batches: chain.batches,

@@ -24,7 +24,8 @@ class AetError(Exception):
 
 
 class AetNotFound(AetError):
-    """No ``aet`` binary: neither ``$AET_BIN`` nor ``aet`` on ``PATH``."""
+    """No ``aet`` binary: neither ``$AET_BIN``, nor one installed with this package (the wheel's),
+    nor ``aet`` on ``PATH``."""
 
 
 class RefusedError(AetError):
