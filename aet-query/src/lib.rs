@@ -9,6 +9,7 @@
 
 mod events;
 pub mod output;
+pub mod remote;
 
 use std::{
     path::{Path, PathBuf},

@@ -76,6 +76,8 @@ const PIP_PACKAGES: &[(&str, &str)] = &[
     ("docker", "docker"),
     ("pytest", "pytest"),
     ("mypy", "mypy"),
+    // A real S3 server for the object-storage tests (tests/ship.rs, python/tests): moto_server.
+    ("moto.server", "moto[server]"),
 ];
 
 fn ok(cmd: &mut Command) -> bool {
@@ -326,7 +328,7 @@ fn python() -> anyhow::Result<()> {
         .collect();
     if missing.is_empty() {
         println!(
-            "ok   python ledger readers, notebooks, Spark, Inspect AI, the Docker SDK, pytest, mypy"
+            "ok   python ledger readers, notebooks, Spark, Inspect AI, the Docker SDK, pytest, mypy, moto"
         );
     } else {
         println!("..   pip install {}", missing.join(" "));

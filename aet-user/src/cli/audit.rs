@@ -8,7 +8,8 @@ use aet_core::audit;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A run directory (holding ledger.arrow) or a ledger file.
+    /// A run directory (holding ledger.arrow) or a ledger file, or a shipped run
+    /// (s3://BUCKET/PREFIX/RUN, checked against its shipped.json first).
     pub run: PathBuf,
     /// The policy (TOML).
     #[arg(long, value_name = "FILE")]
@@ -56,7 +57,15 @@ pub fn write_outputs(
     Ok(Exit::from(r.verdict).code())
 }
 
-pub fn run(a: Args) -> anyhow::Result<u8> {
+pub fn run(mut a: Args) -> anyhow::Result<u8> {
+    let remote = if super::remote::is_url(&a.run) {
+        Some(super::remote::one_run(&a.run.to_string_lossy(), true)?)
+    } else {
+        None
+    };
+    if let Some(r) = &remote {
+        a.run = r.dir.clone();
+    }
     let ledger = if a.run.is_dir() {
         a.run.join(aet_core::run_dir::LEDGER)
     } else {
@@ -74,7 +83,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     {
         anyhow::bail!("--json and --html name the same file {}", j.display());
     }
-    let report = audit::audit(
+    let mut report = audit::audit(
         &a.run,
         &a.policy,
         &audit::Options {
@@ -82,5 +91,9 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             transcript_format: &a.transcript_format,
         },
     )?;
+    if let Some(r) = &remote {
+        // The reports name the object audited, not the temporary copy it was read from.
+        report.ledger = PathBuf::from(format!("{}/{}", r.url, aet_core::run_dir::LEDGER));
+    }
     write_outputs(&report, a.json.as_deref(), a.html.as_deref(), a.quiet)
 }

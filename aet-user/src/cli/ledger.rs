@@ -11,7 +11,8 @@ use aet_core::ledger::{
 pub enum Command {
     /// Summarise a ledger: processes, execs, files read and written, failed opens, lost events.
     Summary {
-        /// A ledger file, or a run directory holding ledger.arrow.
+        /// A ledger file, or a run directory holding ledger.arrow, or a shipped run
+        /// (s3://BUCKET/PREFIX/RUN, checked against its shipped.json).
         ledger: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -30,10 +31,12 @@ pub enum Command {
     /// overwritten.
     Export {
         /// Run directories, ledger files, directories of runs, or globs of these ('runs/*',
-        /// expanded by aet); a run is named by its directory.
+        /// expanded by aet); a run is named by its directory. s3://BUCKET/PREFIX: the runs
+        /// shipped there.
         #[arg(required = true)]
         runs: Vec<PathBuf>,
-        /// The directory to write the partitions into.
+        /// The directory to write the partitions into; s3://BUCKET/PREFIX uploads them there
+        /// (written locally first, each file uploaded whole).
         #[arg(long, value_name = "DIR")]
         parquet: PathBuf,
     },
@@ -56,6 +59,12 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             files,
             check,
         } => {
+            let remote = if super::remote::is_url(&ledger) {
+                Some(super::remote::one_run(&ledger.to_string_lossy(), true)?)
+            } else {
+                None
+            };
+            let ledger = remote.as_ref().map_or(ledger, |r| r.dir.clone());
             let path = aet_core::run_dir::ledger_of(&ledger);
             let mut l = Ledger::open(&path)?;
             if l.form() == Form::Unfinished {
@@ -65,7 +74,11 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
                     path.display()
                 );
             }
-            let s = summary::summarize(&mut l)?;
+            let mut s = summary::summarize(&mut l)?;
+            if let Some(r) = &remote {
+                // Named by the object read, not the temporary copy it was read from.
+                s.ledger = format!("{}/{}", r.url, aet_core::run_dir::LEDGER);
+            }
             if json {
                 super::print_out(&(serde_json::to_string_pretty(&s)? + "\n"))?;
             } else {
@@ -94,14 +107,32 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
 }
 
 /// `aet ledger export`.
-fn export(runs: &[PathBuf], dir: &std::path::Path) -> anyhow::Result<u8> {
+fn export(runs: &[PathBuf], dest: &std::path::Path) -> anyhow::Result<u8> {
     use aet_core::runs::export;
+    let local = super::remote::localize(runs)?;
+    for p in &local.problems {
+        eprintln!("aet: {p}");
+    }
     // Names first: two runs of one name would land in one partition.
-    let named: Vec<(String, PathBuf)> = aet_core::runs::discover(runs)?
+    let named: Vec<(String, PathBuf)> = aet_core::runs::discover(&local.paths)?
         .into_iter()
         .map(|r| (r.name, r.ledger))
         .collect();
-    let (mut rows, mut bytes, mut ledger_bytes, mut done, mut skipped) = (0u64, 0u64, 0u64, 0, 0);
+    // Into the bucket: no partition that is there already is written over; the partitions are
+    // made locally, then uploaded.
+    let remote = super::remote::is_url(dest).then(|| dest.to_string_lossy().into_owned());
+    let staging = match &remote {
+        Some(url) => {
+            for (name, _) in &named {
+                super::remote::refuse_existing(url, &format!("run={name}"))?;
+            }
+            Some(tempfile::Builder::new().prefix("aet-export-").tempdir()?)
+        }
+        None => None,
+    };
+    let dir = staging.as_ref().map_or(dest, |s| s.path());
+    let (mut rows, mut bytes, mut ledger_bytes, mut done, mut skipped) =
+        (0u64, 0u64, 0u64, 0, local.left_out);
     let mut out = String::new();
     // Runs are independent: one worker per CPU, results in the order given.
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -159,10 +190,13 @@ fn export(runs: &[PathBuf], dir: &std::path::Path) -> anyhow::Result<u8> {
             }
         }
     }
+    if let Some(url) = &remote {
+        super::remote::upload_tree(dir, url)?;
+    }
     out += &format!(
         "exported {done} run(s), {rows} rows, to {}: {bytes} bytes of Parquet for {ledger_bytes} \
          bytes of ledgers{}\n",
-        dir.display(),
+        dest.display(),
         if skipped > 0 {
             format!("; {skipped} skipped")
         } else {

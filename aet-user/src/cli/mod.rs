@@ -12,8 +12,10 @@ mod monitor;
 mod phase;
 mod policy;
 mod query;
+mod remote;
 mod run;
 mod sandbox;
+mod ship;
 mod verify;
 mod watch;
 
@@ -41,6 +43,9 @@ pub enum Exit {
     /// `aet run`, `aet monitor`, `aet sandbox run`: aet itself failed (bad arguments, the monitor
     /// could not attach, the sandbox is not as specified, the ledger could not be written).
     AetFailed = 125,
+    /// `aet ship`, `aet run --ship`: the run is complete on the local disk but could not be
+    /// shipped to object storage.
+    ShipFailed = 124,
     /// Not a code of aet's own: the command's status, passed through (the docs' last row).
     Exited = 255,
 }
@@ -51,7 +56,7 @@ impl Exit {
     }
 
     /// Every code, with when aet exits with it (the table of `docs/cli.md`).
-    pub const ALL: [(Exit, &'static str); 7] = [
+    pub const ALL: [(Exit, &'static str); 8] = [
         (
             Exit::Success,
             "success; `aet audit`: the run is clean; `aet monitor`: the record is complete",
@@ -81,6 +86,14 @@ impl Exit {
             "`aet run`, `aet sandbox run`, `aet monitor`: aet itself failed (bad arguments, the \
              monitor could not attach, the sandbox or identity is not as specified and the \
              command did not run, the ledger could not be written, aet failed during the run)",
+        ),
+        (
+            Exit::ShipFailed,
+            "`aet ship`, `aet run --ship`, `aet monitor --ship`: the run could not be shipped to object storage (the \
+             error names the object and the cause); it is complete on the local disk, and no \
+             reader takes the partly shipped copy for a run (`aet ship DIR URL` sends it \
+             again); `aet run --ship` exits with it whatever the command's status (which the \
+             ledger holds)",
         ),
         (
             Exit::Exited,
@@ -147,6 +160,8 @@ pub enum Command {
     Ledger(ledger::Command),
     /// SQL over many runs: their events, one row per run, and their audits' findings.
     Query(query::Args),
+    /// Send a finished run to S3-compatible object storage (exit 124 when it could not be).
+    Ship(ship::Args),
     /// Policies: draft one from a run.
     #[command(subcommand)]
     Policy(policy::Command),
@@ -240,6 +255,7 @@ pub fn main() -> ExitCode {
         Command::Ledger(c) => (ledger::run(c), Exit::Usage.code()),
         Command::Policy(c) => (policy::run(c), Exit::Usage.code()),
         Command::Query(a) => (query::run(a), Exit::Usage.code()),
+        Command::Ship(a) => (ship::run(a), Exit::Usage.code()),
         Command::Audit(a) => (audit::run(a), Exit::Usage.code()),
         Command::Doctor(a) => (doctor::run(a), Exit::Usage.code()),
         Command::Verify(a) => (verify::verify(a), Exit::Usage.code()),

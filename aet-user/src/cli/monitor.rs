@@ -58,9 +58,17 @@ pub struct Args {
     pub quiet: bool,
     #[command(flatten)]
     pub monitor: super::MonitorArgs,
+    /// At the end, send the finished run directory to S3-compatible object storage, as `aet
+    /// ship DIR URL` does (exit 124 when it could not be; the local copy stays).
+    #[arg(long, value_name = "URL")]
+    pub ship: Option<String>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<u8> {
+    if let Some(u) = &a.ship {
+        super::ship::check_url(u)?;
+    }
+    let out = a.out.clone();
     let target = match (a.cgroup, a.uid, a.pid, a.container) {
         (Some(c), _, _, _) => Target::Cgroup(c),
         (_, Some(u), _, _) => Target::Uid(u),
@@ -79,6 +87,12 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             quiet: a.quiet,
         }))
         .context("aet monitor failed")?;
+    if let Some(u) = &a.ship
+        && let Err(e) = super::ship::ship(&out, u, a.quiet)
+    {
+        eprintln!("aet: error: {e:#}");
+        return Ok(Exit::ShipFailed.code());
+    }
     Ok(if report.complete() {
         Exit::Success
     } else {

@@ -37,7 +37,8 @@ pub struct Args {
     /// The query, e.g. "select run, kind, count(*) from events group by run, kind".
     sql: String,
     /// Run directories, ledger files, directories of runs, or globs of these ('runs/*',
-    /// expanded by aet); a run is named by its directory.
+    /// expanded by aet); a run is named by its directory. s3://BUCKET/PREFIX: every run
+    /// shipped under the prefix (`aet ship`), downloaded and checked against its shipped.json.
     #[arg(required = true)]
     runs: Vec<PathBuf>,
     /// The result's format: a table for a person, CSV with a header, a JSON array of objects,
@@ -45,9 +46,13 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "table")]
     format: FormatArg,
     /// Write the result to FILE (written under a temporary name, then renamed into place)
-    /// instead of standard output.
+    /// instead of standard output; s3://BUCKET/KEY uploads it there once whole.
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// The result in FORMAT to DEST, a file or s3://BUCKET/KEY: `--export parquet
+    /// s3://evals/q.parquet` is `--format parquet -o s3://evals/q.parquet`.
+    #[arg(long, num_args = 2, value_names = ["FORMAT", "DEST"], conflicts_with_all = ["format", "output"])]
+    export: Option<Vec<String>>,
     /// Fail (exit 4) on the first run that cannot be read instead of skipping it.
     #[arg(long)]
     strict: bool,
@@ -85,8 +90,14 @@ pub fn run(_: Args) -> anyhow::Result<u8> {
 }
 
 #[cfg(feature = "query")]
-pub fn run(a: Args) -> anyhow::Result<u8> {
+pub fn run(mut a: Args) -> anyhow::Result<u8> {
     use std::io::IsTerminal as _;
+    if let Some([format, dest]) = a.export.as_deref() {
+        a.format = <FormatArg as clap::ValueEnum>::from_str(format, true).map_err(|_| {
+            anyhow::anyhow!("--export {format}: not a format (table, csv, json, arrow or parquet)")
+        })?;
+        a.output = Some(PathBuf::from(dest));
+    }
     let format = match a.format {
         FormatArg::Table => Format::Table,
         FormatArg::Csv => Format::Csv,
@@ -100,7 +111,28 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             a.format
         );
     }
-    let runs = aet_query::discover(&a.runs)?;
+    let local = super::remote::localize(&a.runs)?;
+    for p in &local.problems {
+        eprintln!("aet: {p}");
+    }
+    if a.strict && !local.problems.is_empty() {
+        anyhow::bail!("--strict: {} run(s) of the bucket left out", local.left_out);
+    }
+    let runs = aet_query::discover(&local.paths)?;
+    // An s3:// result is written to a local file first, uploaded once whole.
+    let remote_out = a
+        .output
+        .as_ref()
+        .filter(|o| super::remote::is_url(o))
+        .cloned();
+    let staging = match &remote_out {
+        Some(_) => Some(tempfile::Builder::new().prefix("aet-query-").tempdir()?),
+        None => None,
+    };
+    if let (Some(r), Some(d)) = (&remote_out, &staging) {
+        let name = r.file_name().unwrap_or("result".as_ref()).to_owned();
+        a.output = Some(d.path().join(name));
+    }
     if let Some(o) = &a.output {
         let reports: Vec<PathBuf> = runs.iter().map(|r| r.audit_path()).collect();
         let inputs: Vec<&std::path::Path> = runs
@@ -163,9 +195,14 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         // Only a whole result replaces what was there.
         std::fs::rename(t, o).map_err(|e| anyhow::anyhow!("{}: {e}", o.display()))?;
     }
+    if let (Some(r), Some(o)) = (&remote_out, &a.output) {
+        super::remote::upload(o, &r.to_string_lossy())?;
+        a.output = Some(r.clone());
+    }
     for p in &outcome.problems {
         eprintln!("aet: run {}: {}", p.run, p.message);
     }
+    let bucket_skipped = local.left_out;
     let skipped: std::collections::BTreeSet<&str> = outcome
         .problems
         .iter()
@@ -176,17 +213,17 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         "aet: {} row(s) from {} run(s){}{}",
         outcome.rows,
         outcome.runs,
-        if skipped.is_empty() {
+        if skipped.is_empty() && bucket_skipped == 0 {
             String::new()
         } else {
-            format!("; {} run(s) reported above", skipped.len())
+            format!("; {} run(s) reported above", skipped.len() + bucket_skipped)
         },
         a.output
             .as_ref()
             .map(|o| format!("; written to {}", o.display()))
             .unwrap_or_default()
     );
-    Ok(if skipped.is_empty() {
+    Ok(if skipped.is_empty() && bucket_skipped == 0 {
         Exit::Success
     } else {
         Exit::Negative

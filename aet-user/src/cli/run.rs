@@ -99,6 +99,11 @@ pub struct Args {
     /// verdict), signed with this Ed25519 key (`aet key new`). `aet verify` checks it.
     #[arg(long, value_name = "KEY")]
     pub sign: Option<PathBuf>,
+    /// At the end (after the audit and the signature), send the finished run directory to
+    /// S3-compatible object storage as `aet ship DIR URL` does: URL/RUN/… and shipped.json
+    /// last. The run is written locally first and stays there; a failed upload is exit 124.
+    #[arg(long, value_name = "URL")]
+    pub ship: Option<String>,
     /// The policy's watched files are seen from a container the run will start: their first
     /// fingerprints wait for `aet watch RUN_DIR --root PID` (the container's init), not the
     /// command's start.
@@ -117,7 +122,10 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         anyhow::bail!("--grace must be between 0 and 86400 seconds");
     }
     let out = a.out.unwrap_or_else(default_out);
-    // A signing key is read before anything runs.
+    // The destination and a signing key are checked before anything runs.
+    if let Some(u) = &a.ship {
+        super::ship::check_url(u)?;
+    }
     let signing = match &a.sign {
         Some(k) => Some(aet_core::manifest::read_secret(k)?),
         None => None,
@@ -230,6 +238,13 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 return Ok(Exit::AetFailed.code());
             }
         }
+    }
+    if let Some(u) = &a.ship
+        && !matches!(outcome.end, run::CommandEnd::Refused)
+        && let Err(e) = super::ship::ship(&run_dir, u, quiet)
+    {
+        eprintln!("aet: error: {e:#}");
+        return Ok(Exit::ShipFailed.code());
     }
     Ok(match outcome.end {
         run::CommandEnd::Exited(code) => u8::try_from(code.clamp(0, 255)).unwrap_or(255),

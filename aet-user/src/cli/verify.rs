@@ -49,7 +49,8 @@ fn getrandom(buf: &mut [u8]) -> anyhow::Result<()> {
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The run directory.
+    /// The run directory, or a shipped run (s3://BUCKET/PREFIX/RUN): its objects are checked
+    /// against its shipped.json, then the run as downloaded as a local one is.
     pub run: PathBuf,
     /// The public key the run must be signed with (KEY.pub from `aet key new`).
     #[arg(long, value_name = "PUB")]
@@ -59,7 +60,25 @@ pub struct Args {
 /// Exit 0 when everything verifies, 1 when anything was changed (each difference named), 4 for
 /// a missing run or key or bad arguments.
 pub fn verify(a: Args) -> anyhow::Result<u8> {
-    let v = aet_core::manifest::verify(&a.run, a.key.as_deref())?;
+    let remote = if super::remote::is_url(&a.run) {
+        Some(super::remote::one_run(&a.run.to_string_lossy(), false)?)
+    } else {
+        None
+    };
+    let dir = remote.as_ref().map_or(a.run.clone(), |r| r.dir.clone());
+    let mut v = aet_core::manifest::verify(&dir, a.key.as_deref())?;
+    if let Some(r) = &remote {
+        // The files were read from the bucket: name them there, not in the download.
+        let local = dir.display().to_string();
+        for l in
+            v.ok.iter_mut()
+                .chain(&mut v.problems)
+                .chain(&mut v.unsigned)
+        {
+            *l = l.replace(&local, &r.url);
+        }
+        v.problems.extend(r.problems.iter().cloned());
+    }
     let mut out = String::new();
     for l in &v.ok {
         out += &format!("ok       {l}\n");

@@ -14,9 +14,10 @@ from .errors import (
     InconclusiveError,
     RefusedError,
     RunTimeout,
+    ShipError,
     UnsupportedRuntimeError,
 )
-from .query import query
+from .query import query, ship
 from .result import RunResult, Summary, read_ledger
 from .run import run
 from .session import RecordedRun, recorded_run
@@ -35,6 +36,7 @@ __all__ = [
     "RefusedError",
     "RunResult",
     "RunTimeout",
+    "ShipError",
     "Summary",
     "UnsupportedRuntimeError",
     "check_runtime",
@@ -43,4 +45,5 @@ __all__ = [
     "read_ledger",
     "recorded_run",
     "run",
+    "ship",
 ]

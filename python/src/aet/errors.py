@@ -44,6 +44,17 @@ class AetFailedError(AetError):
         self.result = result
 
 
+class ShipError(AetError):
+    """The run finished and is whole in its local directory, but could not be shipped to object
+    storage (``ship=``; ``aet`` exit 124): ``result`` is the local run; ``aet ship DIR URL`` (or
+    :func:`aet.ship`) sends it again."""
+
+    def __init__(self, message: str, result: RunResult, exit_code: Optional[int] = None,
+                 command: Optional[list[str]] = None) -> None:
+        super().__init__(message, exit_code, command)
+        self.result = result
+
+
 class InconclusiveError(AetError):
     """The record is incomplete (events lost, work handed outside the run, ...): it cannot
     prove what the run touched. ``result`` holds the run; ``reasons`` say why."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 from ._binary import aet_binary, aet_messages
-from .errors import AetFailedError, InconclusiveError, RefusedError, RunTimeout
+from .errors import AetFailedError, InconclusiveError, RefusedError, RunTimeout, ShipError
 from .result import LEDGER, PathLike, RunResult
 
 Identity = Union[bool, str, int, None]
@@ -27,6 +27,7 @@ def run_args(
     sign: Optional[PathLike] = None,
     daemon: Optional[bool] = None,
     grace: Optional[float] = None,
+    ship: Optional[str] = None,
     quiet: bool = True,
     extra: Sequence[str] = (),
 ) -> list[str]:
@@ -54,8 +55,14 @@ def run_args(
         a.append("--standalone")
     if grace is not None:
         a += ["--grace", str(grace)]
+    if ship is not None:
+        a += ["--ship", ship]
     a += list(extra)
     return a
+
+
+#: ``aet``'s exit code when the run could not be shipped to object storage.
+SHIP_FAILED = 124
 
 
 def outcome(out: Path, returncode: int, stderr: str, argv: list[str], check: bool,
@@ -65,6 +72,8 @@ def outcome(out: Path, returncode: int, stderr: str, argv: list[str], check: boo
     if existed or not (out / LEDGER).exists():
         raise RefusedError(aet_messages(stderr), returncode, argv)
     result = RunResult.load(out, stderr)
+    if returncode == SHIP_FAILED and "the run was not shipped" in stderr:
+        raise ShipError(aet_messages(stderr), result, returncode, argv)
     own_failure = returncode == 125 and "aet: error" in stderr and result.exit_status != 125
     if result.exit_status is None or own_failure:
         raise AetFailedError(aet_messages(stderr), returncode, argv, result)
@@ -100,6 +109,7 @@ def run(
     input: Optional[bytes] = None,
     daemon: Optional[bool] = None,
     grace: Optional[float] = None,
+    ship: Optional[str] = None,
     check: bool = True,
     aet_args: Sequence[str] = (),
 ) -> RunResult:
@@ -109,10 +119,13 @@ def run(
     ``"UID"``/``"UID:GID"``. ``daemon``: ``True`` requires a resident ``aet daemon``,
     ``False`` loads the programs for this run (seconds of verification), ``None`` uses the
     daemon at ``$AET_SOCKET`` and, when none answers, starts one that serves later runs until it
-    is idle (``$AET_DAEMON=never`` makes ``None`` load the programs instead).
+    is idle (``$AET_DAEMON=never`` makes ``None`` load the programs instead). ``ship``: an
+    ``s3://BUCKET/PREFIX`` the finished run is sent to (``aet run --ship``; credentials from
+    ``AWS_*`` or the AWS profile).
 
     Raises :class:`RefusedError` when aet refused to start (nothing ran),
-    :class:`AetFailedError` when aet failed once started, :class:`InconclusiveError` when the
+    :class:`AetFailedError` when aet failed once started, :class:`ShipError` when the run is
+    whole locally but could not be shipped, :class:`InconclusiveError` when the
     record is incomplete (unless ``check=False``), :class:`RunTimeout` after ``timeout``
     seconds. The command's own failure is not an exception: see ``exit_status``."""
     if not argv:
@@ -120,7 +133,7 @@ def run(
     outp = Path(out) if out is not None else default_out()
     cmd = [aet_binary(), *run_args(outp, policy=policy, sandbox=sandbox, identity=identity,
                                    mode=mode, sign=sign, daemon=daemon, grace=grace,
-                                   extra=aet_args), "--", *argv]
+                                   ship=ship, extra=aet_args), "--", *argv]
     existed = (outp / LEDGER).exists()
     full_env = None if env is None else {**os.environ, **env}
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,

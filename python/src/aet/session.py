@@ -41,6 +41,7 @@ class RecordedRun:
         sign: Optional[PathLike] = None,
         daemon: Optional[bool] = None,
         grace: Optional[float] = None,
+        ship: Optional[str] = None,
         defer_watch: bool = False,
         aet_args: Sequence[str] = (),
     ) -> None:
@@ -51,7 +52,7 @@ class RecordedRun:
         if self.defers_watch:
             extra.append("--defer-watch")
         self._args = run_args(self.out, policy=policy, mode=mode, sign=sign, daemon=daemon,
-                              grace=grace, extra=extra)
+                              grace=grace, ship=ship, extra=extra)
         self._phased = False
         #: The phases this run has begun, in order (``agent`` is every run's first).
         self.phases: list[str] = []

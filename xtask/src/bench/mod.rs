@@ -15,6 +15,7 @@ use anyhow::{Context as _, bail};
 use crate::root;
 
 mod barrier;
+mod fleet;
 mod names;
 mod overload;
 mod query;
@@ -56,6 +57,34 @@ pub struct Args {
     /// Rows in all, over those runs, in the query benchmark.
     #[arg(long, default_value_t = 10_000_000)]
     query_rows: u64,
+    /// Runs shipped in the object-storage benchmark.
+    #[arg(long, default_value_t = 100)]
+    fleet_runs: usize,
+    /// Rows in all, over those runs, in the object-storage benchmark.
+    #[arg(long, default_value_t = 2_000_000)]
+    fleet_rows: u64,
+    /// MiB of the one big run the object-storage benchmark ships (a multipart upload).
+    #[arg(long, default_value_t = 256)]
+    fleet_big_mb: u64,
+}
+
+/// Records the built-in example into `run` (the ledger the audit, query and object-storage
+/// benchmarks repeat); its ledger's path.
+fn template(aet: &Path, run: &Path) -> anyhow::Result<PathBuf> {
+    let out = crate::user_command(aet)
+        .current_dir(root())
+        .args(["run", "-q", "--out"])
+        .arg(run)
+        .arg("--")
+        .arg(root().join("examples/demo/agent.sh"))
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "recording the template ledger failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(run.join("ledger.arrow"))
 }
 
 /// A git repository of `files` files over 50 directories, committed, for the git workload.
@@ -395,6 +424,13 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
     if args.only.as_deref().is_none_or(|o| "report".contains(o)) {
         report::run(aet, &args)?;
     }
+    if args
+        .only
+        .as_deref()
+        .is_none_or(|o| "object storage".contains(o))
+    {
+        fleet::run(aet, &args)?;
+    }
     Ok(())
 }
 
@@ -404,20 +440,7 @@ fn audit_bench(aet: &Path, args: &Args) -> anyhow::Result<()> {
     let dir = root().join("target/aet-bench-audit");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let run = dir.join("template");
-    let out = crate::user_command(aet)
-        .current_dir(root())
-        .args(["run", "-q", "--out"])
-        .arg(&run)
-        .arg("--")
-        .arg(root().join("examples/demo/agent.sh"))
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "recording the template ledger failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let ledger = template(aet, &dir.join("template"))?;
     println!(
         "\naudit: a ledger of the built-in example repeated to {} rows, policies/bench.toml",
         args.audit_rows
@@ -425,7 +448,7 @@ fn audit_bench(aet: &Path, args: &Args) -> anyhow::Result<()> {
     crate::sh(
         crate::cargo()
             .args(["bench", "-p", "aet-core", "--bench", "audit", "--"])
-            .arg(run.join("ledger.arrow"))
+            .arg(&ledger)
             .arg(root().join("policies/bench.toml"))
             .arg(args.audit_rows.to_string())
             .arg(args.runs.clamp(1, 5).to_string())

@@ -15,7 +15,12 @@ use super::{Args, median};
 
 /// Writes `runs` ledgers of `rows` rows each under `dir/run-NNNN/ledger.arrow`, from the
 /// template ledger's rows.
-fn fixture(template: &Path, dir: &Path, runs: usize, rows: usize) -> anyhow::Result<u64> {
+pub(super) fn fixture(
+    template: &Path,
+    dir: &Path,
+    runs: usize,
+    rows: usize,
+) -> anyhow::Result<u64> {
     let mut l = aet_core::ledger::reader::Ledger::open(template)?;
     let schema = l.schema().clone();
     let batches: Vec<RecordBatch> = l.read_all()?;
@@ -62,28 +67,10 @@ pub fn run(aet: &Path, args: &Args) -> anyhow::Result<()> {
     let dir = crate::root().join("target/aet-bench-query");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let template = dir.join("template");
-    let o = crate::user_command(aet)
-        .current_dir(crate::root())
-        .args(["run", "-q", "--out"])
-        .arg(&template)
-        .arg("--")
-        .arg(crate::root().join("examples/demo/agent.sh"))
-        .output()?;
-    if !o.status.success() {
-        bail!(
-            "recording the template ledger failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    let template = super::template(aet, &dir.join("template"))?;
     let runs_dir = dir.join("runs");
     let per_run = (args.query_rows / args.query_runs as u64) as usize;
-    let arrow_bytes = fixture(
-        &template.join("ledger.arrow"),
-        &runs_dir,
-        args.query_runs,
-        per_run,
-    )?;
+    let arrow_bytes = fixture(&template, &runs_dir, args.query_runs, per_run)?;
     let rows = per_run as u64 * args.query_runs as u64;
     println!(
         "\nquery: {} ledgers of {} rows ({} rows, {:.0} MB of Arrow), `{SQL}`, warm, medians of {}",
