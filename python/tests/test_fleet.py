@@ -92,6 +92,19 @@ def test_a_failed_upload_raises_with_the_local_run(s3: str, tmp_path: Path) -> N
     assert "no shipped run" in str(f.value)
 
 
+def test_a_container_session_is_shipped_when_it_closes(
+    s3: str, engine_image: tuple[str, str], tmp_path: Path
+) -> None:
+    engine, image = engine_image
+    with aet.container(image, engine=engine, out=tmp_path / "box",
+                       ship=f"s3://pyruns/containers-{engine}") as c:
+        assert c.exec(["cat", "/etc/hostname"]).exit_status == 0
+    remote = aet.query("select run, count(*) as n from events group by run", f"s3://pyruns/containers-{engine}/")
+    local = aet.query("select run, count(*) as n from events group by run", tmp_path / "box")
+    assert remote.to_pylist() == local.to_pylist()
+    assert remote.column("run").to_pylist() == ["box"]
+
+
 def _docs(path: Path) -> list[Any]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 

@@ -130,6 +130,7 @@ class Container:
         sign: Optional[PathLike] = None,
         daemon: Optional[bool] = None,
         grace: Optional[float] = None,
+        ship: Optional[str] = None,
         create_args: Sequence[str] = (),
         aet_args: Sequence[str] = (),
     ) -> None:
@@ -145,7 +146,8 @@ class Container:
         # The policy's watched files are those of the container's view: fingerprinted once it
         # runs, before the first exec.
         self.run = RecordedRun(out, policy=policy, mode=mode, sign=sign, daemon=daemon,
-                               grace=grace, defer_watch=policy is not None, aet_args=aet_args)
+                               grace=grace, ship=ship, defer_watch=policy is not None,
+                               aet_args=aet_args)
         self.init_pid: Optional[int] = None
         self.result: Optional[RunResult] = None
         self._started = False

@@ -11,7 +11,8 @@ loads :mod:`aet._registry` through the ``inspect_ai`` entry point). The config (
   ``["sleep", "infinity"]``), ``user``, ``workdir``, ``env`` (a table), ``create_args`` (more
   ``docker run`` options);
 - ``mode`` (``record``, ``shadow``, ``enforce``), ``sign`` (a key), ``daemon`` (``true``: the
-  resident monitor only; ``false``: programs loaded per sample), ``grace``;
+  resident monitor only; ``false``: programs loaded per sample), ``grace``, ``ship`` (an
+  ``s3://BUCKET/PREFIX`` each sample's finished run is sent to, as ``aet run --ship``);
 - ``grading_phase`` (default ``"grading"``): the phase the sample's run begins when Inspect
   starts scoring it (its ``on_sample_scoring`` hook), so that the policy's
   ``[phases.grading]`` judges what the scorers run in the sandbox and provenance names what
@@ -69,6 +70,7 @@ class AetSandboxConfig(BaseModel):
     sign: Optional[str] = None
     daemon: Optional[bool] = None
     grace: Optional[float] = None
+    ship: Optional[str] = None
     grading_phase: str = "grading"
 
 
@@ -153,7 +155,7 @@ class AetSandboxEnvironment(SandboxEnvironment):
             cfg.image, out=out, policy=cfg.policy, engine=cfg.engine,
             oci_runtime=cfg.oci_runtime, command=cfg.command, user=cfg.user,
             workdir=cfg.workdir, env=cfg.env, mode=cfg.mode, sign=cfg.sign,
-            daemon=cfg.daemon, grace=cfg.grace, create_args=cfg.create_args,
+            daemon=cfg.daemon, grace=cfg.grace, ship=cfg.ship, create_args=cfg.create_args,
         )
         await anyio.to_thread.run_sync(session.start)
         store().set(RUN_DIR_KEY, str(out))
