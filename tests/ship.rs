@@ -673,3 +673,38 @@ print(t.num_rows, sorted(set(t.column("run").to_pylist())))
     ));
     assert_eq!(got.trim(), format!("{local_rows} ['r0', 'r1']"), "{got}");
 }
+
+/// With no credentials anywhere, the error says so (not only what the instance metadata
+/// service, tried last, answered); a directory that is no run is named without a claim that a
+/// local copy is complete.
+#[test]
+fn missing_credentials_and_missing_runs_are_said_as_such() {
+    let moto = Moto::start();
+    let bucket = moto.bucket();
+    let home = tempdir();
+    let dead = free_port();
+    let mut c = aet();
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("HOME", home.path())
+        .env("AWS_ENDPOINT_URL", moto.endpoint())
+        .env("AWS_METADATA_ENDPOINT", format!("http://127.0.0.1:{dead}"))
+        .env("AET_S3_RETRY_SECS", "1")
+        .args(["query", "select 1", &format!("s3://{bucket}/runs/")]);
+    let (code, _, err) = out(&mut c);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("no credentials were found"), "{err}");
+    assert!(err.contains(&format!("s3://{bucket}/runs")), "{err}");
+    let missing = home.path().join("no-such-run");
+    let (code, _, err) = out(aet_s3(&moto.endpoint())
+        .arg("ship")
+        .arg(&missing)
+        .arg(format!("s3://{bucket}/runs")));
+    assert_eq!(code, 124, "{err}");
+    assert!(err.contains(&missing.display().to_string()), "{err}");
+    assert!(!err.contains("is complete at"), "{err}");
+    assert!(moto.keys(&bucket, "runs/").is_empty());
+}

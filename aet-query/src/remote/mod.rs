@@ -78,6 +78,9 @@ pub struct Location {
     /// The prefix (no leading or trailing slash; empty for the bucket's root).
     prefix: String,
     store: Arc<dyn ObjectStore>,
+    /// The instance metadata service's address when it is the only place credentials can come
+    /// from (no keys in the environment or the profile, no web identity, no container role).
+    imds_only: Option<String>,
 }
 
 impl Location {
@@ -156,10 +159,26 @@ impl Location {
             )
             .with_config(AmazonS3ConfigKey::Checksum, "sha256");
         let store = b.build().map_err(|e| config(redact(&e.to_string())))?;
+        let given = has_env_keys
+            || profile.access_key_id.is_some()
+            || [
+                "AWS_WEB_IDENTITY_TOKEN_FILE",
+                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            ]
+            .iter()
+            .any(|k| std::env::var_os(k).is_some());
+        let imds_only = (!given).then(|| {
+            std::env::var("AWS_METADATA_ENDPOINT")
+                .unwrap_or_else(|_| "http://169.254.169.254".into())
+                .trim_end_matches('/')
+                .to_owned()
+        });
         Ok(Self {
             bucket_url,
             prefix: prefix.to_owned(),
             store: Arc::new(store),
+            imds_only,
         })
     }
 
@@ -174,6 +193,7 @@ impl Location {
                 format!("{}/{name}", self.prefix)
             },
             store: self.store.clone(),
+            imds_only: self.imds_only.clone(),
         }
     }
 
@@ -197,9 +217,25 @@ impl Location {
     }
 
     fn request_error(&self, what: &str, e: &object_store::Error) -> RemoteError {
+        let mut message = redact(&error_chain(e));
+        // The instance metadata service is the last place credentials are looked for: a
+        // failure there on a machine that is not a cloud instance means none were given.
+        if self
+            .imds_only
+            .as_deref()
+            .is_some_and(|m| message.contains(m))
+        {
+            message = format!(
+                "no credentials were found (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the \
+                 profile {} of ~/.aws/credentials and ~/.aws/config, web identity, the \
+                 container's role), and the instance metadata service, tried last, did not \
+                 give any: {message}",
+                std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into())
+            );
+        }
         RemoteError::Request {
             url: format!("{}/{}", self.bucket_url, what.trim_start_matches('/')),
-            message: redact(&error_chain(e)),
+            message,
         }
     }
 }

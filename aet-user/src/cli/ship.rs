@@ -48,13 +48,16 @@ pub fn check_url(url: &str) -> anyhow::Result<()> {
 /// kept.
 #[cfg(feature = "query")]
 pub fn ship(dir: &Path, url: &str, quiet: bool) -> anyhow::Result<()> {
-    let s = aet_query::remote::ship(dir, url, &Default::default()).map_err(|e| {
-        anyhow::anyhow!(
+    use aet_query::remote::RemoteError;
+    let s = aet_query::remote::ship(dir, url, &Default::default()).map_err(|e| match e {
+        // Nothing there to ship: no claim about a local copy.
+        RemoteError::NotShippable { .. } => anyhow::anyhow!("the run was not shipped: {e}"),
+        e => anyhow::anyhow!(
             "the run was not shipped: {e}; the run is complete at {} (`aet ship {} {url}` \
              sends it again)",
             dir.display(),
             dir.display()
-        )
+        ),
     })?;
     if !quiet {
         if s.already {
