@@ -10,7 +10,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::ObjectStoreExt as _;
 use sha2::{Digest as _, Sha256};
 
-use super::{Location, RemoteError, SHIPPED, ShippedIndex, hex, ship::read_index};
+use super::{Location, RemoteError, SHIPPED, ShippedIndex, ship::read_index};
 
 /// One shipped run, downloaded.
 #[derive(Clone, Debug)]
@@ -158,6 +158,13 @@ async fn fetch_run(
         .filter(|n| !n.is_empty())
         .unwrap_or(&index.run)
         .to_owned();
+    // The bucket names the run's directory: one plain name, never a way out of `parent`.
+    if !safe_name(&name) || name.contains('/') {
+        return Err(RemoteError::Request {
+            url: run.url(),
+            message: format!("names the run {name:?}, which cannot be a directory's name"),
+        });
+    }
     let dir = parent.join(&name);
     let base = if run.prefix.is_empty() {
         String::new()
@@ -238,7 +245,7 @@ async fn download(run: &Location, name: &str, to: &Path) -> Result<(u64, String)
         f.write_all(&chunk).map_err(local)?;
     }
     f.flush().map_err(local)?;
-    Ok((total, hex(&sha.finalize())))
+    Ok((total, aet_core::util::hex(&sha.finalize())))
 }
 
 #[cfg(test)]

@@ -64,12 +64,6 @@ pub enum RemoteError {
     Runtime(std::io::Error),
 }
 
-/// Whether `s` names object storage rather than a local path.
-pub fn is_url(s: &std::ffi::OsStr) -> bool {
-    s.to_str()
-        .is_some_and(|s| s.starts_with("s3://") || s.starts_with("s3a://"))
-}
-
 /// A bucket and a prefix in it, with a client for the bucket.
 #[derive(Clone, Debug)]
 pub struct Location {
@@ -285,11 +279,6 @@ fn runtime() -> Result<tokio::runtime::Runtime, RemoteError> {
         .map_err(RemoteError::Runtime)
 }
 
-/// The SHA-256 of bytes, in hex.
-fn hex(digest: &[u8]) -> String {
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// What `shipped.json` holds.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShippedIndex {
@@ -395,10 +384,6 @@ mod tests {
 
     #[test]
     fn urls_name_a_bucket_and_a_prefix() {
-        assert!(is_url("s3://b/x".as_ref()));
-        assert!(is_url("s3a://b".as_ref()));
-        assert!(!is_url("runs/s3://b".as_ref()));
-        assert!(!is_url("/tmp/x".as_ref()));
         let l = Location::open("s3://bucket/a/b/").unwrap();
         assert_eq!(l.url(), "s3://bucket/a/b");
         assert_eq!(l.join("run1").url(), "s3://bucket/a/b/run1");

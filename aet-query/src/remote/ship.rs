@@ -8,7 +8,7 @@ use std::{
 use object_store::{ObjectStoreExt as _, PutPayload, WriteMultipart};
 use sha2::{Digest as _, Sha256};
 
-use super::{FORMAT, Location, RemoteError, SHIPPED, ShippedFile, ShippedIndex, hex};
+use super::{FORMAT, Location, RemoteError, SHIPPED, ShippedFile, ShippedIndex};
 
 /// How a run is uploaded.
 #[derive(Clone, Debug)]
@@ -145,7 +145,7 @@ pub fn ship(dir: &Path, dest: &str, opts: &ShipOptions) -> Result<Shipped, Remot
 }
 
 /// Uploads one local file to `dest` (a full object URL), whole or not at all.
-pub fn upload_file(local: &Path, dest: &str, opts: &ShipOptions) -> Result<u64, RemoteError> {
+pub fn upload_file(local: &Path, dest: &str, opts: &ShipOptions) -> Result<(), RemoteError> {
     let loc = Location::open(dest)?;
     if loc.prefix.is_empty() {
         return Err(RemoteError::Url(format!("{dest} (names no object)")));
@@ -156,24 +156,21 @@ pub fn upload_file(local: &Path, dest: &str, opts: &ShipOptions) -> Result<u64, 
         ..loc.clone()
     };
     rt.block_on(put_file(&parent, &loc.prefix, local, opts))?;
-    Ok(std::fs::metadata(local).map_or(0, |m| m.len()))
+    Ok(())
 }
 
-/// Uploads every file under the local directory `dir` to `dest/RELATIVE_PATH`; returns the
-/// objects written.
-pub fn upload_tree(dir: &Path, dest: &str, opts: &ShipOptions) -> Result<Vec<String>, RemoteError> {
+/// Uploads every file under the local directory `dir` to `dest/RELATIVE_PATH`.
+pub fn upload_tree(dir: &Path, dest: &str, opts: &ShipOptions) -> Result<(), RemoteError> {
     let loc = Location::open(dest)?;
     let mut files = Vec::new();
     list_files(dir, dir, &mut files)?;
     files.sort();
     let rt = super::runtime()?;
     rt.block_on(async {
-        let mut out = Vec::new();
         for (rel, path) in &files {
             put_file(&loc, rel, path, opts).await?;
-            out.push(loc.join(rel).url());
         }
-        Ok(out)
+        Ok(())
     })
 }
 
@@ -230,7 +227,7 @@ async fn put_file(
     };
     let at = loc.object(rel);
     let req = |e: object_store::Error| loc.request_error(at.as_ref(), &e);
-    let mut f = std::fs::File::open(path).map_err(read_err)?;
+    let mut f = open_no_follow(path).map_err(read_err)?;
     let size = f.metadata().map_err(read_err)?.len();
     let mut sha = Sha256::new();
     if size <= opts.part_bytes as u64 {
@@ -241,7 +238,7 @@ async fn put_file(
             .put(&at, PutPayload::from(buf))
             .await
             .map_err(req)?;
-        return Ok(hex(&sha.finalize()));
+        return Ok(aet_core::util::hex(&sha.finalize()));
     }
     // Parts go up as they are read; the object appears only when the upload is completed.
     let upload = loc.store.put_multipart(&at).await.map_err(req)?;
@@ -262,7 +259,7 @@ async fn put_file(
     match sent {
         Ok(()) => {
             w.finish().await.map_err(req)?;
-            Ok(hex(&sha.finalize()))
+            Ok(aet_core::util::hex(&sha.finalize()))
         }
         Err(e) => {
             // Best effort: the server may be the reason it failed.
@@ -313,13 +310,23 @@ fn list_files(
     Ok(())
 }
 
+/// Opens a file the listing found regular, refusing a symbolic link swapped in since: what is
+/// shipped is the run's own bytes, never a file a link points at.
+fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// A file's size and SHA-256.
 fn hash_file(path: &Path) -> Result<(u64, String), RemoteError> {
     let err = |e: std::io::Error| RemoteError::Local {
         path: path.display().to_string(),
         message: e.to_string(),
     };
-    let mut f = std::fs::File::open(path).map_err(err)?;
+    let mut f = open_no_follow(path).map_err(err)?;
     let mut sha = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut total = 0u64;
@@ -331,5 +338,5 @@ fn hash_file(path: &Path) -> Result<(u64, String), RemoteError> {
         total += n as u64;
         sha.update(&buf[..n]);
     }
-    Ok((total, hex(&sha.finalize())))
+    Ok((total, aet_core::util::hex(&sha.finalize())))
 }

@@ -15,8 +15,6 @@ pub fn is_url(p: &Path) -> bool {
 pub struct Localized {
     /// Local paths, in the order given (a URL's runs in name order).
     pub paths: Vec<PathBuf>,
-    /// A downloaded run's directory and the URL it came from.
-    pub origins: Vec<(PathBuf, String)>,
     /// What was left out and why: a run changed in the bucket, a prefix whose shipping did not
     /// finish.
     pub problems: Vec<String>,
@@ -33,7 +31,6 @@ pub fn localize(args: &[PathBuf]) -> anyhow::Result<Localized> {
     }
     Ok(Localized {
         paths: args.to_vec(),
-        origins: Vec::new(),
         problems: Vec::new(),
         left_out: 0,
         _tmp: None,
@@ -49,7 +46,6 @@ pub const NO_REMOTE: &str = "this aet was built without object storage (the `que
 pub fn localize(args: &[PathBuf]) -> anyhow::Result<Localized> {
     let mut out = Localized {
         paths: Vec::new(),
-        origins: Vec::new(),
         problems: Vec::new(),
         left_out: 0,
         _tmp: None,
@@ -80,7 +76,6 @@ pub fn localize(args: &[PathBuf]) -> anyhow::Result<Localized> {
         }
         for r in fetched.runs {
             if r.intact() {
-                out.origins.push((r.dir.clone(), r.url.clone()));
                 out.paths.push(r.dir);
             } else {
                 out.left_out += 1;
@@ -184,4 +179,17 @@ pub fn upload_tree(dir: &Path, url: &str) -> anyhow::Result<()> {
 #[cfg(not(feature = "query"))]
 pub fn upload_tree(_: &Path, url: &str) -> anyhow::Result<()> {
     anyhow::bail!("{url}: {NO_REMOTE}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_object_storage_urls_are_urls() {
+        assert!(is_url("s3://b/x".as_ref()));
+        assert!(is_url("s3a://b".as_ref()));
+        assert!(!is_url("runs/s3://b".as_ref()));
+        assert!(!is_url("/tmp/x".as_ref()));
+    }
 }

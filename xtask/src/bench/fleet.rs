@@ -97,8 +97,7 @@ fn bench(aet: &Path, args: &Args, dir: &Path) -> anyhow::Result<()> {
     let bytes = query::fixture(&template, &runs_dir, args.fleet_runs, per_run)?;
     let m = moto()?;
     let bucket = "aet-bench";
-    let c = with_s3(Command::new("python3"), m.1);
-    let mut c = c;
+    let mut c = with_s3(Command::new("python3"), m.1);
     c.args([
         "-c",
         &format!("import boto3; boto3.client('s3').create_bucket(Bucket='{bucket}')"),
