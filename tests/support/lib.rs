@@ -114,13 +114,17 @@ pub fn helper(name: &str) -> PathBuf {
     if !built.iter().any(|b| b == name) {
         std::fs::create_dir_all(&dir).unwrap();
         let src = root().join("tests/helpers").join(format!("{name}.c"));
+        // Built under a name of this process's and renamed into place: test files run side by
+        // side, and another may be executing the helper while this one builds it.
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
         let st = Command::new("cc")
             .args(["-O2", "-pthread", "-o"])
-            .arg(&out)
+            .arg(&tmp)
             .arg(&src)
             .status()
             .expect("cc");
         assert!(st.success(), "cc {} failed", src.display());
+        std::fs::rename(&tmp, &out).expect("rename the helper into place");
         built.push(name.to_owned());
     }
     out

@@ -29,6 +29,12 @@ pub struct Args {
     /// in a fresh venv, the Debian package in a clean Debian 12 root made by debootstrap).
     #[arg(long)]
     pub install_test: bool,
+    /// Build twice and check that both builds have the same bytes (`cargo xtask test` does).
+    #[arg(long)]
+    pub reproducible: bool,
+    /// Do not run `cargo xtask setup` first (for a caller that just ran it).
+    #[arg(long, hide = true)]
+    pub no_setup: bool,
 }
 
 /// What `dist` built.

@@ -243,7 +243,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         args.targets.clone()
     };
     build(args.dev)?;
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = crate::cpus();
     let at_once = args
         .parallel
         .unwrap_or(cpus / args.jobs.max(1) as usize)

@@ -1,4 +1,4 @@
-//! aet's developer tasks: `cargo xtask setup | build | demo | test | bench | fuzz | dist | docs`.
+//! aet's developer tasks: `cargo xtask setup | build | demo | test | e2e | bench | fuzz | dist | docs`.
 //!
 //! `setup` installs everything aet needs on a fresh Debian machine, idempotently (the nightly
 //! toolchain's rust-src, bpf-linker built against the toolchain's own LLVM, bubblewrap, the Python
@@ -8,6 +8,7 @@
 mod bench;
 mod daemon;
 mod dist;
+mod e2e;
 mod fuzz;
 mod install;
 mod setup;
@@ -40,6 +41,17 @@ enum Task {
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
+        /// End-to-end test files run at once (default: one per CPU).
+        #[arg(long, value_name = "N")]
+        jobs: Option<usize>,
+    },
+    /// Build the binary and run only the end-to-end tests (root, real eBPF, real bwrap).
+    E2e {
+        /// Only run tests whose name contains this.
+        filter: Option<String>,
+        /// Test files run at once (default: one per CPU).
+        #[arg(long, value_name = "N")]
+        jobs: Option<usize>,
     },
     /// Measure aet's overhead against untraced runs (open storm, exec storm).
     Bench(bench::Args),
@@ -59,7 +71,16 @@ fn main() -> anyhow::Result<()> {
         Task::Setup => setup::setup(),
         Task::Build => build().map(|p| println!("{}", p.display())),
         Task::Demo => demo(),
-        Task::Test { filter } => test(filter),
+        Task::Test { filter, jobs } => test(filter, jobs),
+        Task::E2e { filter, jobs } => {
+            let aet = build()?;
+            e2e::run(
+                &aet,
+                filter.as_deref(),
+                jobs.unwrap_or_else(cpus),
+                Vec::new(),
+            )
+        }
         Task::Docs => {
             sh(cargo()
                 .args([
@@ -80,12 +101,18 @@ fn main() -> anyhow::Result<()> {
         }
         Task::Dist(args) => {
             // Installing as users do runs the Python package's Inspect tests (Docker images).
-            setup::setup_for(if args.install_test {
-                setup::Purpose::Test
+            if !args.no_setup {
+                setup::setup_for(if args.install_test {
+                    setup::Purpose::Test
+                } else {
+                    setup::Purpose::Dist
+                })?;
+            }
+            let built = if args.reproducible {
+                dist::reproducible(&args)?
             } else {
-                setup::Purpose::Dist
-            })?;
-            let built = dist::dist(&args)?;
+                dist::dist(&args)?
+            };
             if args.install_test {
                 install::test(&built)?;
             }
@@ -332,7 +359,7 @@ fn demo_isolated(aet: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn test(filter: Option<String>) -> anyhow::Result<()> {
+fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
     let mut steps = Steps::new();
     steps.run("setup", setup::setup)?;
     steps.run("format and lints", lints)?;
@@ -361,22 +388,33 @@ fn test(filter: Option<String>) -> anyhow::Result<()> {
     steps.run("fuzz targets (5 s each, unoptimised build)", || {
         fuzz::run(&fuzz::Args::short(5))
     })?;
-    let aet = steps.run("build the aet binary", build)?;
-    steps.run("end-to-end tests (standalone, then with a daemon)", || {
-        end_to_end(&aet, filter.as_deref())
-    })?;
+    let aet = steps.run("build the aet binary", || e2e::binary_for_tests(&build()?))?;
+    let mut extra = Vec::new();
     if filter.is_none() {
-        steps.run("the Python package (mypy, pytest)", || python_package(&aet))?;
-        // What users install, built from this tree (dirty or not) and installed as they would.
-        steps.run("the wheel and the Debian package, installed", || {
-            let args = dist::Args {
-                allow_dirty: true,
-                install_test: true,
-            };
-            let first = dist::reproducible(&args)?;
-            install::test(&first)
-        })?;
+        extra.extend(python_jobs(&aet));
+        // What users install, built from this tree (dirty or not) twice, the bytes compared,
+        // then installed as users would: by this task itself, beside the tests.
+        let mut packages = Command::new(std::env::current_exe()?);
+        packages.current_dir(root()).args([
+            "dist",
+            "--allow-dirty",
+            "--install-test",
+            "--reproducible",
+            "--no-setup",
+        ]);
+        // A fresh checkout makes its clean Debian root first (debootstrap): minutes more.
+        extra.push(
+            e2e::Job::new(
+                "packages",
+                "the wheel and the Debian package, built twice and installed",
+                packages,
+            )
+            .within(std::time::Duration::from_secs(1800)),
+        );
     }
+    steps.run("end-to-end tests, the Python package, the packages", || {
+        e2e::run(&aet, filter.as_deref(), jobs.unwrap_or_else(cpus), extra)
+    })?;
     steps.print("cargo xtask test");
     Ok(())
 }
@@ -413,18 +451,21 @@ fn lints() -> anyhow::Result<()> {
 }
 
 /// The Python package: its types checked (mypy, strict), its tests run (pytest) against the
-/// binary just built, with real Docker, Podman and Inspect AI.
-fn python_package(aet: &Path) -> anyhow::Result<()> {
-    println!("== the Python package (python/): mypy --strict, then pytest");
-    // `sh` runs in the workspace root: the package's own config is named.
-    sh(Command::new("python3").args([
+/// binary just built, with real Docker, Podman and Inspect AI; two jobs that run beside the
+/// end-to-end tests.
+fn python_jobs(aet: &Path) -> Vec<e2e::Job> {
+    let mut mypy = Command::new("python3");
+    // In the workspace root: the package's own config is named.
+    mypy.current_dir(root()).args([
         "-m",
         "mypy",
         "--config-file",
         "python/pyproject.toml",
         "python/src",
-    ]))?;
-    let tests = sh(Command::new("python3")
+    ]);
+    let mut pytest = Command::new("python3");
+    pytest
+        .current_dir(root())
         .args([
             "-m",
             "pytest",
@@ -439,43 +480,30 @@ fn python_package(aet: &Path) -> anyhow::Result<()> {
         ])
         .env("AET_BIN", aet)
         .env("AET_SOCKET", PYTHON_SOCKET)
-        .env_remove("AET_DAEMON"));
-    // As a user's first `aet.run` would, the tests' first run started a daemon: it goes now,
-    // whatever the tests said.
-    let stopped = Command::new(aet)
-        .args(["daemon", "stop", "--socket", PYTHON_SOCKET])
-        .status();
-    tests?;
-    match stopped {
-        Ok(s) if s.success() || s.code() == Some(1) => Ok(()),
-        Ok(s) => anyhow::bail!("aet daemon stop --socket {PYTHON_SOCKET}: {s}"),
-        Err(e) => Err(e.into()),
-    }
+        .env_remove("AET_DAEMON");
+    let aet = aet.to_owned();
+    vec![
+        e2e::Job::new("mypy", "the Python package's types", mypy),
+        e2e::Job::new("pytest", "the Python package's tests", pytest)
+            .within(std::time::Duration::from_secs(1200))
+            .then(move || {
+                // As a user's first `aet.run` would, the tests' first run started a daemon: it goes
+                // now, whatever the tests said.
+                let s = Command::new(&aet)
+                    .args(["daemon", "stop", "--socket", PYTHON_SOCKET])
+                    .status()?;
+                anyhow::ensure!(
+                    s.success() || s.code() == Some(1),
+                    "aet daemon stop --socket {PYTHON_SOCKET}: {s}"
+                );
+                Ok(())
+            }),
+    ]
 }
 
 /// The socket of the daemon the Python tests' first run starts (a run of theirs that does not
 /// ask for `daemon=False` is served by it, as a user's would be).
 const PYTHON_SOCKET: &str = "/run/aet/python-tests.sock";
-
-/// The end-to-end test files about the standalone path itself (loading, losses, faults, the
-/// daemon's own start): run with every run loading its programs. Every other file runs once,
-/// served by one daemon: the kernel side and the ledger are the same code either way, and the
-/// standalone start (seconds of verification per run) would be most of the suite's time.
-const STANDALONE_TESTS: &[&str] = &["monitor", "overload", "faults", "daemon"];
-
-/// The `[[test]]` files of tests/Cargo.toml, in its order.
-fn e2e_files() -> anyhow::Result<Vec<String>> {
-    let path = root().join("tests/Cargo.toml");
-    let names = manifest_names(&path, "test")?;
-    for s in STANDALONE_TESTS {
-        anyhow::ensure!(
-            names.iter().any(|n| n == s),
-            "{}: no [[test]] named {s}",
-            path.display()
-        );
-    }
-    Ok(names)
-}
 
 /// The `name`s of a Cargo manifest's `[[TABLE]]` entries (`test`, `bin`), in its order; an error
 /// when there is none.
@@ -497,53 +525,7 @@ pub fn manifest_names(path: &Path, table: &str) -> anyhow::Result<Vec<String>> {
     Ok(names)
 }
 
-/// The privileged end-to-end tests: the standalone files with every run loading its programs,
-/// then every other file served by one daemon.
-fn end_to_end(aet: &Path, filter: Option<&str>) -> anyhow::Result<()> {
-    let e2e = |mode: &str, socket: &Path, tests: &[&str]| -> anyhow::Result<()> {
-        let mut cmd = cargo();
-        cmd.args(["test", "--release", "--package", "aet-tests"]);
-        for t in tests {
-            cmd.args(["--test", t]);
-        }
-        cmd.args(["--", "--test-threads=1", "--nocapture"])
-            .env("AET_BIN", aet)
-            .env("AET_TEST_MODE", mode)
-            .env("AET_SOCKET", socket)
-            // Never a daemon started by a run in the standalone pass; never a run that is not
-            // the pass's daemon's in the other.
-            .env(
-                "AET_DAEMON",
-                if mode == "standalone" {
-                    "never"
-                } else {
-                    "require"
-                },
-            );
-        if let Some(f) = filter {
-            cmd.arg(f);
-        }
-        sh(&mut cmd)
-    };
-    let files = e2e_files()?;
-    println!(
-        "== end-to-end tests of the standalone path (root, eBPF, bwrap): {}",
-        STANDALONE_TESTS.join(", ")
-    );
-    // A socket no daemon serves: every run is standalone, whatever runs on this machine.
-    e2e(
-        "standalone",
-        Path::new("/run/aet/no-daemon-for-tests.sock"),
-        STANDALONE_TESTS,
-    )?;
-    let served: Vec<&str> = files
-        .iter()
-        .map(String::as_str)
-        .filter(|f| !STANDALONE_TESTS.contains(f))
-        .collect();
-    println!("== every other end-to-end test, every run served by one aet daemon");
-    let daemon = daemon::Daemon::start(aet, "test", &[])?;
-    e2e("daemon", daemon.socket(), &served)?;
-    daemon.stop()?;
-    Ok(())
+/// The CPUs this process may use.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

@@ -159,7 +159,21 @@ impl Client {
         };
         let mut line = serde_json::to_string(req).expect("requests serialise");
         line.push('\n');
-        self.stream.write_all(line.as_bytes()).map_err(io)?;
+        if let Err(e) = self.stream.write_all(line.as_bytes()) {
+            // A daemon that refuses a client says why and hangs up at once, perhaps before the
+            // request was written: its answer is still there to read.
+            let _ = self.stream.set_read_timeout(Some(POLL));
+            let mut said = String::new();
+            if self.reader.read_line(&mut said).is_ok()
+                && let Ok(Response::Error { message }) = super::protocol::decode::<Response>(&said)
+            {
+                return Err(DaemonError::Refused {
+                    socket: self.socket.clone(),
+                    message,
+                });
+            }
+            return Err(io(e));
+        }
         // Read in short waits, looking at the daemon between them: a stopped daemon is named
         // at once, a silent one once the limit has passed.
         let _ = self.stream.set_read_timeout(Some(POLL));

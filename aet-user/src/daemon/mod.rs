@@ -260,8 +260,17 @@ pub fn serve(mut opts: DaemonOptions) -> Result<(), DaemonError> {
     let listener = match passed {
         Some(l) => l,
         None => {
-            let l = UnixListener::bind(&socket).map_err(io)?;
-            std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+            // Bound under a name of its own, made root's alone, then renamed into place: the
+            // socket is never reachable with the mode the umask gave it.
+            let name = socket.file_name().unwrap_or_default().to_string_lossy();
+            let fresh = socket.with_file_name(format!(".{name}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&fresh);
+            let l = UnixListener::bind(&fresh).map_err(io)?;
+            std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o600))
+                .and_then(|()| std::fs::rename(&fresh, &socket))
+                .inspect_err(|_| {
+                    let _ = std::fs::remove_file(&fresh);
+                })
                 .map_err(io)?;
             l
         }
