@@ -422,8 +422,11 @@ fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
 fn lints() -> anyhow::Result<()> {
     println!("== format and lints");
     sh(cargo().args(["fmt", "--all", "--check"]))?;
+    // In the release profile: its build scripts and proc-macros are then the ones the release
+    // build uses, built once on a fresh checkout rather than once per profile.
     sh(cargo().args([
         "clippy",
+        "--release",
         "--workspace",
         "--exclude",
         "aet-ebpf",
