@@ -100,7 +100,7 @@ pub fn dist(args: &Args) -> anyhow::Result<Artefacts> {
     // the build after it). Without it maturin stamps every entry 1980-01-01, as reproducible.
     forget_repaired()?;
     let mut maturin = Command::new("python3");
-    maturin
+    crate::setup::with_cache(&mut maturin)
         .env("PATH", crate::setup::path_with_cargo_bin())
         .env_remove("SOURCE_DATE_EPOCH")
         .args(["-m", "maturin", "build", "--release", "--locked", "--out"])

@@ -86,6 +86,7 @@ fn nightly_cargo() -> Command {
     c.arg("+nightly")
         .env("PATH", setup::path_with_cargo_bin())
         .current_dir(root());
+    setup::with_cache(&mut c);
     c
 }
 

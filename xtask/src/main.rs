@@ -185,12 +185,17 @@ fn stable_only_cargo() -> anyhow::Result<Command> {
     .env_remove("RUSTC")
     .env_remove("RUSTC_WRAPPER")
     .env("CARGO_TARGET_DIR", root().join("target/stable"));
+    // The compiler cache is no part of the toolchain this checks for.
+    setup::with_cache(&mut c);
     Ok(c)
 }
 
+/// Cargo as the tasks run it: cargo's bin directory first on `PATH` (bpf-linker), and every
+/// compilation through sccache when setup installed it ([`setup::sccache`]).
 pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.env("PATH", setup::path_with_cargo_bin());
+    setup::with_cache(&mut c);
     c
 }
 
@@ -435,7 +440,7 @@ fn lints() -> anyhow::Result<()> {
         "-D",
         "warnings",
     ]))?;
-    sh(Command::new("cargo")
+    sh(setup::with_cache(&mut Command::new("cargo"))
         .env("PATH", setup::path_with_cargo_bin())
         .args([
             "+nightly",

