@@ -223,7 +223,7 @@ fn a_protected_file_is_caught_through_an_alias() {
 fn a_denied_attempt_at_a_cheat_is_a_warning_not_a_disqualification() {
     let f = Fixture::new();
     fs::set_permissions(f.p("secret/golden.yaml"), fs::Permissions::from_mode(0o000)).unwrap();
-    // As uid 2000 the file cannot be read.
+    // As the agent's uid the file cannot be read.
     fs::set_permissions(f.p("task"), fs::Permissions::from_mode(0o755)).unwrap();
     let run = f.p("run-denied");
     let r = aet()
@@ -244,7 +244,11 @@ fn a_denied_attempt_at_a_cheat_is_a_warning_not_a_disqualification() {
     assert_eq!(w["rule"], "cheats.golden");
     assert_eq!(w["outcome"], "attempted");
     assert_eq!(w["errno"], "EACCES");
-    assert_eq!(w["uid"], 2000);
+    // The agent's uid from the pool, as the run recorded it (not 2000 when other runs hold it).
+    let id: serde_json::Value =
+        serde_json::from_str(&meta(&run.join("ledger.arrow"))["aet.identity"]).unwrap();
+    assert!((2000..=2999).contains(&id["uid"].as_u64().unwrap()), "{id}");
+    assert_eq!(w["uid"], id["uid"]);
 }
 
 #[test]

@@ -57,6 +57,16 @@ fn identity_meta(run_dir: &Path) -> serde_json::Value {
     serde_json::from_str(&meta(&run_dir.join("ledger.arrow"))["aet.identity"]).unwrap()
 }
 
+/// The uid the run's agent was given from the pool (2000-2999: the first free one, so not 2000
+/// when other runs hold it), as its ledger records it.
+fn pool_uid(run_dir: &Path) -> u32 {
+    let uid = identity_meta(run_dir)["uid"]
+        .as_u64()
+        .expect("the identity names its uid") as u32;
+    assert!((2000..=2999).contains(&uid), "uid {uid} is not the pool's");
+    uid
+}
+
 /// Live (non-zombie) processes of a uid.
 fn live_processes_of(uid: u32) -> Vec<u32> {
     fs::read_dir("/proc")
@@ -90,12 +100,12 @@ fn the_agent_cannot_read_the_grader_root_and_the_denied_attempt_is_recorded() {
         .collect();
     assert_eq!(tried.len(), 1, "the attempt is in the ledger");
     assert_eq!(tried[0].errno.as_deref(), Some("EACCES"));
-    assert_eq!(tried[0].uid, 2000);
-    assert_eq!(tried[0].gid, 2000);
+    let uid = pool_uid(&run);
+    assert_eq!(tried[0].uid, uid);
+    assert_eq!(tried[0].gid, uid);
     assert_eq!(tried[0].comm, "cat");
     let id = identity_meta(&run);
     assert_eq!(id["verified"], true, "{id}");
-    assert_eq!(id["uid"], 2000);
     assert_eq!(id["grader_root"]["path"], f.s("grader"));
 }
 
@@ -103,9 +113,11 @@ fn the_agent_cannot_read_the_grader_root_and_the_denied_attempt_is_recorded() {
 fn the_identity_is_dropped_completely_and_read_back() {
     let f = Fixture::new();
     let script = "id -u; id -g; id -G; grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status; echo HOME=$HOME";
-    for (id, uid, gid) in [(None, 2000, 2000), (Some("2345:2346"), 2345, 2346)] {
+    for (id, ids) in [(None, None), (Some("2345:2346"), Some((2345, 2346)))] {
         let (out, run) = f.run(id, &[], script);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        // The pool's uid has a group of the same number.
+        let (uid, gid) = ids.unwrap_or_else(|| (pool_uid(&run), pool_uid(&run)));
         let o = text(&out.stdout);
         let lines: Vec<&str> = o.lines().collect();
         assert_eq!(lines[0], uid.to_string());
@@ -187,9 +199,10 @@ fn a_setuid_root_binary_stays_unprivileged() {
         "control: {}",
         text(&control.stdout)
     );
-    let (out, _) = f.run(None, &[], &bin.display().to_string());
+    let (out, run) = f.run(None, &[], &bin.display().to_string());
     let o = text(&out.stdout);
-    assert!(o.contains("ruid=2000 euid=2000"), "{o}");
+    let uid = pool_uid(&run);
+    assert!(o.contains(&format!("ruid={uid} euid={uid}")), "{o}");
     assert!(o.contains("shadow=Permission denied"), "{o}");
     assert!(o.contains("CapEff:\t0000000000000000"), "{o}");
 }
@@ -272,7 +285,7 @@ fn a_detached_daemon_is_gone_after_teardown_and_recorded() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
-        live_processes_of(2000).is_empty(),
+        live_processes_of(pool_uid(&run)).is_empty(),
         "a process of the agent survived"
     );
     let killed: serde_json::Value =
@@ -325,10 +338,11 @@ fn a_workspace_symlink_to_etc_shadow_is_handed_over_without_touching_shadow() {
         "/etc/shadow changed"
     );
     assert_eq!(fs::metadata("/etc").unwrap().uid(), 0);
+    let uid = pool_uid(&run);
     let link = fs::symlink_metadata(f.p("ws/shadow-link")).unwrap();
-    assert_eq!(link.uid(), 2000, "the link itself is the agent's");
-    assert_eq!(fs::metadata(f.p("ws/task.md")).unwrap().uid(), 2000);
-    assert_eq!(fs::metadata(f.p("ws/sub")).unwrap().uid(), 2000);
+    assert_eq!(link.uid(), uid, "the link itself is the agent's");
+    assert_eq!(fs::metadata(f.p("ws/task.md")).unwrap().uid(), uid);
+    assert_eq!(fs::metadata(f.p("ws/sub")).unwrap().uid(), uid);
     assert_eq!(fs::metadata(f.p("outside.txt")).unwrap().uid(), 0);
     let m = identity_meta(&run);
     assert!(
@@ -459,7 +473,8 @@ fn sandbox_identity_and_monitor_together() {
         .unwrap();
     let o = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{o}{}", text(&out.stderr));
-    assert!(o.starts_with("2000\ndata\n"), "{o}");
+    let uid = pool_uid(&run);
+    assert!(o.starts_with(&format!("{uid}\ndata\n")), "{o}");
     assert!(o.contains("grader-invisible"), "{o}");
     assert!(!o.contains("SECRET"));
     assert_eq!(fs::read_to_string(f.p("ws/result.txt")).unwrap(), "ok\n");
@@ -478,7 +493,7 @@ fn sandbox_identity_and_monitor_together() {
         .filter(|r| r.kind == "open" && r.comm == "cat")
         .collect();
     assert_eq!(tried.len(), 1);
-    assert_eq!(tried[0].uid, 2000);
+    assert_eq!(tried[0].uid, uid);
 }
 
 /// Two runs at once with an agent identity each get a uid of their own from the pool; the second
