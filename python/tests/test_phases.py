@@ -51,13 +51,14 @@ def test_a_background_process_of_the_agent_that_writes_during_grading_is_named(
     assert r is not None and r.verdict == "disqualified"
     lingering = [f for f in r.findings if f["rule"] == "processes.lingering"]
     assert lingering, r.findings
-    assert all(f["list"] == "cheat_hits" and f["phase"] == "grading" for f in lingering), lingering
     # On a loaded machine the background shell may exec its `sleep` after grading began: that
-    # exec is named too, so the write is looked for among them, not assumed first.
+    # exec is named too (a warning), so the write is looked for among them, not assumed first.
     writes = [f for f in lingering if f["path"].startswith("/data/results.txt")]
     assert writes, lingering
-    assert "started in agent" in writes[0]["path"]
-    assert writes[0]["comm"] == "sh"
+    f = writes[0]
+    assert f["list"] == "cheat_hits" and f["phase"] == "grading"
+    assert "started in agent" in f["path"]
+    assert f["comm"] == "sh"
 
 
 def test_the_docker_sdk_example_runs_the_swe_bench_flow(aet_bin: str, docker_image: str,
