@@ -1,7 +1,7 @@
 //! Builds the eBPF programs (`aet-ebpf`, for bpfel-unknown-none, with the nightly toolchain and
 //! bpf-linker that `cargo xtask setup` installs) and leaves the object in OUT_DIR, from where
 //! `src/loader/mod.rs` embeds it into the `aet` binary. Also names the build (`AET_BUILD_ID`:
-//! the version, the commit it was built from, the eBPF object's digest), which a client and a
+//! the version, the commit it was built from, the eBPF objects' digest), which a client and a
 //! daemon compare: two builds never serve each other.
 use anyhow::{Context as _, anyhow};
 use sha2::{Digest as _, Sha256};
@@ -11,6 +11,8 @@ fn main() -> anyhow::Result<()> {
     // programs, and builds with flags the eBPF target must not get: it embeds no object.
     if std::env::var_os("CARGO_CFG_FUZZING").is_some() {
         let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("aet");
+        std::fs::write(&out, b"").with_context(|| format!("{}", out.display()))?;
+        let out = out.with_file_name("aet-helper-reads");
         std::fs::write(&out, b"").with_context(|| format!("{}", out.display()))?;
         println!("cargo:rustc-env=AET_COMMIT=fuzzing");
         println!(
@@ -32,20 +34,35 @@ fn main() -> anyhow::Result<()> {
         .manifest_path
         .parent()
         .ok_or_else(|| anyhow!("aet-ebpf manifest has no parent"))?;
-    aya_build::build_ebpf(
-        [aya_build::Package {
-            name: ebpf.name.as_str(),
-            root_dir: root_dir.as_str(),
-            ..Default::default()
-        }],
-        aya_build::Toolchain::default(),
-    )
-    .context(
-        "building the eBPF programs failed; `cargo xtask setup` installs what they need \
-         (nightly rust-src and bpf-linker)",
-    )?;
-    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("aet");
-    let object = std::fs::read(&out).with_context(|| format!("{}", out.display()))?;
+    // Two objects of the same programs: kernel memory read through the helper (for kernels
+    // without the bpf_rdonly_cast kfunc, before 6.2), then through BTF pointers. aya-build
+    // leaves each as OUT_DIR/aet; the first is moved aside.
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    let out = out_dir.join("aet");
+    let helper_reads = out_dir.join("aet-helper-reads");
+    for features in [&["helper-reads"][..], &[]] {
+        aya_build::build_ebpf(
+            [aya_build::Package {
+                name: ebpf.name.as_str(),
+                root_dir: root_dir.as_str(),
+                features,
+                ..Default::default()
+            }],
+            aya_build::Toolchain::default(),
+        )
+        .context(
+            "building the eBPF programs failed; `cargo xtask setup` installs what they need \
+             (nightly rust-src and bpf-linker)",
+        )?;
+        if !features.is_empty() {
+            std::fs::rename(&out, &helper_reads)
+                .with_context(|| format!("{} -> {}", out.display(), helper_reads.display()))?;
+        }
+    }
+    let mut object = std::fs::read(&out).with_context(|| format!("{}", out.display()))?;
+    object.extend(
+        std::fs::read(&helper_reads).with_context(|| format!("{}", helper_reads.display()))?,
+    );
     let digest: String = Sha256::digest(&object)
         .iter()
         .take(8)

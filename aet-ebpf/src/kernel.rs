@@ -17,16 +17,28 @@ pub(crate) fn kread<T: Copy + Default>(base: u64, off: u32) -> T {
     unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.unwrap_or_default()
 }
 
-/// A BTF-typed kernel pointer (from `bpf_get_current_task_btf()` and the pointer members reached
-/// from it). The verifier checks every load through it against the kernel's BTF, and the JIT
-/// makes the loads fault-safe: a struct member costs one instruction, not a helper call. The
-/// offsets come from `CONFIG` (read-only, so the verifier sees them as constants).
+/// A BTF-typed kernel pointer (the current task, made read-only by [`rdonly_cast`], and the
+/// pointer members reached from it). The verifier checks every load through it against the
+/// kernel's BTF, and the JIT makes the loads fault-safe: a struct member costs one instruction,
+/// not a helper call. The offsets come from `CONFIG` (read-only, so the verifier sees them as
+/// constants).
 #[derive(Clone, Copy)]
 pub(crate) struct KPtr(pub(crate) *const u8);
 
 impl KPtr {
+    /// The current task as a read-only (untrusted) BTF pointer. Not the trusted one
+    /// `bpf_get_current_task_btf()` returns: for every load of a pointer member through a trusted
+    /// pointer the verifier looks for `<type>__safe_trusted` and its kin by name in the kernel's
+    /// BTF, a linear scan (6.18), which was most of the programs' load time.
     #[inline(always)]
     pub(crate) fn current_task() -> Self {
+        // SAFETY: helper without preconditions.
+        rdonly_cast::<{ kfunc::TYPE_TASK }>(unsafe { generated::bpf_get_current_task() })
+    }
+
+    /// The current task as the trusted BTF pointer helpers that take a task want.
+    #[inline(always)]
+    pub(crate) fn current_task_trusted() -> Self {
         // SAFETY: helper without preconditions.
         Self(unsafe { generated::bpf_get_current_task_btf() } as *const u8)
     }
@@ -42,10 +54,26 @@ impl KPtr {
     }
 
     /// Reads the member at byte offset `off`.
+    #[cfg(not(feature = "helper-reads"))]
     #[inline(always)]
     pub(crate) fn read<T: Copy>(self, off: u32) -> T {
         // SAFETY: a BTF pointer: the verifier checked the member, the JIT guards the load.
         unsafe { core::ptr::read_volatile(self.0.add(off as usize) as *const T) }
+    }
+
+    /// Reads the member at byte offset `off` (zeroes when the kernel read fails: the helper
+    /// clears its destination on a fault).
+    #[cfg(feature = "helper-reads")]
+    #[inline(always)]
+    pub(crate) fn read<T: Copy>(self, off: u32) -> T {
+        const { assert!(core::mem::size_of::<T>() <= 8) };
+        let v = read_small(
+            self.addr().wrapping_add(off as u64),
+            core::mem::size_of::<T>() as u32,
+        );
+        // SAFETY: T is at most 8 bytes (checked at compile time) and the read left it in the
+        // low bytes of v (little-endian); every member read this way is plain data.
+        unsafe { core::mem::transmute_copy::<u64, T>(&v) }
     }
 
     /// Follows the pointer member at byte offset `off`.
@@ -77,6 +105,7 @@ pub(crate) fn mount_id(mnt: u64) -> u32 {
 /// A plain kernel address as a read-only BTF pointer to the struct `TYPE` names (a
 /// [`kfunc::TYPES`] marker): loads through it are single, fault-safe instructions instead of
 /// helper calls. The call is a marker the loader rewrites into `bpf_rdonly_cast`.
+#[cfg(not(feature = "helper-reads"))]
 #[inline(always)]
 pub(crate) fn rdonly_cast<const TYPE: i32>(addr: u64) -> KPtr {
     let r: *const u8;
@@ -95,6 +124,38 @@ pub(crate) fn rdonly_cast<const TYPE: i32>(addr: u64) -> KPtr {
         );
     }
     KPtr(r)
+}
+
+/// Reads `size` (1 to 8) bytes of kernel memory at `addr` into the low bytes of a word; 0 when
+/// the read fails. One subprogram for every read of the helper-reads variant: an inlined read
+/// took a stack slot of its own at each place, and 6.1's verifier refuses a call chain whose
+/// stacks add up to more than 512 bytes.
+#[cfg(feature = "helper-reads")]
+#[inline(never)]
+fn read_small(addr: u64, size: u32) -> u64 {
+    let mut v = 0u64;
+    let size = core::hint::black_box(size) & 0xf;
+    if size == 0 || size > 8 {
+        return 0;
+    }
+    // SAFETY: a fault-tolerant read of at most 8 bytes into this 8-byte slot; a bad address
+    // makes the helper fail and clear the slot.
+    unsafe {
+        generated::bpf_probe_read_kernel(
+            &mut v as *mut u64 as *mut core::ffi::c_void,
+            size,
+            addr as *const core::ffi::c_void,
+        );
+    }
+    v
+}
+
+/// Without `bpf_rdonly_cast` (kernels before 6.2): the address as it is; [`KPtr::read`] then
+/// reads through the helper.
+#[cfg(feature = "helper-reads")]
+#[inline(always)]
+pub(crate) fn rdonly_cast<const TYPE: i32>(addr: u64) -> KPtr {
+    KPtr(addr as *const u8)
 }
 
 /// `*p += v`, atomically (the BPF `lock` add; core's atomics lack fetch_add on this target).

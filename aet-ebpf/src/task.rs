@@ -275,52 +275,70 @@ pub(crate) enum FileRef {
     Btf(KPtr),
 }
 
-/// The `struct file` behind fd `fd` of the current task. A file in the embedded fd array is
-/// reached with BTF loads at constant offsets (the verifier refuses a variable offset on a BTF
-/// pointer, hence the unrolled match); any other fd with one helper read of its slot in the fd
-/// table, made a BTF pointer by [`rdonly_cast`].
+/// The `struct file` behind fd `fd` of the current task, as a read-only BTF pointer. The look-up
+/// is [`aet_fd_file`], a global function: the verifier checks it once per program, not once at
+/// each of the call sites it would be inlined into (its unrolled match is 64 paths, and each
+/// went on through the caller's rest).
 #[inline(always)]
-pub(crate) fn fd_file(task: &Task, fd: i64) -> FileRef {
-    let o = offsets();
-    let files = task.ptr.ptr(cfg(&o.task_files));
-    if files.is_null() || fd < 0 {
+pub(crate) fn fd_file(_task: &Task, fd: i64) -> FileRef {
+    let mut addr = 0u64;
+    if aet_fd_file(fd, &mut addr) == 0 || addr == 0 {
         return FileRef::None;
     }
-    let fdt = files.ptr(cfg(&o.files_fdt));
-    if fdt.is_null() {
-        return FileRef::None;
-    }
-    let max: u32 = fdt.read(cfg(&o.fdt_max_fds));
-    if fd >= max as i64 {
-        return FileRef::None;
-    }
-    let array: u64 = fdt.read(cfg(&o.fdt_fd));
-    let base = cfg(&o.files_fd_array);
-    if array == files.addr() + base as u64 && (fd as u32) < cfg(&o.fd_array_len) {
-        macro_rules! arms {
-            ($($k:literal)*) => {
-                match fd {
-                    $($k => files.ptr(base + 8 * $k),)*
-                    _ => KPtr(core::ptr::null()),
-                }
-            };
-        }
-        let f = arms!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29
-            30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58
-            59 60 61 62 63);
-        return if f.is_null() {
-            FileRef::None
-        } else {
-            FileRef::Btf(f)
-        };
-    }
-    let f: u64 = kread(array, (8 * fd) as u32);
-    let f = rdonly_cast::<{ kfunc::TYPE_FILE }>(f);
+    let f = rdonly_cast::<{ kfunc::TYPE_FILE }>(addr);
     if f.is_null() {
         FileRef::None
     } else {
         FileRef::Btf(f)
     }
+}
+
+/// Writes to `out` the address of the `struct file` behind fd `fd` of the current task; returns 1
+/// when there is one, else 0. A file in the embedded fd array is reached with BTF loads at
+/// constant offsets (the verifier refuses a variable offset on a BTF pointer, hence the unrolled
+/// match); any other fd with one helper read of its slot in the fd table. Global (its BTF linkage
+/// is global, so the verifier checks it apart with its arguments unknown) and so it returns a
+/// number: the caller makes the address a BTF pointer again.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn aet_fd_file(fd: i64, out: *mut u64) -> i32 {
+    if out.is_null() {
+        return 0;
+    }
+    let task = KPtr::current_task();
+    let o = offsets();
+    let files = task.ptr(cfg(&o.task_files));
+    if files.is_null() || fd < 0 {
+        return 0;
+    }
+    let fdt = files.ptr(cfg(&o.files_fdt));
+    if fdt.is_null() {
+        return 0;
+    }
+    let max: u32 = fdt.read(cfg(&o.fdt_max_fds));
+    if fd >= max as i64 {
+        return 0;
+    }
+    let array: u64 = fdt.read(cfg(&o.fdt_fd));
+    let base = cfg(&o.files_fd_array);
+    let f: u64 = if array == files.addr() + base as u64 && (fd as u32) < cfg(&o.fd_array_len) {
+        macro_rules! arms {
+            ($($k:literal)*) => {
+                match fd {
+                    $($k => files.ptr(base + 8 * $k).addr(),)*
+                    _ => 0,
+                }
+            };
+        }
+        arms!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29
+            30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58
+            59 60 61 62 63)
+    } else {
+        kread(array, (8 * fd) as u32)
+    };
+    // SAFETY: a pointer the verifier checks (the caller's memory, not null).
+    unsafe { *out = f };
+    (f != 0) as i32
 }
 
 /// The class of an inode mode for byte accounting.

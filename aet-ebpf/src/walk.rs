@@ -373,8 +373,7 @@ pub(crate) fn record_file(s: &mut Scratch, task: &Task, file: FileRef) -> u32 {
         return fileio::IGNORED;
     };
     set_identity(header(s), id);
-    let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
-    walk_into(s, task, section::WALK, st.as_mut_ptr(), NO_FD, file);
+    walk_into(s, task, section::WALK, NO_FD, file);
     header(s).flags |= flags::WALK_IS_OBJECT;
     id.3
 }
@@ -382,10 +381,18 @@ pub(crate) fn record_file(s: &mut Scratch, task: &Task, file: FileRef) -> u32 {
 /// No fd: nothing to walk.
 pub(crate) const NO_FD: i64 = i64::MIN;
 
-/// Sets up `st` for a walk from `file` (the file of `fd`), or from the working directory when
-/// `fd` is `AT_FDCWD`. Returns false when there is nothing to walk from.
+/// Where a walk starts: a dentry and the vfsmount it is seen through (addresses, handed to
+/// [`aet_walk`] in the caller's memory).
+#[repr(C)]
+pub(crate) struct WalkFrom {
+    pub(crate) dentry: u64,
+    pub(crate) mnt: u64,
+}
+
+/// Where a walk from `file` (the file of `fd`), or from the working directory when `fd` is
+/// `AT_FDCWD`, starts; none when there is nothing to walk from.
 #[inline(always)]
-pub(crate) fn walk_start(st: *mut WalkState, task: &Task, fd: i64, file: FileRef) -> bool {
+pub(crate) fn walk_start(task: &Task, fd: i64, file: FileRef) -> Option<(KPtr, KPtr)> {
     let o = offsets();
     let (dentry_off, mnt_off) = (cfg(&o.path_dentry), cfg(&o.path_mnt));
     let (d, m) = match file {
@@ -396,18 +403,17 @@ pub(crate) fn walk_start(st: *mut WalkState, task: &Task, fd: i64, file: FileRef
         FileRef::None if fd == AT_FDCWD as i64 => {
             let fs = task.fs();
             if fs.is_null() {
-                return false;
+                return None;
             }
             let pwd = cfg(&o.fs_pwd);
             (fs.ptr(pwd + dentry_off), fs.ptr(pwd + mnt_off))
         }
-        FileRef::None => return false,
+        FileRef::None => return None,
     };
     if d.is_null() || m.is_null() {
-        return false;
+        return None;
     }
-    WalkState::init(st, d.0, m.0);
-    true
+    Some((d, m))
 }
 
 /// The file a directory fd argument names: none for `AT_FDCWD` (a walk then starts at the
@@ -422,24 +428,53 @@ pub(crate) fn dirfd_file(task: &Task, fd: i64) -> FileRef {
 }
 
 /// Walks from `file` (the file of `fd`), or from the working directory for `AT_FDCWD`, into
-/// section `sec`, with the caller's walk state `st`.
+/// section `sec`.
 #[inline(always)]
-pub(crate) fn walk_into(
-    s: &mut Scratch,
-    task: &Task,
-    sec: usize,
-    st: *mut WalkState,
-    fd: i64,
-    file: FileRef,
-) {
-    if walk_start(st, task, fd, file) {
-        walk_from(s, task, sec, st);
+pub(crate) fn walk_into(s: &mut Scratch, task: &Task, sec: usize, fd: i64, file: FileRef) {
+    if let Some((d, m)) = walk_start(task, fd, file) {
+        let mut from = core::mem::MaybeUninit::<WalkFrom>::uninit();
+        let p = from.as_mut_ptr();
+        // SAFETY: whole 8-byte stores into the caller's slot (the pointers are stored as they
+        // are: the walk reads them back as numbers).
+        unsafe {
+            core::ptr::write_volatile(&raw mut (*p).dentry as *mut *const u8, d.0);
+            core::ptr::write_volatile(&raw mut (*p).mnt as *mut *const u8, m.0);
+        }
+        aet_walk(s, sec as u32, p);
     }
 }
 
-/// Runs a walk set up by [`walk_start`] into section `sec`.
+/// Runs the walk `from` sets up (its dentry and vfsmount) into section `sec`
+/// of `s`; returns 1 when it ran. Global, so the verifier checks the walk once per program rather
+/// than at each place a walk starts: it gets the two addresses as numbers and makes them
+/// read-only BTF pointers again.
+#[unsafe(no_mangle)]
 #[inline(never)]
-pub(crate) fn walk_from(s: &mut Scratch, task: &Task, sec: usize, st: *mut WalkState) {
-    // SAFETY: initialised by walk_start, on the caller's stack.
-    run_walk(s, task, sec, unsafe { &mut *st });
+pub(crate) extern "C" fn aet_walk(s: *mut Scratch, sec: u32, from: *const WalkFrom) -> i32 {
+    if s.is_null() || from.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's initialised state; read as plain numbers.
+    let (dentry, mnt) = unsafe {
+        (
+            core::ptr::read_volatile(&raw const (*from).dentry),
+            core::ptr::read_volatile(&raw const (*from).mnt),
+        )
+    };
+    let d = rdonly_cast::<{ kfunc::TYPE_DENTRY }>(dentry);
+    let mount = rdonly_cast::<{ kfunc::TYPE_MOUNT }>(mount_of(mnt));
+    if d.is_null() || mount.is_null() {
+        return 0;
+    }
+    // SAFETY: pointer arithmetic only (the vfsmount embedded in its struct mount); the verifier
+    // checks every load through it.
+    let m = unsafe { mount.0.add(cfg(&offsets().mount_mnt) as usize) };
+    let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
+    WalkState::init(st.as_mut_ptr(), d.0, m);
+    let task = Task::current();
+    // SAFETY: a map value of this CPU (the caller's record buffer); initialised above.
+    run_walk(unsafe { &mut *s }, &task, sec as usize, unsafe {
+        &mut *st.as_mut_ptr()
+    });
+    1
 }

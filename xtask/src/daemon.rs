@@ -18,20 +18,33 @@ impl Daemon {
     /// Starts `aet daemon -q --socket /run/aet/NAME-PID.sock ARGS…` and waits until it serves.
     pub fn start(aet: &Path, name: &str, args: &[&str]) -> anyhow::Result<Self> {
         let socket = PathBuf::from(format!("/run/aet/{name}-{}.sock", std::process::id()));
+        // Its errors go to a file as well as being kept: a daemon that does not serve says why.
+        let log = crate::root().join(format!("target/daemon-{name}-{}.log", std::process::id()));
         let mut child = crate::user_command(aet)
             .args(["daemon", "-q", "--socket"])
             .arg(&socket)
             .args(args)
+            .stderr(std::fs::File::create(&log).context("the daemon's log")?)
             .spawn()
             .context("starting aet daemon")?;
+        let why = || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(15)..].join("\n    ");
+            format!("its stderr ({}):\n    {tail}", log.display())
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !socket.exists() {
             if let Some(st) = child.try_wait()? {
-                bail!("aet daemon exited before serving: {st}");
+                bail!("aet daemon exited before serving: {st}; {}", why());
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                bail!("aet daemon does not serve {} after 30 s", socket.display());
+                bail!(
+                    "aet daemon does not serve {} after 30 s; {}",
+                    socket.display(),
+                    why()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -1,4 +1,4 @@
-//! aet's developer tasks: `cargo xtask setup | build | demo | test | e2e | bench | fuzz | dist | docs`.
+//! aet's developer tasks: `cargo xtask setup | build | demo | test | e2e | kernels | bench | fuzz | dist | docs`.
 //!
 //! `setup` installs everything aet needs on a fresh Debian machine, idempotently (the nightly
 //! toolchain's rust-src, bpf-linker built against the toolchain's own LLVM, bubblewrap, the Python
@@ -11,6 +11,7 @@ mod dist;
 mod e2e;
 mod fuzz;
 mod install;
+mod kernels;
 mod setup;
 
 use std::{
@@ -61,6 +62,9 @@ enum Task {
     /// Build what users install into target/dist: the wheel (the binary and the Python
     /// package) and the Debian package (with man pages, completions and the daemon's units).
     Dist(dist::Args),
+    /// Boot Debian's kernels under QEMU (and use this machine's) and check the record on each:
+    /// every program's verified instructions and load time, and a conformance set of the record.
+    Kernels(kernels::Args),
     /// Regenerate the generated parts of the docs (CLI reference, ledger tables) and the golden
     /// fixtures from the code.
     Docs,
@@ -117,6 +121,12 @@ fn main() -> anyhow::Result<()> {
                 install::test(&built)?;
             }
             Ok(())
+        }
+        Task::Kernels(args) => {
+            if !args.no_setup {
+                setup::setup()?;
+            }
+            kernels::run(&args)
         }
         Task::Bench(args) => {
             setup::setup()?;
@@ -407,6 +417,17 @@ fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
             "--reproducible",
             "--no-setup",
         ]);
+        // The record on every kernel of the matrix: this machine's, and Debian's booted under
+        // QEMU (about a minute each under TCG).
+        let mut kernels = Command::new(std::env::current_exe()?);
+        kernels
+            .current_dir(root())
+            .args(["kernels", "--no-setup", "--aet"])
+            .arg(&aet);
+        extra.push(
+            e2e::Job::new("kernels", "the kernel matrix (QEMU)", kernels)
+                .within(std::time::Duration::from_secs(900)),
+        );
         // A fresh checkout makes its clean Debian root first (debootstrap): minutes more.
         extra.push(
             e2e::Job::new(

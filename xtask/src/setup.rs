@@ -57,6 +57,9 @@ const APT_PACKAGES: &[(&str, &str, Purpose)] = &[
         "python3-pip",
         Purpose::Test,
     ),
+    // `cargo xtask kernels`: Debian's kernels booted under QEMU with an initramfs of busybox.
+    ("qemu-system-x86_64", "qemu-system-x86", Purpose::Test),
+    ("cpio", "cpio", Purpose::Test),
     ("dpkg-shlibdeps", "dpkg-dev", Purpose::Dist),
     ("debootstrap", "debootstrap", Purpose::Dist),
 ];

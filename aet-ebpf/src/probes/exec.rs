@@ -25,7 +25,7 @@ use crate::{
         section_start, send,
     },
     task::{FileRef, Task},
-    walk::{WalkState, dirfd_file, record_file, walk_into},
+    walk::{dirfd_file, record_file, walk_into},
 };
 
 // Syscall tracepoint records: 8 bytes of common fields, `__syscall_nr` and padding, then the
@@ -185,8 +185,7 @@ pub(crate) fn record_exec(args: &Args, mut task: Task, syscall: u16, ret: i64) {
     let dirfd = h.dirfd as i64;
     if section_first_byte(s, section::PATH) != b'/' {
         let file = dirfd_file(&task, dirfd);
-        let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
-        walk_into(s, &task, section::WALK, st.as_mut_ptr(), dirfd, file);
+        walk_into(s, &task, section::WALK, dirfd, file);
     }
     send(s);
 }

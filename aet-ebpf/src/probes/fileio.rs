@@ -67,8 +67,25 @@ pub(crate) fn fileio_entry(task: &Task, fd: i32) -> Option<*mut FileIo> {
     if let Some(p) = FILEIO.get_ptr_mut(key) {
         return Some(p);
     }
-    let file = fd_file(task, fd as i64);
-    let (dev, ino, mnt_id, mut class) = identity(file)?;
+    if aet_fileio_create(fd, task.run) == 0 {
+        return None;
+    }
+    FILEIO.get_ptr_mut(key)
+}
+
+/// Creates the accounting entry of fd `fd` of the current process (whose run is `run`) from its
+/// file's identity; returns 1 when it did. Global, so verified once per program rather than at
+/// each of the places a read, write or dup first meets an fd.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn aet_fileio_create(fd: i32, run: u32) -> i32 {
+    let mut task = Task::current();
+    task.run = run;
+    let key = fileio_key(task.tgid, fd);
+    let file = fd_file(&task, fd as i64);
+    let Some((dev, ino, mnt_id, mut class)) = identity(file) else {
+        return 0;
+    };
     if class == fileio::IGNORED
         && let FileRef::Btf(f) = file
         && is_fanotify(f)
@@ -84,10 +101,10 @@ pub(crate) fn fileio_entry(task: &Task, fd: i32) -> Option<*mut FileIo> {
     };
     if FILEIO.insert(key, v, 0).is_err() {
         count(task.run, counter::FILEIO_FULL);
-        return None;
+        return 0;
     }
-    fdmask_update(task, fd, true);
-    FILEIO.get_ptr_mut(key)
+    fdmask_update(&task, fd, true);
+    1
 }
 
 /// Adds `bytes` moved through `fd` to its accounting; returns the fd's class.

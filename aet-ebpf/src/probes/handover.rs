@@ -28,36 +28,53 @@ const MMSGS: u32 = 64;
 /// Events looked at per fanotify read.
 const FAN_EVENTS: u32 = 32;
 
-/// Records one fd that arrived: its file's identity, how it came and from where. No walk: a
-/// walk verified inside these loops costs more load time than all the other handover code
-/// together (0.5 s per call site, measured); userspace names the file (an earlier row of the
-/// same inode, or the fd's link while it still shows that inode).
-#[inline(always)]
-pub(crate) fn emit_fd(
-    task: &mut Task,
-    syscall: u16,
-    ret: i64,
-    fd: i32,
-    origin: u64,
-    source: u64,
-    peer: u32,
-) {
-    let Some(s) = scratch() else { return };
-    fill_header(header(s), task, EventKind::Fd, syscall, ret);
+/// One fd that arrived, as [`aet_emit_fd`] records it.
+#[repr(C)]
+pub(crate) struct FdRow {
+    pub(crate) ret: i64,
+    /// How it came ([`fd_origin`]) and from where (a socket fd, a pid).
+    pub(crate) origin: u64,
+    pub(crate) source: u64,
+    pub(crate) fd: i32,
+    /// The sending process (host pid), 0 when unknown.
+    pub(crate) peer: u32,
+    pub(crate) run: u32,
+    pub(crate) syscall: u32,
+}
+
+/// Records one fd that arrived: its file's identity, how it came and from where; returns 1 when
+/// it sent the row. No walk: a walk verified inside these loops costs more load time than all
+/// the other handover code together (0.5 s per call site, measured); userspace names the file
+/// (an earlier row of the same inode, or the fd's link while it still shows that inode). Global,
+/// so verified once per program, not in every loop that finds an fd.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn aet_emit_fd(row: *const FdRow) -> i32 {
+    if row.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's row, checked not null.
+    let r = unsafe { &*row };
+    let Some(s) = scratch() else { return 0 };
+    let mut task = Task::current();
+    task.run = r.run;
+    fill_header(header(s), &mut task, EventKind::Fd, r.syscall as u16, r.ret);
     let h = header(s);
-    h.fd = fd;
-    h.aux = origin;
-    h.aux2 = source;
+    h.fd = r.fd;
+    h.aux = r.origin;
+    h.aux2 = r.source;
     h.mode = task.pid_level();
-    h.open_flags = peer;
-    if let Some(id) = identity(fd_file(task, fd as i64)) {
+    h.open_flags = r.peer;
+    if let Some(id) = identity(fd_file(&task, r.fd as i64)) {
         set_identity(h, id);
     }
     send(s);
+    1
 }
 
 /// The state of one message's parse, shared with the `bpf_loop` callbacks.
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct Msg {
     /// The `msghdr` (or `mmsghdr` array, for the message loop).
     addr: u64,
@@ -81,24 +98,37 @@ extern "C" fn fd_step(i: u32, ctx: *mut c_void) -> i64 {
         count(m.run, counter::FD_UNRECORDED);
         return 1;
     };
-    let mut task = Task::current();
-    task.run = m.run;
-    emit_fd(
-        &mut task,
-        m.syscall as u16,
-        m.ret,
+    let row = FdRow {
+        ret: m.ret,
+        origin: fd_origin::RECEIVED,
+        source: m.sock,
         fd,
-        fd_origin::RECEIVED,
-        m.sock,
-        m.peer,
-    );
+        peer: m.peer,
+        run: m.run,
+        syscall: m.syscall,
+    };
+    aet_emit_fd(&row);
     0
 }
 
-/// Records every fd of the `SCM_RIGHTS` control message of the `msghdr` at `m.addr` (after the
-/// kernel updated its `msg_controllen` to what it wrote).
+/// Records every fd of the `SCM_RIGHTS` control message of the `msghdr` at `msg.addr` (after the
+/// kernel updated its `msg_controllen` to what it wrote); returns 1 when it found one. Global, so
+/// verified once per program with the message unknown, not once per state the message loop
+/// reaches it in.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn parse_msghdr(m: &mut Msg) {
+extern "C" fn aet_parse_msghdr(msg: *const Msg) -> i32 {
+    if msg.is_null() {
+        return 0;
+    }
+    // On this program's stack: the fd loop's context must be.
+    // SAFETY: the caller's message, checked not null.
+    let mut m = unsafe { core::ptr::read(msg) };
+    parse_msghdr(&mut m) as i32
+}
+
+#[inline(always)]
+fn parse_msghdr(m: &mut Msg) -> bool {
     let compat = m.compat != 0;
     // msghdr: msg_control and msg_controllen at 32 and 40 (16 and 20 through compat);
     // cmsghdr: {len, level, type} in 16 bytes (12), aligned to 8 (4).
@@ -112,10 +142,10 @@ fn parse_msghdr(m: &mut Msg) {
         user_word(m.addr + len_at, compat),
     ) else {
         count(m.run, counter::FD_UNRECORDED);
-        return;
+        return false;
     };
     if ctl == 0 || ctl_len < hdr {
-        return;
+        return false;
     }
     // Find the SCM_RIGHTS message first (the kernel writes every received fd into one), then
     // record its fds: one call site for the peer and the fd loop, which the verifier checks
@@ -138,7 +168,7 @@ fn parse_msghdr(m: &mut Msg) {
         };
         let (Some(len), Some([level, ty])) = (len, level_type) else {
             count(m.run, counter::FD_UNRECORDED);
-            return;
+            return false;
         };
         if len < hdr || off + len > ctl_len {
             break;
@@ -158,7 +188,7 @@ fn parse_msghdr(m: &mut Msg) {
         count(m.run, counter::FD_UNRECORDED);
     }
     if rights == 0 {
-        return;
+        return false;
     }
     m.peer = socket_peer(m.sock);
     m.fds = rights + hdr;
@@ -166,6 +196,7 @@ fn parse_msghdr(m: &mut Msg) {
     let n = if n > SCM_MAX_FD { SCM_MAX_FD } else { n };
     // SAFETY: callback and context are valid for the call.
     unsafe { generated::bpf_loop(n, fd_step as *mut c_void, m as *mut Msg as *mut c_void, 0) };
+    true
 }
 
 extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
@@ -173,7 +204,7 @@ extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
     let outer = unsafe { &*(ctx as *const Msg) };
     // struct mmsghdr: a msghdr and an unsigned int, 64 bytes (32 through compat).
     let size = if outer.compat != 0 { 32 } else { 64 };
-    let mut m = Msg {
+    let m = Msg {
         addr: outer.addr + size * i as u64,
         fds: 0,
         sock: outer.sock,
@@ -183,7 +214,7 @@ extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
         syscall: outer.syscall,
         peer: outer.peer,
     };
-    parse_msghdr(&mut m);
+    aet_parse_msghdr(&m);
     0
 }
 
@@ -304,17 +335,16 @@ extern "C" fn event_step(_i: u32, ctx: *mut c_void) -> i64 {
         return 1;
     }
     if fd >= 0 {
-        let mut task = Task::current();
-        task.run = e.run;
-        emit_fd(
-            &mut task,
-            e.syscall as u16,
-            e.ret,
+        let row = FdRow {
+            ret: e.ret,
+            origin: fd_origin::FANOTIFY,
+            source: pid as u32 as u64,
             fd,
-            fd_origin::FANOTIFY,
-            pid as u32 as u64,
-            0,
-        );
+            peer: 0,
+            run: e.run,
+            syscall: e.syscall,
+        };
+        aet_emit_fd(&row);
     }
     e.off += event_len as u64;
     0

@@ -8,23 +8,11 @@ use core::ffi::c_void;
 use aet_common::{EventKind, SOCKADDR_CAP, Syscall, flags, section};
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 
-use super::{
-    fileio::{fileio_entry, fileio_key},
-    payload,
-    syscall::Args,
-};
+use super::{fileio::fileio_entry, payload, syscall::Args};
 use crate::{
-    maps::FILEIO,
     record::{fill_header, header, scratch, section_start, send, user_word},
     task::Task,
 };
-
-/// Makes the accounting entry of socket `fd` (a subprogram: verified apart from the rest of
-/// the exit, whose paths it would multiply).
-#[inline(never)]
-fn make_entry(task: &Task, fd: i32) -> i64 {
-    fileio_entry(task, fd).is_some() as i64
-}
 
 /// `net` syscall exits.
 #[inline(always)]
@@ -55,12 +43,10 @@ pub(crate) fn record_net(args: &Args, task: &mut Task, syscall: u16, ret: i64) {
         (0, 0)
     };
     let sends = syscall == Syscall::Sendto as u16 || syscall == Syscall::Sendmsg as u16;
-    // The socket's accounting entry, made on first sight (one call site: making one is the
-    // dearest code to verify): its identity, and the marks of its payload capture.
+    // The socket's accounting entry, made on first sight: its identity, and the marks of its
+    // payload capture.
     let entry = if ret >= 0 || ret == -115 {
-        let fd = args.get(0) as i32;
-        make_entry(task, fd);
-        FILEIO.get_ptr_mut(fileio_key(task.tgid, fd))
+        fileio_entry(task, args.get(0) as i32)
     } else {
         None
     };

@@ -28,6 +28,7 @@ const DNS_PORT: u16 = 53;
 
 /// One message to capture, shared with the `bpf_loop` callbacks.
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct Capture {
     /// A single buffer (`iovcnt` 0), or an iovec array.
     buf: u64,
@@ -154,12 +155,25 @@ extern "C" fn iov_step(i: u32, ctx: *mut c_void) -> i64 {
     0
 }
 
-/// Sends the payload record of the message described by `c`.
+/// Sends the payload record of the message described by `c`; returns 1 when it sent one.
+/// Global, so verified once per program, not once per capture path that reaches it.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn emit(c: &mut Capture) {
+extern "C" fn aet_emit_payload(capture: *const Capture) -> i32 {
+    if capture.is_null() {
+        return 0;
+    }
+    // On this program's stack: the buffer loop's context must be.
+    // SAFETY: the caller's capture, checked not null.
+    let mut c = unsafe { core::ptr::read(capture) };
+    emit(&mut c) as i32
+}
+
+#[inline(always)]
+fn emit(c: &mut Capture) -> bool {
     let mut task = Task::current();
     task.run = c.run;
-    let Some(s) = scratch() else { return };
+    let Some(s) = scratch() else { return false };
     fill_header(
         header(s),
         &mut task,
@@ -228,13 +242,14 @@ fn emit(c: &mut Capture) {
     if c.iovcnt > IOVS as u64 && c.done < want {
         count(c.run, counter::PAYLOAD_UNRECORDED);
     }
-    let Some(s) = scratch() else { return };
+    let Some(s) = scratch() else { return false };
     let h = header(s);
     h.len[section::ARGV] = (c.done & 0x1fff) as u16;
     if c.moved > c.done {
         h.flags |= flags::ARGV_TRUNCATED;
     }
     send(s);
+    true
 }
 
 /// Whether the message of socket entry `key` is captured: every one of a DNS socket (or one
@@ -353,7 +368,7 @@ fn capture_one(args: &Args, task: &Who, syscall: u16, ret: i64, dir: u64) {
     if !wanted(key, dir, port, &mut c) {
         return;
     }
-    emit(&mut c);
+    aet_emit_payload(&c);
 }
 
 /// Reads a `msghdr`'s name and iovec array into `c`.
@@ -405,7 +420,7 @@ extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
     if !wanted(fileio_key(c.tgid, c.fd), c.dir, port, c) && !addressed {
         return 0;
     }
-    emit(c);
+    aet_emit_payload(c);
     0
 }
 

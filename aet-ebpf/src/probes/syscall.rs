@@ -32,7 +32,7 @@ use crate::{
         USER, capture_str, fill_header, header, scratch, section_first_byte, send, stat_names,
     },
     task::{SavedTask, Task, identity, inode_identity, set_identity},
-    walk::{NO_FD, WalkState, dirfd_file, walk_into},
+    walk::{NO_FD, dirfd_file, walk_into},
 };
 
 /// The families' programs, by [`aet_common::exits`] index (filled by userspace after load).
@@ -115,8 +115,11 @@ pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
     // plain address, which would take a fault-tolerant copy: the dearest helper, on every
     // syscall of the machine).
     let mut task = Task::current();
-    // SAFETY: helper taking the BTF task pointer it was given by the kernel.
-    let regs = KPtr(unsafe { generated::bpf_task_pt_regs(task.ptr.0 as *mut _) } as *const u8);
+    // SAFETY: helper taking the trusted BTF task pointer it was given by the kernel.
+    let regs = KPtr(
+        unsafe { generated::bpf_task_pt_regs(KPtr::current_task_trusted().0 as *mut _) }
+            as *const u8,
+    );
     if regs.is_null() {
         return 0;
     }
@@ -132,10 +135,18 @@ pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
     }
     let compat = task.compat();
     let syscall = if compat { entry >> 8 } else { entry & 0xff };
-    if syscall == 0 || syscall as usize >= SYSCALL_COUNT {
+    if syscall == 0 {
         return 0;
     }
-    let shape = SHAPES[syscall as usize];
+    // The bound is checked in the register that indexes the table: a verifier before 6.13 does
+    // not carry a check made on `syscall - 1` (what the compiler folds two comparisons into) over
+    // to `syscall` itself, and refuses the look-up (6.12 did).
+    let i = core::hint::black_box(syscall as u64);
+    if i >= SYSCALL_COUNT as u64 {
+        return 0;
+    }
+    // SAFETY: i < SYSCALL_COUNT, checked above.
+    let shape = unsafe { *SHAPES.get_unchecked(i as usize) };
     if matches!(shape.io, io::CLOSE | io::CLOSE_RANGE | io::DUP | io::FCNTL)
         // SAFETY: read only.
         && unsafe { FDMASK.get(task.tgid) }.is_none_or(|m| *m == 0)
@@ -430,7 +441,6 @@ fn record_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i
             object = first == 0 && dirfd != AT_FDCWD;
         }
     }
-    let mut st = core::mem::MaybeUninit::<WalkState>::uninit();
     if fd != NO_FD {
         let file = dirfd_file(&task, fd);
         if object && let Some(id) = identity(file) {
@@ -447,7 +457,7 @@ fn record_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i
             // rewrote the path after the kernel read it. The row keeps what the call reported
             // (the buffer's identity) and no object.
         }
-        walk_into(s, &task, section::WALK, st.as_mut_ptr(), fd, file);
+        walk_into(s, &task, section::WALK, fd, file);
     }
     if shape.path2 >= 0
         && shape.bits & shape::PATH2_VERBATIM == 0
@@ -455,7 +465,7 @@ fn record_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i
     {
         let dirfd2 = header(s).dirfd2 as i64;
         let file = dirfd_file(&task, dirfd2);
-        walk_into(s, &task, section::WALK2, st.as_mut_ptr(), dirfd2, file);
+        walk_into(s, &task, section::WALK2, dirfd2, file);
     }
     send(s);
 }

@@ -176,14 +176,18 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 "eBPF programs",
                 true,
                 format!(
-                    "{} programs loaded, {} attached, the rest reached from sys_exit by tail calls (ring buffer, tracepoints, raw tracepoints, program array, bpf_loop, kfunc bpf_rdonly_cast)",
+                    "{} programs loaded, {} attached, the rest reached from sys_exit by tail calls (ring buffer, tracepoints, raw tracepoints, program array, bpf_loop); kernel reads through {}",
                     loader::PROGRAMS.len(),
                     loader::PROGRAMS
                         .iter()
                         .filter(|(_, a)| !matches!(a, Attach::Exit(_)))
-                        .count()
+                        .count(),
+                    l.variant().describe()
                 ),
             ));
+            for p in l.loaded() {
+                checks.push(verified(p));
+            }
         }
         Err(e) => checks.push(check("eBPF programs", false, e.to_string())),
     }
@@ -217,6 +221,42 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         super::print_out(&out)?;
     }
     Ok(if ok { Exit::Success } else { Exit::Negative }.code())
+}
+
+/// One program's verified instructions and its margin to the verifier's limit: under a quarter
+/// of the limit is the margin aet keeps (a later kernel build's verifier may charge more).
+fn verified(p: &loader::Loaded) -> Check {
+    let Some(n) = p.verified else {
+        return note(
+            "program",
+            format!(
+                "{}: loaded in {:.0} ms (this kernel does not count verified instructions)",
+                p.name, p.ms
+            ),
+        );
+    };
+    let limit = loader::VERIFIER_LIMIT;
+    let detail = format!(
+        "{}: {n} instructions verified, {:.1} % of the limit {limit} ({:.0}x margin), loaded in {:.0} ms",
+        p.name,
+        100.0 * f64::from(n) / f64::from(limit),
+        f64::from(limit) / f64::from(n.max(1)),
+        p.ms
+    );
+    if n > limit / 4 {
+        note(
+            "program",
+            format!(
+                "{detail}: WARNING, within 4x of the limit; a later kernel build may refuse it"
+            ),
+        )
+    } else {
+        Check {
+            name: "program",
+            status: "ok",
+            detail,
+        }
+    }
 }
 
 /// The kernel's Landlock ABI, and whether `--mode enforce` can run on it.

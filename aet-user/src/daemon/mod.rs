@@ -27,7 +27,7 @@ use std::{
 use protocol::{Request, Response, VERSION};
 
 use crate::{
-    loader::{LoadOptions, Scope},
+    loader::{LoadError, LoadOptions, Scope},
     monitor::{MonitorError, slots::Monitor},
 };
 use aet_core::{
@@ -93,6 +93,10 @@ pub enum DaemonError {
         log: PathBuf,
         why: String,
     },
+    /// The daemon started for a run could not load the programs on this kernel: neither can
+    /// the run, which says why once and does not try.
+    #[error("{why}\n  (said by the aet daemon this run started; its log: {log})")]
+    CannotLoad { log: PathBuf, why: String },
     /// The monitor failed.
     #[error(transparent)]
     Monitor(#[from] MonitorError),
@@ -249,9 +253,21 @@ pub fn serve(mut opts: DaemonOptions) -> Result<(), DaemonError> {
     // SIGINT and SIGTERM are taken by one thread; blocked first, so every thread started from
     // here on (the consumer too) leaves them to it.
     let mut signals = signal_hook_lite()?;
-    let engine = Monitor::load(&LoadOptions {
+    let refused_at = start::refused_path(&socket);
+    let engine = match Monitor::load(&LoadOptions {
         ringbuf_bytes: opts.ringbuf_bytes,
-    })?;
+    }) {
+        Ok(e) => e,
+        Err(e) => {
+            // What this kernel cannot load, no run on it can: the run that started this daemon
+            // reads why from here and does not try the same load itself.
+            if let MonitorError::Load(LoadError::Refused(_) | LoadError::Kernel(_)) = &e {
+                let _ = std::fs::write(&refused_at, format!("{e}\n"));
+            }
+            return Err(e.into());
+        }
+    };
+    let _ = std::fs::remove_file(&refused_at);
     let loaded = begun.elapsed();
     let state = state_dir(&socket);
     let _ = std::fs::remove_dir_all(&state);

@@ -60,6 +60,13 @@ pub fn auto_idle_exit() -> Result<Duration, String> {
     }
 }
 
+/// Where a daemon that could not load the programs on this kernel says why (`SOCKET.refused`).
+pub fn refused_path(socket: &Path) -> PathBuf {
+    let mut p = socket.as_os_str().to_owned();
+    p.push(".refused");
+    PathBuf::from(p)
+}
+
 /// Connects to the daemon at `socket`, starting one first when none answers.
 pub fn connect_or_start(socket: &Path) -> Result<Client, DaemonError> {
     if let Some(c) = Client::connect(socket)? {
@@ -81,6 +88,8 @@ pub fn connect_or_start(socket: &Path) -> Result<Client, DaemonError> {
         return Ok(c);
     }
     let log = log_path(socket);
+    let refused = refused_path(socket);
+    let _ = std::fs::remove_file(&refused);
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -134,6 +143,12 @@ pub fn connect_or_start(socket: &Path) -> Result<Client, DaemonError> {
             // Exit 1: another daemon serves the socket (it came up meanwhile).
             if let Some(c) = Client::connect(socket)? {
                 return Ok(c);
+            }
+            if let Ok(why) = std::fs::read_to_string(&refused) {
+                return Err(DaemonError::CannotLoad {
+                    log,
+                    why: why.trim_end().to_owned(),
+                });
             }
             return Err(start_err(format!("it exited ({status})")));
         }

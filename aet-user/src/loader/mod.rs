@@ -18,6 +18,10 @@ use crate::kernel::{btf::KernelBtf, tracefs};
 
 /// The compiled eBPF object (built by `build.rs` from `aet-ebpf`).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/aet"));
+/// The same programs reading kernel memory through `bpf_probe_read_kernel`, for kernels
+/// without `bpf_rdonly_cast` ([`features::Variant::HelperReads`]).
+static EBPF_OBJECT_HELPER_READS: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/aet-helper-reads"));
 
 /// Set (to anything): the programs do not capture socket payloads (no names on the network).
 /// For the benchmark's baseline of what the capture costs; a run recorded so is not complete.
@@ -83,7 +87,13 @@ pub const PROGRAMS: &[(&str, Attach)] = &[
 ];
 
 mod abi;
+pub mod features;
 mod kfunc;
+mod load;
+pub mod refusal;
+
+pub use load::{LOAD_TIMES_ENV, Loaded, VERIFIER_LIMIT};
+use load::{Phases, load_all};
 
 /// Which tasks a run covers.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -140,6 +150,12 @@ pub enum LoadError {
     /// The kernel lacks a tracepoint aet needs.
     #[error("the kernel has no tracepoint {0}")]
     NoTracepoint(String),
+    /// The kernel lacks what every variant of the programs needs (one line).
+    #[error("{0}")]
+    Kernel(String),
+    /// The verifier refused a program (a paragraph).
+    #[error("{0}")]
+    Refused(Box<refusal::Refusal>),
     /// A program failed to load (the verifier refused it) or to attach.
     #[error("eBPF program {name} failed to {action}: {source}")]
     Program {
@@ -243,6 +259,10 @@ fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> LoadError {
 pub struct Programs {
     /// The scope maps' generation (see `ScopeIndex::generation`).
     generation: u32,
+    /// Each program as the kernel took it, in [`PROGRAMS`] order.
+    loaded: Vec<Loaded>,
+    /// The object variant this kernel got.
+    variant: features::Variant,
     ebpf: Option<Ebpf>,
     /// `sys_exit`'s program array: the kernel empties it when its last descriptor closes.
     exits: Option<ProgramArray<MapData>>,
@@ -266,6 +286,7 @@ impl Programs {
         if opts.ringbuf_bytes < 4096 || !opts.ringbuf_bytes.is_power_of_two() {
             return Err(LoadError::RingSize(opts.ringbuf_bytes));
         }
+        let phase = Phases::new();
         tracefs::ensure_mounted()?;
         for (_, attach) in PROGRAMS {
             if let Attach::TracePoint(cat, name) = attach
@@ -278,6 +299,14 @@ impl Programs {
         // thread, while this one reads the layouts aet needs.
         let loader = std::thread::spawn(EbpfLoader::new);
         let btf = KernelBtf::load()?;
+        let missing = features::missing(&btf);
+        if !missing.is_empty() {
+            return Err(LoadError::Kernel(features::refusal(
+                &crate::kernel::procfs::kernel_release(),
+                &missing,
+            )));
+        }
+        let variant = features::variant(&btf);
         let mut offsets = btf.offsets()?;
         regs_offsets(&btf, &mut offsets)?;
         let compat_mask = match btf.offset_of("task_struct", "thread_info.status") {
@@ -299,16 +328,22 @@ impl Programs {
             ),
             no_payload: u32::from(std::env::var_os(NO_PAYLOAD_ENV).is_some()),
         };
-        let object = kfunc::link_kfuncs(EBPF_OBJECT, &btf)?;
+        let object = match variant {
+            features::Variant::Btf => kfunc::link_kfuncs(EBPF_OBJECT, &btf)?,
+            features::Variant::HelperReads => EBPF_OBJECT_HELPER_READS.to_vec(),
+        };
+        phase.done("the kernel's BTF read, the layouts found, the object linked");
         let mut loader = loader
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        phase.done("aya's own BTF parse joined");
         let mut ebpf = loader
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             .map_max_entries("SCRATCH", possible_cpus()?)
             .map_max_entries("WALKCTX", possible_cpus()?)
             .load(&object)?;
+        phase.done("the object parsed, the maps created");
 
         let mut table: Array<_, u16> = Array::try_from(
             ebpf.map_mut("SYSCALLS")
@@ -329,7 +364,9 @@ impl Programs {
 
         let mut exits = take_map(&mut ebpf, "EXITS", ProgramArray::try_from)?;
 
-        load_all(&mut ebpf)?;
+        phase.done("the maps filled");
+        let loaded = load_all(&mut ebpf, variant)?;
+        phase.done("the programs loaded (verified)");
         // The families' programs go in sys_exit's array before anything is attached: a tail
         // call into an empty slot is a lost event.
         for &(name, attach) in PROGRAMS {
@@ -372,7 +409,10 @@ impl Programs {
             };
             links.push(link);
         }
+        phase.done("the programs attached");
         Ok(Self {
+            loaded,
+            variant,
             ebpf: Some(ebpf),
             exits: Some(exits),
             links,
@@ -391,6 +431,16 @@ impl Programs {
     }
 
     /// The ring buffer's size in bytes.
+    /// Each program as the kernel took it (verified instructions, load time).
+    pub fn loaded(&self) -> &[Loaded] {
+        &self.loaded
+    }
+
+    /// The object variant this kernel got.
+    pub fn variant(&self) -> features::Variant {
+        self.variant
+    }
+
     pub fn ringbuf_bytes(&self) -> u32 {
         self.ringbuf_bytes
     }
@@ -604,75 +654,6 @@ impl Drop for Programs {
     fn drop(&mut self) {
         self.detach();
     }
-}
-
-/// Set (to anything): each program's load (verification) time and the kernel's count of the
-/// instructions it verified are printed as it loads (docs/performance.md's table).
-pub const LOAD_TIMES_ENV: &str = "AET_DEBUG_LOAD_TIMES";
-
-/// Loads (verifies) every program, each on a thread of its own: the kernel verifies them in
-/// parallel, so the start takes about as long as the largest program (`sys_exit`) instead of the
-/// sum of all of them.
-fn load_all(ebpf: &mut aya::Ebpf) -> Result<(), LoadError> {
-    let mut programs: Vec<(&'static str, Attach, &mut aya::programs::Program)> = Vec::new();
-    for (name, prog) in ebpf.programs_mut() {
-        if let Some(&(name, attach)) = PROGRAMS.iter().find(|(n, _)| *n == name) {
-            programs.push((name, attach, prog));
-        }
-    }
-    programs.sort_by_key(|(name, ..)| PROGRAMS.iter().position(|(n, _)| n == name));
-    for &(name, _) in PROGRAMS {
-        if !programs.iter().any(|(n, ..)| *n == name) {
-            return Err(LoadError::MissingProgram(name));
-        }
-    }
-    let report = std::env::var_os(LOAD_TIMES_ENV).is_some();
-    std::thread::scope(|s| {
-        let loads: Vec<_> = programs
-            .into_iter()
-            .map(|(name, attach, prog)| {
-                s.spawn(move || {
-                    let fail = |source| LoadError::Program {
-                        name,
-                        action: "load",
-                        source,
-                    };
-                    let begun = std::time::Instant::now();
-                    match attach {
-                        Attach::TracePoint(..) => {
-                            let p: &mut TracePoint = (&mut *prog).try_into().map_err(fail)?;
-                            p.load().map_err(fail)?;
-                        }
-                        Attach::RawTracePoint(_) | Attach::Exit(_) => {
-                            let p: &mut RawTracePoint = (&mut *prog).try_into().map_err(fail)?;
-                            p.load().map_err(fail)?;
-                        }
-                    }
-                    if report {
-                        let insns = prog
-                            .info()
-                            .ok()
-                            .and_then(|i| i.verified_instruction_count());
-                        eprintln!(
-                            "aet: loaded {name} in {:.1} ms ({} instructions verified)",
-                            begun.elapsed().as_secs_f64() * 1e3,
-                            insns.map_or("?".into(), |n| n.to_string())
-                        );
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        // The first failure in PROGRAMS order, as a sequential load would report it.
-        let mut first = Ok(());
-        for l in loads {
-            let r = l.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
-    })
 }
 
 /// The `pt_regs` members holding the syscall number and arguments (native and compat).

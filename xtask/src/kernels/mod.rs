@@ -1,0 +1,297 @@
+//! `cargo xtask kernels`: the record on every kernel of the matrix. This machine's kernel runs
+//! the conformance workload directly; Debian's kernels (fetched through apt from Debian's own
+//! archive, cached under `target/kernels/`, so a re-run works offline) boot under QEMU (TCG:
+//! nested KVM fails on these machines) with an initramfs of busybox, the aet binary and its
+//! libraries, and the static workload `tests/helpers/conform.c`. Inside, the same script
+//! ([`CONFORMANCE`]) records the workload standalone (each program's verified instructions and
+//! load time printed as it loads) and through the daemon, two runs at once; the runs come back
+//! over the serial console and are checked here with `aet query` ([`checks`]). The tables are
+//! printed and written to `docs/kernels.md`.
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{Context as _, bail};
+
+mod checks;
+mod vm;
+
+use checks::{CONFORMANCE, Outcome, judge};
+use vm::{boot, fetch, initramfs_base};
+
+use crate::{root, sh};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Only these kernels, by label, comma-separated (`native`, `5.10`, `6.1`, `6.12`, `sid`).
+    #[arg(long)]
+    pub only: Option<String>,
+    /// The aet binary to test (default: build it).
+    #[arg(long)]
+    pub aet: Option<PathBuf>,
+    /// Write docs/kernels.md's tables from this run.
+    #[arg(long)]
+    pub write_docs: bool,
+    /// Skip `cargo xtask setup` (`cargo xtask test` ran it).
+    #[arg(long)]
+    pub no_setup: bool,
+}
+
+/// What a kernel of the matrix must do.
+#[derive(Clone, Copy)]
+enum Expect {
+    /// Load every program under the margin and pass every check.
+    Records,
+    /// Refuse at once, in one line naming what the kernel lacks.
+    Refuses,
+    /// Should record and does not yet: its failures are shown in the table and do not fail the
+    /// matrix (the reason says what is missing).
+    NotYet(&'static str),
+}
+
+/// One of Debian's kernels.
+struct Kernel {
+    label: &'static str,
+    /// Who runs a kernel of this line.
+    who: &'static str,
+    suite: &'static str,
+    /// The package's name (a regex; the newest match is taken).
+    package: &'static str,
+    expect: Expect,
+}
+
+const KERNELS: &[Kernel] = &[
+    Kernel {
+        label: "5.10",
+        who: "Debian 11 (the class of Amazon Linux 2, Ubuntu 22.04's 5.15)",
+        suite: "bullseye",
+        package: r"^linux-image-5\.10\.0-[0-9]+-cloud-amd64-unsigned$",
+        expect: Expect::Refuses,
+    },
+    Kernel {
+        label: "6.1",
+        who: "Debian 12, Amazon Linux 2023, GKE COS",
+        suite: "bookworm",
+        package: r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
+        expect: Expect::NotYet(
+            "the helper-reads object exceeds 6.1's 512-byte combined stack, and reads stack \
+             slots 6.1 calls uninitialised",
+        ),
+    },
+    Kernel {
+        label: "6.12",
+        who: "Debian 13",
+        suite: "trixie",
+        package: r"^linux-image-6\.12\.[0-9]+\+deb13-cloud-amd64-unsigned$",
+        expect: Expect::Records,
+    },
+    Kernel {
+        label: "sid",
+        who: "Debian sid (7.x)",
+        suite: "sid",
+        package: r"^linux-binary-unsigned-[0-9.]+\+deb14-cloud-amd64$",
+        expect: Expect::Records,
+    },
+];
+
+/// The most instructions the verifier may process for any one program: a quarter of its
+/// 1,000,000 limit, so that the next kernel build's verifier, which may charge more, still
+/// takes it.
+pub const MARGIN: u64 = 250_000;
+
+impl Outcome {
+    fn failures(&self) -> Vec<String> {
+        self.checks
+            .iter()
+            .filter_map(|(n, r)| r.as_ref().err().map(|e| format!("{n}: {e}")))
+            .collect()
+    }
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let aet = match &args.aet {
+        Some(p) => p.clone(),
+        None => crate::build()?,
+    };
+    let dir = root().join("target/kernels");
+    std::fs::create_dir_all(&dir)?;
+    let conform = build_conform(&dir)?;
+    let wanted = |label: &str| {
+        args.only
+            .as_deref()
+            .is_none_or(|o| o.split(',').any(|o| o == label))
+    };
+    let mut results: Vec<(String, String, Expect, Outcome)> = Vec::new();
+    if wanted("native") {
+        let t = Instant::now();
+        let mut o = native(&aet, &conform, &dir.join("native"))?;
+        o.seconds = t.elapsed().as_secs_f64();
+        let label = format!("this machine ({})", o.release);
+        results.push((
+            label,
+            "the development machine, CI".into(),
+            Expect::Records,
+            o,
+        ));
+    }
+    let chosen: Vec<&Kernel> = KERNELS.iter().filter(|k| wanted(k.label)).collect();
+    if !chosen.is_empty() {
+        let images = fetch(&dir, &chosen)?;
+        let base = initramfs_base(&dir, &aet, &conform)?;
+        for (k, vmlinuz) in chosen.iter().zip(images) {
+            let t = Instant::now();
+            let mut o = boot(&aet, &dir.join(k.label), &vmlinuz, &base, k.expect)?;
+            o.seconds = t.elapsed().as_secs_f64();
+            results.push((
+                format!("{} ({})", k.label, o.release),
+                k.who.into(),
+                k.expect,
+                o,
+            ));
+        }
+    }
+    let report = report(&results);
+    println!("{report}");
+    std::fs::write(dir.join("report.md"), &report)?;
+    if args.write_docs {
+        write_docs(&report)?;
+    }
+    let mut bad = Vec::new();
+    for (label, _, expect, o) in &results {
+        if let Expect::NotYet(why) = expect {
+            println!("== kernels: {label} does not record yet ({why}); not failing the matrix");
+            continue;
+        }
+        for f in o.failures() {
+            bad.push(format!("{label}: {f}"));
+        }
+    }
+    if !bad.is_empty() {
+        bail!("the kernel matrix failed:\n  {}", bad.join("\n  "));
+    }
+    Ok(())
+}
+
+/// The workload, static (it runs in the VMs' initramfs).
+fn build_conform(dir: &Path) -> anyhow::Result<PathBuf> {
+    let out = dir.join("conform");
+    sh(Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&out)
+        .arg(root().join("tests/helpers/conform.c")))?;
+    Ok(out)
+}
+
+/// The conformance script on this machine's kernel.
+fn native(aet: &Path, conform: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    let _ = std::fs::remove_dir_all(dir);
+    let (out, base) = (dir.join("out"), dir.join("work"));
+    std::fs::create_dir_all(&out)?;
+    let script = dir.join("conformance.sh");
+    std::fs::write(&script, CONFORMANCE)?;
+    let o = crate::user_command("sh")
+        .arg(&script)
+        .arg(aet)
+        .arg(conform)
+        .arg(&out)
+        .arg(&base)
+        .stdin(Stdio::null())
+        .output()
+        .context("sh conformance.sh")?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    Ok(judge(aet, &text, &out, &base, Expect::Records))
+}
+
+/// The tables, as markdown.
+fn report(results: &[(String, String, Expect, Outcome)]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "### Kernel × program: instructions verified (load time)\n"
+    );
+    let mut programs: Vec<&String> = results
+        .iter()
+        .flat_map(|(.., o)| o.programs.keys())
+        .collect();
+    programs.sort();
+    programs.dedup();
+    let _ = write!(s, "| program |");
+    for (label, ..) in results {
+        let _ = write!(s, " {label} |");
+    }
+    let _ = write!(s, "\n| --- |");
+    for _ in results {
+        let _ = write!(s, " --- |");
+    }
+    s.push('\n');
+    for p in &programs {
+        let _ = write!(s, "| `{p}` |");
+        for (.., o) in results {
+            match o.programs.get(*p) {
+                Some((i, ms)) => {
+                    let _ = write!(s, " {} ({ms:.0} ms) |", thousands(*i));
+                }
+                None => s.push_str(" — |"),
+            }
+        }
+        s.push('\n');
+    }
+    let _ = writeln!(s, "\n### Kernel × check\n");
+    let _ = writeln!(
+        s,
+        "| kernel | who runs it | build | result | time | failed |"
+    );
+    let _ = writeln!(s, "| --- | --- | --- | --- | --- | --- |");
+    for (label, who, expect, o) in results {
+        let failed = o.failures();
+        let result = match (expect, failed.is_empty()) {
+            (Expect::Records | Expect::NotYet(_), true) => {
+                format!("records: {} checks pass", o.checks.len())
+            }
+            (Expect::Refuses, true) => "refuses at once, in one line".into(),
+            (Expect::NotYet(why), false) => format!(
+                "**not yet** ({why}): fails {} of {}",
+                failed.len(),
+                o.checks.len()
+            ),
+            (_, false) => format!("**fails** {} of {}", failed.len(), o.checks.len()),
+        };
+        let _ = writeln!(
+            s,
+            "| {label} | {who} | `{}` | {result} | {:.0} s | {} |",
+            o.build,
+            o.seconds,
+            failed.join("; ").replace('|', "\\|").replace('\n', " ")
+        );
+    }
+    s
+}
+
+fn thousands(n: u64) -> String {
+    let d = n.to_string();
+    let mut s = String::new();
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
+            s.push(',');
+        }
+        s.push(c);
+    }
+    s
+}
+
+/// Replaces the generated part of docs/kernels.md.
+fn write_docs(report: &str) -> anyhow::Result<()> {
+    let path = root().join("docs/kernels.md");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    let (begin, end) = ("<!-- generated:kernels -->", "<!-- end:kernels -->");
+    let (Some(a), Some(b)) = (text.find(begin), text.find(end)) else {
+        bail!("{} has no {begin} ... {end} section", path.display());
+    };
+    let new = format!("{}{begin}\n{report}\n{}", &text[..a], &text[b..]);
+    std::fs::write(&path, new)?;
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! Debian's kernels: fetched through apt, booted under QEMU with an initramfs of the workload.
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use super::{
+    Expect, Kernel,
+    checks::{CONFORMANCE, Outcome, judge, tail},
+};
+use crate::sh;
+
+/// The VM's `/init`.
+const INIT: &str = r#"#!/bin/busybox sh
+/bin/busybox --install -s
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+# bwrap cannot pivot_root out of the initramfs: the tree moves to a tmpfs root first.
+if [ ! -e /.on-tmpfs ]; then
+  mkdir /newroot
+  mount -t tmpfs -o size=1536m tmpfs /newroot
+  for d in bin sbin usr lib lib64 etc init conformance.sh; do
+    [ -e "/$d" ] && cp -a "/$d" /newroot/
+  done
+  mkdir -p /newroot/proc /newroot/sys /newroot/dev /newroot/tmp /newroot/run
+  touch /newroot/.on-tmpfs
+  exec switch_root /newroot /init
+fi
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t tracefs tracefs /sys/kernel/tracing
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount -t bpf bpf /sys/fs/bpf
+ip link set lo up
+sh /conformance.sh /bin/aet /bin/conform /tmp/out /tmp/aet-conform
+cp /tmp/aet-verifier-*.log /tmp/out/ 2>/dev/null
+echo AET-KERNEL-SHIP-BEGIN
+tar -C /tmp/out -cf - . | gzip | base64
+echo AET-KERNEL-SHIP-END
+poweroff -f
+"#;
+
+/// apt with its own lists and cache under `dir` (the system's sources untouched).
+fn apt(dir: &Path, tool: &str) -> anyhow::Result<Command> {
+    let sources = dir.join("sources.list");
+    let mut text = String::new();
+    for s in ["bullseye", "bookworm", "trixie", "sid"] {
+        let _ = writeln!(
+            text,
+            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+             http://deb.debian.org/debian {s} main"
+        );
+    }
+    for d in ["lists/partial", "archives/partial"] {
+        std::fs::create_dir_all(dir.join(d))?;
+    }
+    std::fs::write(&sources, text)?;
+    let mut c = Command::new(tool);
+    let opt = |k: &str, v: &Path| format!("-o{k}={}", v.display());
+    c.arg(opt("Dir::Etc::SourceList", &sources))
+        .arg("-oDir::Etc::SourceParts=/dev/null")
+        .arg(opt("Dir::State::Lists", &dir.join("lists")))
+        .arg(opt("Dir::Cache::Archives", &dir.join("archives")))
+        .arg("-oDir::State::Status=/dev/null")
+        .arg("-oAPT::Sandbox::User=root")
+        .arg("-oAcquire::IndexTargets::deb::DEP-11::DefaultEnabled=false")
+        .current_dir(dir.join("archives"));
+    Ok(c)
+}
+
+/// Each kernel's vmlinuz: from the cache under `target/kernels/LABEL/`, else the newest package
+/// of its line, downloaded and unpacked.
+pub(super) fn fetch(dir: &Path, kernels: &[&Kernel]) -> anyhow::Result<Vec<PathBuf>> {
+    let apt_dir = dir.join("apt");
+    let mut updated = false;
+    let mut images = Vec::new();
+    for k in kernels {
+        let kdir = dir.join(k.label);
+        let image = kdir.join("vmlinuz");
+        if image.exists() {
+            images.push(image);
+            continue;
+        }
+        if !updated {
+            println!("== kernels: apt-get update (Debian's archive, lists under target/kernels)");
+            sh(apt(&apt_dir, "apt-get")?.args(["-q", "update"]))?;
+            updated = true;
+        }
+        let o = apt(&apt_dir, "apt-cache")?
+            .args(["--names-only", "search", k.package])
+            .output()?;
+        let mut names: Vec<String> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.split(" - ").next().map(str::to_owned))
+            .collect();
+        names.sort_by_key(|a| version_key(a));
+        let Some(name) = names.pop() else {
+            bail!("no package matches {} in Debian {}", k.package, k.suite);
+        };
+        println!("== kernels: {} is {name}", k.label);
+        let archives = apt_dir.join("archives");
+        sh(apt(&apt_dir, "apt-get")?.args(["-q", "download", &name]))?;
+        let deb = std::fs::read_dir(&archives)?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{name}_")))
+            })
+            .with_context(|| format!("apt-get download {name} left no .deb"))?;
+        let unpacked = kdir.join("deb");
+        let _ = std::fs::remove_dir_all(&unpacked);
+        std::fs::create_dir_all(&unpacked)?;
+        sh(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
+        let found = find_vmlinuz(&unpacked).with_context(|| format!("no vmlinuz in {name}"))?;
+        std::fs::rename(&found, &image)?;
+        std::fs::write(kdir.join("package"), format!("{name}\n"))?;
+        let _ = std::fs::remove_dir_all(&unpacked);
+        images.push(image);
+    }
+    Ok(images)
+}
+
+/// A package name's numbers, for "newest".
+fn version_key(name: &str) -> Vec<u64> {
+    name.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
+fn find_vmlinuz(dir: &Path) -> Option<PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            if let Some(f) = find_vmlinuz(&p) {
+                return Some(f);
+            }
+        } else if e.file_name().to_string_lossy().starts_with("vmlinuz") {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// The initramfs's tree: busybox, aet and the libraries it links, the workload, the scripts.
+pub(super) fn initramfs_base(dir: &Path, aet: &Path, conform: &Path) -> anyhow::Result<PathBuf> {
+    let tree = dir.join("initramfs");
+    let _ = std::fs::remove_dir_all(&tree);
+    for d in [
+        "bin", "sbin", "usr/bin", "usr/sbin", "proc", "sys", "dev", "tmp", "run", "etc",
+    ] {
+        std::fs::create_dir_all(tree.join(d))?;
+    }
+    let busybox = Path::new("/bin/busybox");
+    if !busybox.exists() {
+        bail!("/bin/busybox is missing: `cargo xtask setup` installs busybox-static");
+    }
+    std::fs::copy(busybox, tree.join("bin/busybox"))?;
+    // Stripped: the initramfs is unpacked and copied once more in the VM.
+    sh(Command::new("strip")
+        .arg("-o")
+        .arg(tree.join("bin/aet"))
+        .arg(aet))?;
+    std::fs::copy(conform, tree.join("bin/conform"))?;
+    let bwrap = Path::new("/usr/bin/bwrap");
+    std::fs::copy(bwrap, tree.join("usr/bin/bwrap"))
+        .context("/usr/bin/bwrap (cargo xtask setup installs bubblewrap)")?;
+    // The libraries the dynamic programs link, at the paths ldd names.
+    for program in [aet, bwrap] {
+        let ldd = Command::new("ldd").arg(program).output().context("ldd")?;
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            let path = line
+                .split_whitespace()
+                .find(|w| w.starts_with('/'))
+                .map(PathBuf::from);
+            if let Some(p) = path {
+                let to = tree.join(p.strip_prefix("/")?);
+                std::fs::create_dir_all(to.parent().context("a library has a directory")?)?;
+                std::fs::copy(&p, &to).with_context(|| format!("copy {}", p.display()))?;
+            }
+        }
+    }
+    std::fs::write(tree.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n")?;
+    std::fs::write(tree.join("etc/group"), "root:x:0:\n")?;
+    std::fs::write(tree.join("conformance.sh"), CONFORMANCE)?;
+    let init = tree.join("init");
+    std::fs::write(&init, INIT)?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755))?;
+    let cpio = dir.join("initramfs.cpio.gz");
+    sh(Command::new("sh").arg("-c").arg(format!(
+        "cd '{}' && find . | cpio --quiet -o -H newc | gzip -1 > '{}'",
+        tree.display(),
+        cpio.display()
+    )))?;
+    Ok(cpio)
+}
+
+/// Boots `vmlinuz` with the initramfs and judges what it printed.
+pub(super) fn boot(
+    aet: &Path,
+    kdir: &Path,
+    vmlinuz: &Path,
+    initramfs: &Path,
+    expect: Expect,
+) -> anyhow::Result<Outcome> {
+    let out = kdir.join("out");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out)?;
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "2"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initramfs)
+        .args([
+            "-append",
+            "console=ttyS0 quiet loglevel=1 panic=-1",
+            "-nographic",
+            "-no-reboot",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("qemu-system-x86_64 (cargo xtask setup installs qemu-system-x86)")?;
+    let stdout = child.stdout.take().context("qemu's stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut { stdout }, &mut s);
+        s
+    });
+    let limit = Duration::from_secs(150);
+    let started = Instant::now();
+    while child.try_wait()?.is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.wait();
+    let text = reader.join().unwrap_or_default();
+    std::fs::write(kdir.join("console.log"), &text)?;
+    if started.elapsed() > limit {
+        let mut o = Outcome::default();
+        o.checks.push((
+            "the VM ends".into(),
+            Err(format!("killed after {limit:?}: {}", tail(&text, 10))),
+        ));
+        return Ok(o);
+    }
+    unship(&text, &out)?;
+    Ok(judge(
+        aet,
+        &text,
+        &out,
+        Path::new("/tmp/aet-conform"),
+        expect,
+    ))
+}
+
+/// Unpacks the runs the VM printed (a base64 tar.gz between markers) into `out`.
+fn unship(text: &str, out: &Path) -> anyhow::Result<()> {
+    let mut b64 = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        match line {
+            "AET-KERNEL-SHIP-BEGIN" => inside = true,
+            "AET-KERNEL-SHIP-END" => inside = false,
+            l if inside
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=') =>
+            {
+                b64.push_str(l);
+                b64.push('\n');
+            }
+            _ => {}
+        }
+    }
+    if b64.is_empty() {
+        return Ok(());
+    }
+    let mut c = Command::new("sh")
+        .arg("-c")
+        .arg(format!("base64 -d | tar -xzf - -C '{}'", out.display()))
+        .stdin(Stdio::piped())
+        .spawn()?;
+    std::io::Write::write_all(&mut c.stdin.take().context("stdin")?, b64.as_bytes())?;
+    let st = c.wait()?;
+    if !st.success() {
+        bail!("the runs the VM printed do not unpack");
+    }
+    Ok(())
+}
