@@ -243,12 +243,14 @@ pub(crate) fn walk_one(st: &mut WalkState) -> bool {
 pub(crate) const INLINE_STEPS: u32 = 6;
 
 /// Runs the walk loop from `st` up to the task's root, writing the components, leaf first, as
-/// section `sec`.
+/// section `sec`. Returns the dentry a file-system walk ([`walk_fs`]) must start from, or 0:
+/// the caller makes that walk, so that the two walks' stack frames are never on the stack at
+/// once (6.1's verifier refuses a call chain whose frames add up to more than 512 bytes).
 #[inline(always)]
-pub(crate) fn run_walk(s: &mut Scratch, task: &Task, sec: usize, st: &mut WalkState) {
+pub(crate) fn run_walk(s: &mut Scratch, task: &Task, sec: usize, st: &mut WalkState) -> u64 {
     let start = section_start(header(s));
     let o = offsets();
-    let Some(c) = walk_ctx() else { return };
+    let Some(c) = walk_ctx() else { return 0 };
     c.base = start as u32;
     c.off = 0;
     c.flags = walk::PRESENT as u32;
@@ -263,7 +265,7 @@ pub(crate) fn run_walk(s: &mut Scratch, task: &Task, sec: usize, st: &mut WalkSt
     }
     if start > DATA_LIMIT {
         header(s).flags |= flags::SECTION_DROPPED;
-        return;
+        return 0;
     }
     st.s = s as *mut Scratch;
     st.c = c as *mut WalkCtx;
@@ -319,12 +321,13 @@ pub(crate) fn run_walk(s: &mut Scratch, task: &Task, sec: usize, st: &mut WalkSt
             // The process sees this file through a mount of its own namespace (a sandbox), or
             // the file is in another namespace's tree: walk the file system from the first
             // mount's root, so the host's path can be told.
-            walk_fs(s, task, fs_dentry);
+            return fs_dentry;
         }
     } else {
         h.len[section::WALK2] = len as u16;
         h.walk2_flags = wflags;
     }
+    0
 }
 
 impl WalkState {
@@ -440,12 +443,18 @@ pub(crate) fn walk_into(s: &mut Scratch, task: &Task, sec: usize, fd: i64, file:
             core::ptr::write_volatile(&raw mut (*p).dentry as *mut *const u8, d.0);
             core::ptr::write_volatile(&raw mut (*p).mnt as *mut *const u8, m.0);
         }
-        aet_walk(s, sec as u32, p);
+        if aet_walk(s, sec as u32, p) == 2
+            && let Some(c) = walk_ctx()
+        {
+            let fs_dentry = c.fs_dentry;
+            walk_fs(s, task, fs_dentry);
+        }
     }
 }
 
 /// Runs the walk `from` sets up (its dentry and vfsmount) into section `sec`
-/// of `s`; returns 1 when it ran. Global, so the verifier checks the walk once per program rather
+/// of `s`; returns 1 when it ran, 2 when the caller must also walk the file system (from the
+/// walk context's `fs_dentry`: see [`run_walk`]). Global, so the verifier checks the walk once per program rather
 /// than at each place a walk starts: it gets the two addresses as numbers and makes them
 /// read-only BTF pointers again.
 #[unsafe(no_mangle)]
@@ -473,8 +482,8 @@ pub(crate) extern "C" fn aet_walk(s: *mut Scratch, sec: u32, from: *const WalkFr
     WalkState::init(st.as_mut_ptr(), d.0, m);
     let task = Task::current();
     // SAFETY: a map value of this CPU (the caller's record buffer); initialised above.
-    run_walk(unsafe { &mut *s }, &task, sec as usize, unsafe {
+    let fs = run_walk(unsafe { &mut *s }, &task, sec as usize, unsafe {
         &mut *st.as_mut_ptr()
     });
-    1
+    if fs != 0 { 2 } else { 1 }
 }

@@ -137,10 +137,13 @@ fn parse_msghdr(m: &mut Msg) -> bool {
     } else {
         (32, 40, 16u64, 7u64)
     };
-    let (Some(ctl), Some(ctl_len)) = (
-        user_word(m.addr + ctl_at, compat),
-        user_word(m.addr + len_at, compat),
-    ) else {
+    // Each read checked as it is made: a verifier before 6.5 does not follow two checks the
+    // compiler merges, and walks a path where a value was never read.
+    let Some(ctl) = user_word(m.addr + ctl_at, compat) else {
+        count(m.run, counter::FD_UNRECORDED);
+        return false;
+    };
+    let Some(ctl_len) = user_word(m.addr + len_at, compat) else {
         count(m.run, counter::FD_UNRECORDED);
         return false;
     };
@@ -159,14 +162,14 @@ fn parse_msghdr(m: &mut Msg) -> bool {
             break;
         }
         let at = ctl + off;
-        // SAFETY: fault-tolerant reads of the control buffer the kernel just filled.
-        let (len, level_type) = unsafe {
-            (
-                user_word(at, compat),
-                bpf_probe_read_user((at + if compat { 4 } else { 8 }) as *const [u32; 2]).ok(),
-            )
+        let Some(len) = user_word(at, compat) else {
+            count(m.run, counter::FD_UNRECORDED);
+            return false;
         };
-        let (Some(len), Some([level, ty])) = (len, level_type) else {
+        // SAFETY: a fault-tolerant read of the control buffer the kernel just filled.
+        let Ok([level, ty]) =
+            (unsafe { bpf_probe_read_user((at + if compat { 4 } else { 8 }) as *const [u32; 2]) })
+        else {
             count(m.run, counter::FD_UNRECORDED);
             return false;
         };

@@ -143,10 +143,12 @@ extern "C" fn iov_step(i: u32, ctx: *mut c_void) -> i64 {
     let c = unsafe { &mut *(ctx as *mut Capture) };
     let compat = c.compat != 0;
     let at = c.buf + i as u64 * if compat { 8 } else { 16 };
-    let (Some(base), Some(len)) = (
-        user_word(at, compat),
-        user_word(at + if compat { 4 } else { 8 }, compat),
-    ) else {
+    // One read, one check (not a pair matched at once): a verifier before 6.5 does not follow
+    // the two checks the compiler merges, and walks a path where a value was never read.
+    let Some(base) = user_word(at, compat) else {
+        return 1;
+    };
+    let Some(len) = user_word(at + if compat { 4 } else { 8 }, compat) else {
         return 1;
     };
     if !copy(c, base, len) {
@@ -377,11 +379,14 @@ fn msghdr(c: &mut Capture, m: u64) -> bool {
     let compat = c.compat != 0;
     // msghdr: name, namelen, iov, iovlen at 0, 8, 16, 24 (0, 4, 8, 12 through compat).
     let (nl, iov, cnt) = if compat { (4, 8, 12) } else { (8, 16, 24) };
-    let (Some(name), Some(iovp), Some(n)) = (
-        user_word(m, compat),
-        user_word(m + iov, compat),
-        user_word(m + cnt, compat),
-    ) else {
+    // Each read checked as it is made (see `iov_step`).
+    let Some(name) = user_word(m, compat) else {
+        return false;
+    };
+    let Some(iovp) = user_word(m + iov, compat) else {
+        return false;
+    };
+    let Some(n) = user_word(m + cnt, compat) else {
         return false;
     };
     // SAFETY: a fault-tolerant read of the caller's msghdr.

@@ -135,18 +135,14 @@ pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
     }
     let compat = task.compat();
     let syscall = if compat { entry >> 8 } else { entry & 0xff };
-    if syscall == 0 {
+    if syscall == 0 || syscall as usize >= SYSCALL_COUNT {
         return 0;
     }
-    // The bound is checked in the register that indexes the table: a verifier before 6.13 does
-    // not carry a check made on `syscall - 1` (what the compiler folds two comparisons into) over
-    // to `syscall` itself, and refuses the look-up (6.12 did).
-    let i = core::hint::black_box(syscall as u64);
-    if i >= SYSCALL_COUNT as u64 {
-        return 0;
-    }
-    // SAFETY: i < SYSCALL_COUNT, checked above.
-    let shape = unsafe { *SHAPES.get_unchecked(i as usize) };
+    // The index is masked in the register that indexes the table (black_box keeps the mask the
+    // check above makes redundant): a verifier before 6.13 does not carry a check made on
+    // `syscall - 1` (what the compiler folds the two comparisons into) over to `syscall` (6.12),
+    // and 6.1 loses a check made before a spill.
+    let shape = SHAPES[(core::hint::black_box(syscall) as usize) % SYSCALL_COUNT];
     if matches!(shape.io, io::CLOSE | io::CLOSE_RANGE | io::DUP | io::FCNTL)
         // SAFETY: read only.
         && unsafe { FDMASK.get(task.tgid) }.is_none_or(|m| *m == 0)

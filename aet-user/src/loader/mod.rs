@@ -86,6 +86,10 @@ pub const PROGRAMS: &[(&str, Attach)] = &[
     ("exit_payload", Attach::Exit(exits::PAYLOAD)),
 ];
 
+/// Raw tracepoints some kernels still have under an earlier name: `io_uring_submit_req` was
+/// `io_uring_submit_sqe` until 6.4 (its first argument, the request, is the same).
+const FORMER_NAMES: &[(&str, &str)] = &[("io_uring_submit_req", "io_uring_submit_sqe")];
+
 mod abi;
 pub mod features;
 mod kfunc;
@@ -403,7 +407,15 @@ impl Programs {
                 }
                 Attach::RawTracePoint(tp) => {
                     let p: &mut RawTracePoint = prog.try_into().map_err(fail)?;
-                    let id = p.attach(tp).map_err(fail)?;
+                    let id = match p.attach(tp) {
+                        Ok(id) => id,
+                        // The tracepoint's name before a kernel renamed it (its first argument
+                        // is the same).
+                        Err(e) => match FORMER_NAMES.iter().find(|(now, _)| *now == tp) {
+                            Some((_, before)) => p.attach(before).map_err(|_| fail(e))?,
+                            None => return Err(fail(e)),
+                        },
+                    };
                     Link::Raw(p.take_link(id).map_err(fail)?)
                 }
             };
