@@ -26,7 +26,7 @@ use crate::{cargo, daemon, manifest_names, root};
 /// every run in them loads its programs. Every other file is served by one daemon: the kernel
 /// side and the ledger are the same code either way, and the standalone start (a second of
 /// verification per run) would be most of the suite's time.
-const STANDALONE_TESTS: &[&str] = &["monitor", "overload", "faults", "daemon"];
+const STANDALONE_TESTS: &[&str] = &["monitor", "overload", "faults", "daemon", "kernels"];
 
 /// Files that run with nothing beside them: what they provoke needs the machine's CPUs (the
 /// overload tests need a storm to outrun the consumer with `--on-overload drop`; the races of
@@ -84,6 +84,13 @@ impl Job {
     /// Its own time limit, in place of the test files' (`AET_E2E_TIMEOUT_SECS`).
     pub fn within(mut self, limit: Duration) -> Self {
         self.limit = Some(limit);
+        self
+    }
+
+    /// Runs with nothing beside it (it needs the machine's CPUs, or would take them from the
+    /// tests beside it).
+    pub fn alone(mut self) -> Self {
+        self.alone = true;
         self
     }
 

@@ -102,9 +102,11 @@ pub fn connect_or_start(socket: &Path) -> Result<Client, DaemonError> {
     let mut cmd = Command::new(exe);
     // The daemon outlives this run: none of its debugging switches, fault points or passed
     // sockets go with it.
+    // (But for the kernel the run was told to see: the daemon loads for it.)
     cmd.env_clear().envs(std::env::vars_os().filter(|(k, _)| {
         let k = k.to_string_lossy();
-        !(k.starts_with("AET_DEBUG_") || k.starts_with("LISTEN_"))
+        k == crate::loader::features::LACKS_ENV
+            || !(k.starts_with("AET_DEBUG_") || k.starts_with("LISTEN_"))
     }));
     // It outlives the run's directory too: it works from `/`, its socket named absolutely.
     let absolute =
