@@ -61,6 +61,26 @@ pub(crate) struct ScopeMemo {
     pub(crate) slot: u32,
     /// 1 once written.
     pub(crate) valid: u32,
+    /// [`ScopeMemo::sum`] of the fields above, written last: a memo two programs wrote at once
+    /// (a syscall's program preempted on this CPU by another task's, on kernels whose syscall
+    /// tracepoints run preemptible) mixes their fields, and one task's tid with another's "no
+    /// run" would hide every later syscall of a run's process. A mixed memo does not match its
+    /// sum and is made again.
+    pub(crate) check: u64,
+}
+
+impl ScopeMemo {
+    #[inline(always)]
+    pub(crate) fn sum(&self) -> u64 {
+        let a = (self.tid as u64) << 32 | self.generation as u64;
+        let b = (self.slot as u64) << 32 | self.valid as u64;
+        // Each field rotated apart, so that two tasks' values do not cancel.
+        a ^ self.start_time.rotate_left(13)
+            ^ self.cgroup.rotate_left(29)
+            ^ self.ugid.rotate_left(41)
+            ^ b.rotate_left(53)
+            ^ 0x9e37_79b9_7f4a_7c15
+    }
 }
 
 /// [`ScopeMemo::slot`] of a task in no run.

@@ -39,6 +39,7 @@ pub(crate) fn run_of(task: &mut Task) -> Option<u32> {
         && memo.generation == index.generation
         && memo.cgroup == cgroup
         && memo.ugid == ugid
+        && memo.check == memo.sum()
     {
         return (memo.slot != NO_RUN).then_some(memo.slot);
     }
@@ -50,6 +51,7 @@ pub(crate) fn run_of(task: &mut Task) -> Option<u32> {
     memo.ugid = ugid;
     memo.slot = run.unwrap_or(NO_RUN);
     memo.valid = 1;
+    memo.check = memo.sum();
     run
 }
 
