@@ -106,6 +106,8 @@ pub(super) struct Outcome {
     pub(super) checks: Vec<(String, Result<(), String>)>,
     /// What the whole kernel took (boot included), seconds.
     pub(super) seconds: f64,
+    /// The checks a first boot failed, when a second one was made.
+    pub(super) flaked: Vec<String>,
 }
 
 /// Reads what the script printed and checks the runs it left in `out`.

@@ -139,6 +139,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         for (k, vmlinuz) in chosen.iter().zip(images) {
             let t = Instant::now();
             let mut o = boot(&aet, &dir.join(k.label), &vmlinuz, &base, k.expect)?;
+            // One more boot when a check failed: two runs served at once by the daemon in a VM
+            // have twice lost a process's syscalls without counting them (7.2, under TCG, in
+            // the suite; see docs/kernels.md). The first boot's failures stay in the report.
+            let first = o.failures();
+            if !first.is_empty() {
+                println!(
+                    "== kernels: {} failed {} checks; booting it once more:\n  {}",
+                    k.label,
+                    first.len(),
+                    first.join("\n  ")
+                );
+                o = boot(&aet, &dir.join(k.label), &vmlinuz, &base, k.expect)?;
+                o.flaked = first;
+            }
             o.seconds = t.elapsed().as_secs_f64();
             results.push((
                 format!("{} ({})", k.label, o.release),
@@ -239,6 +253,11 @@ fn report(results: &[(String, String, Expect, Outcome)]) -> String {
     for (label, who, expect, o) in results {
         let failed = o.failures();
         let result = match (expect, failed.is_empty()) {
+            (Expect::Records, true) if !o.flaked.is_empty() => format!(
+                "records: {} checks pass (on a second boot; the first failed: {})",
+                o.checks.len(),
+                o.flaked.join("; ")
+            ),
             (Expect::Records, true) => format!("records: {} checks pass", o.checks.len()),
             (Expect::Refuses, true) => "refuses at once, in one line".into(),
             (_, false) => format!("**fails** {} of {}", failed.len(), o.checks.len()),
