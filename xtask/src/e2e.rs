@@ -87,13 +87,6 @@ impl Job {
         self
     }
 
-    /// Runs with nothing beside it (it needs the machine's CPUs, or would take them from the
-    /// tests beside it).
-    pub fn alone(mut self) -> Self {
-        self.alone = true;
-        self
-    }
-
     /// Runs `f` once the command has ended.
     pub fn then(mut self, f: impl FnOnce() -> anyhow::Result<()> + 'static) -> Self {
         self.after = Some(Box::new(f));
