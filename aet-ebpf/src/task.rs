@@ -21,6 +21,12 @@ use crate::{
 #[inline(always)]
 pub(crate) fn run_of(task: &mut Task) -> Option<u32> {
     let index = SCOPE_INDEX.get(0)?;
+    // The generation is read once, before the scope maps: a decision is remembered under the
+    // generation it was made in. Read again after the look-up, a generation userspace bumped
+    // meanwhile (a run registered between the look-up and the store) would vouch for a "no run"
+    // made before the run's scope existed, and hide that task until the next change.
+    // SAFETY: a map value, read as it is.
+    let generation = unsafe { core::ptr::read_volatile(&index.generation) };
     let memo = SCOPE_MEMO.get_ptr_mut(0)?;
     // SAFETY: this CPU's entry; the programs run with preemption off, so nothing else writes it
     // meanwhile.
@@ -36,7 +42,7 @@ pub(crate) fn run_of(task: &mut Task) -> Option<u32> {
     if memo.valid == 1
         && memo.tid == task.tid
         && memo.start_time == start_time
-        && memo.generation == index.generation
+        && memo.generation == generation
         && memo.cgroup == cgroup
         && memo.ugid == ugid
         && memo.check == memo.sum()
@@ -45,7 +51,7 @@ pub(crate) fn run_of(task: &mut Task) -> Option<u32> {
     }
     let run = look_up_run(task, index);
     memo.tid = task.tid;
-    memo.generation = index.generation;
+    memo.generation = generation;
     memo.start_time = start_time;
     memo.cgroup = cgroup;
     memo.ugid = ugid;
