@@ -108,6 +108,8 @@ pub(super) struct Outcome {
     pub(super) seconds: f64,
     /// The checks a first boot failed, when a second one was made.
     pub(super) flaked: Vec<String>,
+    /// The kernel's daemon-run record checks are a known open defect (see `Kernel`).
+    pub(super) known_open: bool,
 }
 
 /// Reads what the script printed and checks the runs it left in `out`.

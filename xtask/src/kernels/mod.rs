@@ -59,6 +59,17 @@ struct Kernel {
     /// The package's name (a regex; the newest match is taken).
     package: &'static str,
     expect: Expect,
+    /// Checks of the runs served at once by the daemon whose failures are a known open defect
+    /// on this kernel: shown in the table and printed, not failing the matrix (docs/kernels.md,
+    /// "Open"). The runs must still end 0 and be complete.
+    known_open: bool,
+}
+
+/// Whether failure `f` is of a daemon-served run's record (not its exit or completeness).
+fn daemon_record_check(f: &str) -> bool {
+    (f.starts_with("daemon-a: ") || f.starts_with("daemon-b: "))
+        && !f.contains("the run ends 0")
+        && !f.contains("complete")
 }
 
 const KERNELS: &[Kernel] = &[
@@ -68,6 +79,7 @@ const KERNELS: &[Kernel] = &[
         suite: "bullseye",
         package: r"^linux-image-5\.10\.0-[0-9]+-cloud-amd64-unsigned$",
         expect: Expect::Refuses,
+        known_open: false,
     },
     Kernel {
         label: "6.1",
@@ -75,6 +87,7 @@ const KERNELS: &[Kernel] = &[
         suite: "bookworm",
         package: r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
         expect: Expect::Records,
+        known_open: false,
     },
     Kernel {
         label: "6.12",
@@ -82,6 +95,7 @@ const KERNELS: &[Kernel] = &[
         suite: "trixie",
         package: r"^linux-image-6\.12\.[0-9]+\+deb13-cloud-amd64-unsigned$",
         expect: Expect::Records,
+        known_open: false,
     },
     Kernel {
         label: "sid",
@@ -89,6 +103,7 @@ const KERNELS: &[Kernel] = &[
         suite: "sid",
         package: r"^linux-binary-unsigned-[0-9.]+\+deb14-cloud-amd64$",
         expect: Expect::Records,
+        known_open: true,
     },
 ];
 
@@ -140,8 +155,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             let t = Instant::now();
             let mut o = boot(&aet, &dir.join(k.label), &vmlinuz, &base, k.expect)?;
             // One more boot when a check failed: two runs served at once by the daemon in a VM
-            // have twice lost a process's syscalls without counting them (7.2, under TCG, in
-            // the suite; see docs/kernels.md). The first boot's failures stay in the report.
+            // have lost a process's syscalls without counting them (7.2, under TCG; see
+            // docs/kernels.md). The first boot's failures stay in the report.
             let first = o.failures();
             if !first.is_empty() {
                 println!(
@@ -154,6 +169,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 o.flaked = first;
             }
             o.seconds = t.elapsed().as_secs_f64();
+            o.known_open = k.known_open;
             results.push((
                 format!("{} ({})", k.label, o.release),
                 k.who.into(),
@@ -171,6 +187,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut bad = Vec::new();
     for (label, _, _, o) in &results {
         for f in o.failures() {
+            if o.known_open && daemon_record_check(&f) {
+                println!("== kernels: {label}: known open, not failing the matrix: {f}");
+                continue;
+            }
             bad.push(format!("{label}: {f}"));
         }
     }
@@ -260,6 +280,13 @@ fn report(results: &[(String, String, Expect, Outcome)]) -> String {
             ),
             (Expect::Records, true) => format!("records: {} checks pass", o.checks.len()),
             (Expect::Refuses, true) => "refuses at once, in one line".into(),
+            (_, false) if o.known_open && failed.iter().all(|f| daemon_record_check(f)) => {
+                format!(
+                    "**known open** (docs/kernels.md): {} of {} daemon-run checks fail",
+                    failed.len(),
+                    o.checks.len()
+                )
+            }
             (_, false) => format!("**fails** {} of {}", failed.len(), o.checks.len()),
         };
         let _ = writeln!(
