@@ -261,8 +261,16 @@ pub fn serve(mut opts: DaemonOptions) -> Result<(), DaemonError> {
         Err(e) => {
             // What this kernel cannot load, no run on it can: the run that started this daemon
             // reads why from here and does not try the same load itself.
+            // A new file (the socket's directory may be anyone's: never through a link).
             if let MonitorError::Load(LoadError::Refused(_) | LoadError::Kernel(_)) = &e {
-                let _ = std::fs::write(&refused_at, format!("{e}\n"));
+                let _ = std::fs::remove_file(&refused_at);
+                if let Ok(mut f) = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&refused_at)
+                {
+                    let _ = std::io::Write::write_all(&mut f, format!("{e}\n").as_bytes());
+                }
             }
             return Err(e.into());
         }

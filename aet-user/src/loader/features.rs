@@ -107,15 +107,10 @@ pub fn refusal(release: &str, missing: &[&Feature]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
 
-    /// The kfunc test's stand-in kernel: it has `bpf_rdonly_cast` and none of the helpers.
-    fn fixture() -> KernelBtf {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kfunc.btf");
-        KernelBtf::load_from(&p).expect("the BTF fixture loads")
-    }
+    // The kfunc test's stand-in kernel: it has `bpf_rdonly_cast` and none of the helpers.
+    use crate::loader::kfunc::tests::fixture;
 
     /// A kernel without the helpers is refused in one line naming each, with the release that
     /// has it.

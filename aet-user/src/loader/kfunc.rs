@@ -62,14 +62,14 @@ pub(super) fn link_kfuncs(elf: &[u8], btf: &KernelBtf) -> Result<Vec<u8>, LoadEr
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::path::Path;
 
     use super::*;
 
     /// The kernel stand-in of `tests/fixtures/kfunc.btf` (see `make_kfunc_btf.py`): ids no real
     /// kernel gives these types, an empty `mount` stand-in before the real one, and decoys.
-    fn fixture() -> KernelBtf {
+    pub(in crate::loader) fn fixture() -> KernelBtf {
         let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kfunc.btf");
         KernelBtf::load_from(&p).expect("the BTF fixture loads")
     }

@@ -69,11 +69,29 @@ pub fn last_lines(log: &str) -> Vec<String> {
     out
 }
 
-/// Writes the full log where a user can read it: `aet-verifier-PROGRAM-PID.log` in the temporary
-/// directory.
+/// Writes the full log where a user can read it: `aet-verifier-PROGRAM-PID[-N].log` in the
+/// temporary directory. Always a new file (never through a link or over a file someone else put
+/// there: the directory is world-writable and aet runs as root).
 pub fn write_log(program: &str, log: &str) -> Option<PathBuf> {
-    let p = std::env::temp_dir().join(format!("aet-verifier-{program}-{}.log", std::process::id()));
-    std::fs::write(&p, log).ok().map(|()| p)
+    use std::io::Write as _;
+    let pid = std::process::id();
+    for n in 0..16 {
+        let name = match n {
+            0 => format!("aet-verifier-{program}-{pid}.log"),
+            n => format!("aet-verifier-{program}-{pid}-{n}.log"),
+        };
+        let p = std::env::temp_dir().join(name);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&p)
+        {
+            Ok(mut f) => return f.write_all(log.as_bytes()).ok().map(|()| p),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(_) => return None,
+        }
+    }
+    None
 }
 
 #[cfg(test)]
