@@ -122,6 +122,12 @@ pub(crate) static SYSCALLS: Array<u16> = Array::with_max_entries(aet_common::SYS
 #[map]
 pub(crate) static SCRATCH: Array<Scratch> = Array::with_max_entries(1, 0);
 
+/// Records dropped because their CPU's scratch was taken mid-record ([`crate::record::claim`]),
+/// per CPU. Not by run: the sender's run is not kept beside the scratch, so userspace counts a
+/// drop against every run served at the time.
+#[map]
+pub(crate) static PREEMPTIONS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 /// Per-CPU counters by run, indexed by `slot * counter::COUNT + counter`.
 #[map]
 pub(crate) static COUNTERS: PerCpuArray<u64> =
@@ -143,7 +149,8 @@ pub(crate) fn offsets() -> &'static Offsets {
 #[inline(always)]
 pub(crate) fn count(run: u32, idx: u32) {
     if let Some(p) = COUNTERS.get_ptr_mut(run.wrapping_mul(counter::COUNT).wrapping_add(idx)) {
-        // SAFETY: per-CPU slot; programs do not migrate while they run.
-        unsafe { *p += 1 };
+        // SAFETY: per-CPU slot, 8-aligned. Atomic: where programs can be preempted (7.x),
+        // another task's program on this CPU may add to it between a load and a store.
+        unsafe { crate::kernel::atomic_add(p, 1) };
     }
 }

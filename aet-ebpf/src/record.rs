@@ -12,7 +12,7 @@ use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated};
 
 use crate::{
     kernel::atomic_add,
-    maps::{EVENTS, RUN_LIMITS, RUN_PRODUCED, SCRATCH, cfg, count, offsets},
+    maps::{EVENTS, PREEMPTIONS, RUN_LIMITS, RUN_PRODUCED, SCRATCH, cfg, count, offsets},
     task::{Identity, Task},
 };
 
@@ -22,6 +22,8 @@ pub(crate) const SCRATCH_SIZE: usize = HEADER_SIZE + DATA_CAP;
 #[repr(C, align(8))]
 pub(crate) struct Scratch {
     pub(crate) buf: [u8; SCRATCH_SIZE],
+    /// The task (`pid_tgid`) whose program last began to use this CPU's scratch ([`claim`]).
+    pub(crate) owner: u64,
 }
 
 pub(crate) const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -32,6 +34,30 @@ pub(crate) fn scratch() -> Option<&'static mut Scratch> {
     let cpu = unsafe { generated::bpf_get_smp_processor_id() };
     // SAFETY: this CPU's slot, exclusive to this program invocation (programs do not migrate).
     SCRATCH.get_ptr_mut(cpu).map(|p| unsafe { &mut *p })
+}
+
+/// Counts a record dropped (or sent mixed) because its scratch was taken mid-record.
+#[inline(always)]
+fn preempted() {
+    if let Some(p) = PREEMPTIONS.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot, 8-aligned; atomic for the same reason as the counters.
+        unsafe { atomic_add(p, 1) };
+    }
+}
+
+/// Marks this CPU's scratch (and walk context) as the current task's, at the start of a
+/// program that will build a record, once the task is known to be in scope.
+///
+/// Where the kernel lets a program be preempted (7.x runs tracepoint programs with migration
+/// disabled but preemption enabled), another task's program can run on this CPU mid-record and
+/// overwrite the per-CPU scratch: it claims it first, so [`send`] sees the claim is no longer
+/// the sender's and drops the mixed record, counted in `PREEMPTIONS`.
+#[inline(always)]
+pub(crate) fn claim() {
+    if let Some(s) = scratch() {
+        // SAFETY: helper without preconditions.
+        s.owner = unsafe { generated::bpf_get_current_pid_tgid() };
+    }
 }
 
 #[inline(always)]
@@ -136,9 +162,19 @@ pub(crate) fn section_start(h: &EventHeader) -> usize {
         + h.len[section::WALK2] as usize
 }
 
-/// Sends the record in `s` (header plus its sections).
+/// Sends the record in `s` (header plus its sections), unless its scratch was taken by another
+/// task's program since this one claimed it ([`claim`]): then the record is dropped and counted.
 #[inline(always)]
 pub(crate) fn send(s: &mut Scratch) {
+    // SAFETY: helper without preconditions.
+    let me = unsafe { generated::bpf_get_current_pid_tgid() };
+    if s.owner != me {
+        // The task that took the scratch may itself be preempted: its record is mixed with
+        // what this one wrote since, and must not go out either.
+        s.owner = 0;
+        preempted();
+        return;
+    }
     let run = header(s).run;
     let len = section_start(header(s));
     if len > SCRATCH_SIZE {
@@ -160,6 +196,10 @@ pub(crate) fn send(s: &mut Scratch) {
             // SAFETY: an 8-aligned map value, added to atomically (CPUs share a run).
             unsafe { atomic_add(produced, cost) };
             count(run, counter::SENT);
+            if s.owner != me {
+                // Taken while it was copied out: the record sent may be mixed.
+                preempted();
+            }
         }
         Err(_) => count(run, counter::RINGBUF_FULL),
     }

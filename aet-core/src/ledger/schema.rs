@@ -72,7 +72,12 @@ meta_keys! {
     /// `fileio_full` (byte accounting could not track an open file), `quota_full` (the run's
     /// share of the ring was full), `fd_unrecorded` (an fd arrived that no `fd` row records),
     /// `dispatch_failed` (a syscall `sys_exit` could not hand to its family's program),
-    /// `undecodable`.
+    /// `preempted` (a program was preempted mid-record and another task's program took the
+    /// CPU's scratch buffer: the record was dropped, or may be mixed if it was taken while being
+    /// copied out; kernels that run tracepoint programs preemptibly, 7.x), `undecodable`,
+    /// `skipped` (runs of a program the kernel skipped because the program was already running
+    /// on that CPU, its `recursion_misses`; counted for every run served meanwhile, since the
+    /// kernel does not say whose syscall it was).
     EVENTS_LOST_BY_REASON = "aet.events_lost_by_reason";
     /// Lost events per CPU, a JSON array indexed by CPU.
     EVENTS_LOST_PER_CPU = "aet.events_lost_per_cpu";

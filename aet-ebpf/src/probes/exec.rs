@@ -21,7 +21,7 @@ use crate::{
     kernel::rdonly_cast,
     maps::{INFLIGHT, cfg, count, offsets},
     record::{
-        KERNEL, USER, capture_str, fill_proc_header, header, scratch, section_first_byte,
+        KERNEL, USER, capture_str, claim, fill_proc_header, header, scratch, section_first_byte,
         section_start, send,
     },
     task::{FileRef, Task},
@@ -208,6 +208,7 @@ pub(crate) fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
         }
         task.run = previous.run;
     }
+    claim();
     // The exec closed the process's close-on-exec fds without close(): emit their accounting.
     fileio_flush(&task, 0, u32::MAX, true);
     // SAFETY: copied out before the entry is removed.

@@ -7,7 +7,7 @@ use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
 use crate::{
     kernel::kread,
     maps::{cfg, count, offsets},
-    record::{KERNEL, capture_str, fill_header, header, scratch, send},
+    record::{KERNEL, capture_str, claim, fill_header, header, scratch, send},
     task::Task,
 };
 
@@ -23,6 +23,7 @@ pub(crate) fn io_uring_submit_req(ctx: RawTracePointContext) -> i32 {
     if !task.in_scope() {
         return 0;
     }
+    claim();
     count(task.run, counter::IO_URING_SUBMITTED);
     let req: u64 = ctx.arg(0);
     let o = offsets();

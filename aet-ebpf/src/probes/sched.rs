@@ -9,7 +9,7 @@ use super::fileio::fileio_flush;
 use crate::{
     kernel::rdonly_cast,
     maps::{CONFIG, INFLIGHT, NO_RUN, SCOPE_CGROUPS, TRACKED, cfg, count, offsets},
-    record::{fill_proc_header, header, scratch, send},
+    record::{claim, fill_proc_header, header, scratch, send},
     task::Task,
 };
 
@@ -21,6 +21,7 @@ pub(crate) fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
     if !task.in_scope() {
         return 0;
     }
+    claim();
     let child = rdonly_cast::<{ kfunc::TYPE_TASK }>(ctx.arg(1));
     if child.is_null() {
         return 0;
@@ -55,6 +56,7 @@ pub(crate) fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
     if !task.in_scope() {
         return 0;
     }
+    claim();
     let _ = TRACKED.remove(tid);
     let _ = INFLIGHT.remove(tid);
     let group_dead = if cfg(&CONFIG.exit_has_group_dead) != 0 {

@@ -29,7 +29,8 @@ use crate::{
     kernel::KPtr,
     maps::{FDMASK, FILEIO, SYSCALLS, cfg, count, offsets},
     record::{
-        USER, capture_str, fill_header, header, scratch, section_first_byte, send, stat_names,
+        USER, capture_str, claim, fill_header, header, scratch, section_first_byte, send,
+        stat_names,
     },
     task::{SavedTask, Task, identity, inode_identity, set_identity},
     walk::{NO_FD, dirfd_file, walk_into},
@@ -162,6 +163,7 @@ pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
         }
         return 0;
     }
+    claim();
     let family = if shape.io != io::NONE {
         exits::IO
     } else if shape.kind == EventKind::Exec as u8 {

@@ -94,6 +94,7 @@ mod abi;
 pub mod features;
 mod kfunc;
 mod load;
+mod misses;
 pub mod refusal;
 
 pub use load::{LOAD_TIMES_ENV, Loaded, VERIFIER_LIMIT};
@@ -223,6 +224,14 @@ pub struct Counters {
     pub totals: Vec<u64>,
     /// `per_cpu[cpu][i]`.
     pub per_cpu: Vec<Vec<u64>>,
+    /// Program runs the kernel skipped while the run was served (see [`misses`]): on no CPU
+    /// of `per_cpu`, and possibly another run's.
+    #[serde(default)]
+    pub skipped: u64,
+    /// Records dropped while the run was served because another task's program took their
+    /// CPU's scratch mid-record (the programs' `PREEMPTIONS`): possibly another run's.
+    #[serde(default)]
+    pub preempted: u64,
 }
 
 impl Counters {
@@ -231,7 +240,9 @@ impl Counters {
         counter::LOSSES
             .iter()
             .map(|&i| self.totals.get(i as usize).copied().unwrap_or(0))
-            .sum()
+            .sum::<u64>()
+            + self.skipped
+            + self.preempted
     }
 
     /// Lost events per CPU.
@@ -281,6 +292,10 @@ pub struct Programs {
     run_produced: Array<MapData, u64>,
     /// The scope of each slot in use.
     slots: Vec<Option<Scope>>,
+    /// Records dropped because their scratch was taken mid-record, per CPU.
+    preemptions: PerCpuArray<MapData, u64>,
+    /// The programs' skipped runs and dropped records when each slot was registered.
+    since: Vec<(u64, u64)>,
     ringbuf_bytes: u32,
 }
 
@@ -359,6 +374,7 @@ impl Programs {
         }
         let events = take_map(&mut ebpf, "EVENTS", RingBuf::try_from)?;
         let counters = take_map(&mut ebpf, "COUNTERS", PerCpuArray::try_from)?;
+        let preemptions = take_map(&mut ebpf, "PREEMPTIONS", PerCpuArray::try_from)?;
         let tracked = take_map(&mut ebpf, "TRACKED", HashMap::try_from)?;
         let scope_cgroups = take_map(&mut ebpf, "SCOPE_CGROUPS", HashMap::try_from)?;
         let scope_uids = take_map(&mut ebpf, "SCOPE_UIDS", HashMap::try_from)?;
@@ -437,6 +453,8 @@ impl Programs {
             run_limits,
             run_produced,
             slots: vec![None; runs::MAX_RUNS as usize],
+            preemptions,
+            since: vec![(0, 0); runs::MAX_RUNS as usize],
             generation: 0,
             ringbuf_bytes: opts.ringbuf_bytes,
         })
@@ -502,6 +520,7 @@ impl Programs {
                 .map_err(map_err("SCOPE_UIDS"))?,
             Scope::Pid(_) => {}
         }
+        self.since[slot as usize] = (self.misses()?, self.preemptions()?);
         self.slots[slot as usize] = Some(scope.clone());
         self.write_index()?;
         Ok(slot)
@@ -615,6 +634,10 @@ impl Programs {
         let mut out = Counters {
             totals: vec![0; counter::COUNT as usize],
             per_cpu: Vec::new(),
+            skipped: self.misses()?.saturating_sub(self.since[slot as usize].0),
+            preempted: self
+                .preemptions()?
+                .saturating_sub(self.since[slot as usize].1),
         };
         for idx in 0..counter::COUNT {
             let values = self

@@ -440,7 +440,13 @@ fn finish(
     let by_reason: BTreeMap<String, u64> = counter::LOSSES
         .iter()
         .map(|&i| (counter::NAMES[i as usize].to_owned(), counters.get(i)))
-        .chain([("undecodable".to_owned(), sink.decode_errors)])
+        .chain([
+            ("undecodable".to_owned(), sink.decode_errors),
+            // Program runs the kernel skipped (`recursion_misses`), and records dropped because
+            // their scratch was taken mid-record, while the run was served.
+            ("skipped".to_owned(), counters.skipped),
+            ("preempted".to_owned(), counters.preempted),
+        ])
         .collect();
     let lost = counters.lost() + sink.decode_errors;
     if lost > 0 {

@@ -59,17 +59,23 @@ struct Kernel {
     /// The package's name (a regex; the newest match is taken).
     package: &'static str,
     expect: Expect,
-    /// Checks of the runs served at once by the daemon whose failures are a known open defect
-    /// on this kernel: shown in the table and printed, not failing the matrix (docs/kernels.md,
-    /// "Open"). The runs must still end 0 and be complete.
-    known_open: bool,
+    /// The kernel runs tracepoint programs preemptibly: a run's record checks may fail by the
+    /// programs' skips and preemptions, which the record counts (docs/kernels.md, "Open").
+    /// Shown in the table and printed, not failing the matrix; the runs must still end 0, and a
+    /// run missing rows must say it is incomplete, by those losses and no other.
+    preemptible: bool,
 }
 
-/// Whether failure `f` is of a daemon-served run's record (not its exit or completeness).
-fn daemon_record_check(f: &str) -> bool {
-    (f.starts_with("daemon-a: ") || f.starts_with("daemon-b: "))
+/// Whether failure `f` is of a run's record (a row missing, or the record incomplete by the
+/// kernel's skips or preemptions), never its exit, another loss, or a missing row in a record
+/// that says it is complete.
+fn preemption_check(f: &str) -> bool {
+    checks::RUNS
+        .iter()
+        .any(|r| f.starts_with(&format!("{r}: ")))
         && !f.contains("the run ends 0")
-        && !f.contains("complete")
+        && !f.contains("never a silent one")
+        && (!f.contains("the record is complete") || f.contains(checks::PREEMPTION_LOSS))
 }
 
 const KERNELS: &[Kernel] = &[
@@ -79,7 +85,7 @@ const KERNELS: &[Kernel] = &[
         suite: "bullseye",
         package: r"^linux-image-5\.10\.0-[0-9]+-cloud-amd64-unsigned$",
         expect: Expect::Refuses,
-        known_open: false,
+        preemptible: false,
     },
     Kernel {
         label: "6.1",
@@ -87,7 +93,7 @@ const KERNELS: &[Kernel] = &[
         suite: "bookworm",
         package: r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
         expect: Expect::Records,
-        known_open: false,
+        preemptible: false,
     },
     Kernel {
         label: "6.12",
@@ -95,7 +101,7 @@ const KERNELS: &[Kernel] = &[
         suite: "trixie",
         package: r"^linux-image-6\.12\.[0-9]+\+deb13-cloud-amd64-unsigned$",
         expect: Expect::Records,
-        known_open: false,
+        preemptible: false,
     },
     Kernel {
         label: "sid",
@@ -103,7 +109,7 @@ const KERNELS: &[Kernel] = &[
         suite: "sid",
         package: r"^linux-binary-unsigned-[0-9.]+\+deb14-cloud-amd64$",
         expect: Expect::Records,
-        known_open: true,
+        preemptible: true,
     },
 ];
 
@@ -169,7 +175,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 o.flaked = first;
             }
             o.seconds = t.elapsed().as_secs_f64();
-            o.known_open = k.known_open;
+            o.preemptible = k.preemptible;
             results.push((
                 format!("{} ({})", k.label, o.release),
                 k.who.into(),
@@ -187,8 +193,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut bad = Vec::new();
     for (label, _, _, o) in &results {
         for f in o.failures() {
-            if o.known_open && daemon_record_check(&f) {
-                println!("== kernels: {label}: known open, not failing the matrix: {f}");
+            if o.preemptible && preemption_check(&f) {
+                println!(
+                    "== kernels: {label}: a counted preemption loss (docs/kernels.md), not failing the matrix: {f}"
+                );
                 continue;
             }
             bad.push(format!("{label}: {f}"));
@@ -280,9 +288,9 @@ fn report(results: &[(String, String, Expect, Outcome)]) -> String {
             ),
             (Expect::Records, true) => format!("records: {} checks pass", o.checks.len()),
             (Expect::Refuses, true) => "refuses at once, in one line".into(),
-            (_, false) if o.known_open && failed.iter().all(|f| daemon_record_check(f)) => {
+            (_, false) if o.preemptible && failed.iter().all(|f| preemption_check(f)) => {
                 format!(
-                    "**known open** (docs/kernels.md): {} of {} daemon-run checks fail",
+                    "records; {} of {} checks fail by the losses the record counts (programs preempted, docs/kernels.md)",
                     failed.len(),
                     o.checks.len()
                 )
@@ -323,4 +331,36 @@ fn write_docs(report: &str) -> anyhow::Result<()> {
     let new = format!("{}{begin}\n{report}\n{}", &text[..a], &text[b..]);
     std::fs::write(&path, new)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preemptible_covers_counted_preemption_losses_only() {
+        let p = checks::PREEMPTION_LOSS;
+        // A row missing from a daemon run, and its record incomplete by the kernel's skips.
+        assert!(preemption_check("daemon-a: open by dirfd: 0 matching rows"));
+        assert!(preemption_check(&format!(
+            "daemon-b: the record is complete, nothing lost: complete, lost: [0, 18]; {p}"
+        )));
+        // Never: a silent loss, another kind of loss, a failed run, or a standalone run.
+        assert!(!preemption_check(
+            "daemon-a: a missing row is a counted loss, never a silent one: rows are missing"
+        ));
+        assert!(!preemption_check(
+            "daemon-a: the record is complete, nothing lost: complete, lost: [0, 3]"
+        ));
+        assert!(!preemption_check(
+            "daemon-a: the record is complete, nothing lost: complete, lost: [1, 0]"
+        ));
+        assert!(!preemption_check("daemon-b: the run ends 0: exit 1"));
+        assert!(preemption_check(
+            "standalone: open by dirfd: 0 matching rows"
+        ));
+        assert!(!preemption_check(
+            "isolated: the agent's uid on its rows: 0 rows"
+        ));
+    }
 }
