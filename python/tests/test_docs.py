@@ -10,6 +10,7 @@ from typing import Any
 
 import aet
 import aet.inspect_sandbox as sandbox_module
+import aet.isolation as isolation_module
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "harness.md"
 START, END = "<!-- generated:python-api -->", "<!-- end:python-api -->"
@@ -57,6 +58,8 @@ def reference() -> str:
     out += ["### Exceptions", "", *errors, ""]
     for name in ("AetSandboxEnvironment", "AetSandboxConfig", "verdict", "load_config"):
         out += _entry(f"aet.inspect_sandbox.{name}", getattr(sandbox_module, name))
+    for name in isolation_module.__all__:
+        out += _entry(f"aet.isolation.{name}", getattr(isolation_module, name))
     return "\n".join(out).rstrip() + "\n"
 
 

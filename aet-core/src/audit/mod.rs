@@ -380,12 +380,23 @@ fn build_report(
                 .then(|| format!("phases.{}", ph.name))
         };
     }
-    let disqualified = !cheat_hits.is_empty();
-    let isolation_clean = contaminant_hits.is_empty() && out_of_scope.is_empty();
+    // The agent's own account decides as the record does (the seed's audit read only it): a
+    // cheat it names disqualifies, a contaminant makes isolation not clean, a warning flags.
+    let said = |sev: Severity| {
+        transcripts
+            .as_ref()
+            .map_or(0, |t| t.hits.iter().filter(|h| h.severity == sev).count())
+    };
+    if let Some(t) = &transcripts {
+        unused_rules.retain(|r| !t.hits.iter().any(|h| &h.rule == r));
+    }
+    let disqualified = !cheat_hits.is_empty() || said(Severity::Cheat) > 0;
+    let isolation_clean =
+        contaminant_hits.is_empty() && out_of_scope.is_empty() && said(Severity::Contaminant) == 0;
     let verdict = Verdict::of(
         disqualified,
         complete,
-        isolation_clean && warnings.is_empty(),
+        isolation_clean && warnings.is_empty() && said(Severity::Warn) == 0,
     );
     let mut report = Report {
         format: REPORT_FORMAT.into(),
@@ -444,7 +455,18 @@ fn correlate(
     let mut hits = Vec::new();
     for c in calls {
         let text = c.command.clone().unwrap_or_default() + " " + &c.paths.join(" ");
-        for idx in policy.set.matches(text.as_bytes()).iter() {
+        let mut matched: Vec<usize> = policy.set.matches(text.as_bytes()).into_iter().collect();
+        // Rules on what a process ran match the commands the agent says it ran (a text rule
+        // is in the path set already).
+        if let Some(cmd) = &c.command {
+            for m in policy.argv_set.matches(cmd.as_bytes()).iter() {
+                let r = policy.argv_rules[m];
+                if policy.rules[r].target == crate::policy::Target::Argv && !matched.contains(&r) {
+                    matched.push(r);
+                }
+            }
+        }
+        for idx in matched {
             let r = &policy.rules[idx];
             hits.push(TranscriptHit {
                 rule: r.name.clone(),
@@ -717,6 +739,26 @@ pub fn render_text(r: &Report) -> String {
             t.paths.len(),
             t.paths.iter().filter(|p| !p.seen_by_kernel).count()
         );
+        for h in t.hits.iter().filter(|h| h.severity != Severity::Warn) {
+            let c = &h.tool_call;
+            let _ = writeln!(
+                s,
+                "{:<6} {} named by the agent's {} call at {}:{}{}",
+                if h.severity == Severity::Cheat {
+                    "CHEAT"
+                } else {
+                    "CONTAM"
+                },
+                h.rule,
+                c.tool,
+                c.file.display(),
+                c.line,
+                c.command
+                    .as_deref()
+                    .map(|cmd| format!(": {}", cmd.chars().take(120).collect::<String>()))
+                    .unwrap_or_default(),
+            );
+        }
         if let Some(h) = &t.headline {
             let _ = writeln!(s, "HEADLINE      {h}");
         }

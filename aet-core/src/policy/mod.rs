@@ -252,6 +252,10 @@ pub enum Target {
     Argv,
     /// A host name (`host:NAME`): `dns` rows and `net` rows that name one.
     Host,
+    /// Text, as the seed's rules matched it: every path of a row (as [`Target::Path`]) and
+    /// every command (an exec's argument vector as [`Target::Argv`], and the commands of the
+    /// agent's transcripts).
+    Text,
 }
 
 /// A rule's pattern, accesses, attempts and target, from `'regex'` or
@@ -265,30 +269,33 @@ fn rule_fields(
         toml::Value::String(p) => Ok((p.clone(), def_access, def_attempts, Target::Path)),
         toml::Value::Table(t) => {
             for k in t.keys() {
-                if !["pattern", "argv", "host", "access", "attempts"].contains(&k.as_str()) {
+                if !["pattern", "argv", "host", "text", "access", "attempts"].contains(&k.as_str())
+                {
                     return Err(format!(
-                        "unknown key `{k}` (expected `pattern`, `argv` or `host`, `access`, `attempts`)"
+                        "unknown key `{k}` (expected `pattern`, `argv`, `host` or `text`, \
+                         `access`, `attempts`)"
                     ));
                 }
             }
-            let given: Vec<&str> = ["pattern", "argv", "host"]
+            let given: Vec<&str> = ["pattern", "argv", "host", "text"]
                 .into_iter()
                 .filter(|k| t.contains_key(*k))
                 .collect();
             if given.len() > 1 {
                 return Err(format!(
-                    "`{}` together: a rule matches one of `pattern`, `argv` or `host`",
+                    "`{}` together: a rule matches one of `pattern`, `argv`, `host` or `text`",
                     given.join("` and `")
                 ));
             }
-            let (pattern, target) = match (t.get("pattern"), t.get("argv"), t.get("host")) {
-                (Some(toml::Value::String(p)), ..) => (p.clone(), Target::Path),
-                (_, Some(toml::Value::String(p)), _) => (p.clone(), Target::Argv),
-                (.., Some(toml::Value::String(h))) => (hosts::regex(h)?, Target::Host),
-                (Some(_), ..) => return Err("`pattern` must be a string".into()),
-                (_, Some(_), _) => return Err("`argv` must be a string".into()),
-                (.., Some(_)) => return Err("`host` must be a string".into()),
-                (None, None, None) => return Err("missing `pattern` (or `argv`, `host`)".into()),
+            let (pattern, target) = match given.first().copied() {
+                None => return Err("missing `pattern` (or `argv`, `host`, `text`)".into()),
+                Some(key) => match (key, &t[key]) {
+                    ("pattern", toml::Value::String(p)) => (p.clone(), Target::Path),
+                    ("argv", toml::Value::String(p)) => (p.clone(), Target::Argv),
+                    ("text", toml::Value::String(p)) => (p.clone(), Target::Text),
+                    ("host", toml::Value::String(h)) => (hosts::regex(h)?, Target::Host),
+                    (key, _) => return Err(format!("`{key}` must be a string")),
+                },
             };
             let access = match t.get("access") {
                 None => def_access,
@@ -308,12 +315,13 @@ fn rule_fields(
                 _ if t.get("access").is_some() => access,
                 Target::Argv => vec![Access::Exec],
                 Target::Host => vec![Access::Host],
-                Target::Path => access,
+                Target::Path | Target::Text => access,
             };
             Ok((pattern, access, attempts, target))
         }
         _ => Err(
-            "expected a regular expression or a table { pattern | argv, access, attempts }".into(),
+            "expected a regular expression or a table { pattern | argv | host | text, access, attempts }"
+                .into(),
         ),
     }
 }
@@ -561,13 +569,21 @@ fn compile_rules(text: &str, spec: &PolicySpec, prefix: &str) -> Result<Compiled
             }
             let access_mask = access.iter().fold(0u8, |m, a| m | a.bit());
             // The path set keeps one entry per rule (its index is the rule's): an argv
-            // rule's is one that matches nothing, and its pattern goes to the argv set.
+            // rule's is one that matches nothing, and its pattern goes to the argv set; a text
+            // rule's goes to both (to the argv set when it counts what a process runs).
             match target {
                 Target::Path | Target::Host => patterns.push(pat.clone()),
                 Target::Argv => {
                     patterns.push(NEVER.into());
                     argv_patterns.push(pat.clone());
                     argv_rules.push(rules.len());
+                }
+                Target::Text => {
+                    patterns.push(pat.clone());
+                    if access.contains(&Access::Exec) {
+                        argv_patterns.push(pat.clone());
+                        argv_rules.push(rules.len());
+                    }
                 }
             }
             rules.push(Rule {

@@ -191,3 +191,52 @@ mod endpoint_tests {
         }
     }
 }
+
+#[test]
+fn a_text_rule_matches_paths_and_commands_as_the_seed_did() {
+    let p = Policy::parse(
+        "[cheats]\noracle = { text = 'import\\s+solver\\.oracle' }\n\
+         golden = { text = 'golden\\.yaml' }\n\
+         [warns]\nlisted = { text = 'answers/', access = ['list'] }\n",
+        Path::new("p.toml"),
+    )
+    .unwrap();
+    let idx = |n: &str| p.rules.iter().position(|r| r.name == n).unwrap();
+    assert!(p.rules.iter().all(|r| r.target == Target::Text));
+    // A path: the path set.
+    assert!(
+        p.set
+            .matches(b"/repo/golden.yaml")
+            .matched(idx("cheats.golden"))
+    );
+    // A command: the argv set, for the rules that count what a process runs.
+    let ran: Vec<usize> = p
+        .argv_set
+        .matches(b"python3 -c import solver.oracle")
+        .iter()
+        .map(|m| p.argv_rules[m])
+        .collect();
+    assert_eq!(ran, [idx("cheats.oracle")]);
+    assert!(
+        !p.argv_rules.contains(&idx("warns.listed")),
+        "a rule that does not count exec is not matched against what processes run"
+    );
+}
+
+#[test]
+fn a_rule_with_two_targets_or_a_bad_text_is_refused_naming_it() {
+    let e = Policy::parse(
+        "[cheats]\na = { text = 'x', argv = 'y' }\nb = { text = 3 }\n",
+        Path::new("p.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("cheats.a") && e.contains("`argv` and `text` together"),
+        "{e}"
+    );
+    assert!(
+        e.contains("cheats.b") && e.contains("`text` must be a string"),
+        "{e}"
+    );
+}

@@ -1,0 +1,193 @@
+"""``aet.isolation``: the seed's snippets (seed 000, ``isolation.md``) run as the seed writes them,
+against the real aet: the sandbox really built by bwrap, the run really recorded by the kernel,
+the audit's answer compared with ``aet audit`` on the same run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from aet.isolation import AuditPolicy, SandboxSpec, audit_run, bwrap_argv, file_access_ledger, wrap_command
+
+# The paths the seed's snippets name, made for the test where the machine lacks them.
+SEED_DIRS = ["/run/ws", "/repo/inputs/answers", "/repo/tools", "/opt/toolchain/bin",
+             "/other/projects/p1"]
+
+
+@pytest.fixture
+def seed_tree() -> Iterator[None]:
+    made: list[Path] = []
+    for d in SEED_DIRS + [str(Path.home() / ".claude")]:
+        missing = [p for p in [Path(d), *Path(d).parents] if not p.exists()]
+        if missing:
+            made.append(missing[-1])
+            Path(d).mkdir(parents=True)
+    # The seed's toolchain outside the repo: its `python`.
+    python = Path("/opt/toolchain/bin/python")
+    if not python.exists():
+        python.symlink_to("/usr/bin/python3")
+        made.append(python)
+    Path("/repo/inputs/golden.yaml").write_text("expected: 42\n")
+    Path("/repo/inputs/answers/key.txt").write_text("the answer\n")
+    Path("/repo/inputs/task.txt").write_text("compute the answer\n")
+    Path("/other/projects/p1/notes.txt").write_text("another project\n")
+    # The seed's command: `python build.py && ./run` in the workspace.
+    Path("/run/ws/build.py").write_text(
+        "import pathlib, subprocess\n"
+        "out = []\n"
+        "for p in ['/repo/inputs/task.txt', '/repo/inputs/golden.yaml', '/repo/inputs/answers/key.txt']:\n"
+        "    try:\n"
+        "        out.append(p + ':' + repr(pathlib.Path(p).read_text()))\n"
+        "    except OSError as e:\n"
+        "        out.append(p + ':' + type(e).__name__)\n"
+        "pathlib.Path('build.out').write_text('\\n'.join(out) + '\\n')\n")
+    Path("/run/ws/run").write_text("#!/bin/sh\ncat build.out\n")
+    os.chmod("/run/ws/run", 0o755)
+    yield
+    for p in ("/run/ws/build.py", "/run/ws/run", "/run/ws/build.out", "/repo/inputs/golden.yaml",
+              "/repo/inputs/answers/key.txt", "/repo/inputs/task.txt",
+              "/other/projects/p1/notes.txt"):
+        Path(p).unlink(missing_ok=True)
+    for top in reversed(made):
+        if top.is_symlink():
+            top.unlink()
+        else:
+            shutil.rmtree(top, ignore_errors=True)
+
+
+def seed_spec() -> SandboxSpec:
+    # Seed 000, section 1, as written.
+    return SandboxSpec(
+        workspace=Path("/run/ws"),                 # the ONLY unconditionally-writable dir (the agent's cwd)
+        allow=[Path("/repo/inputs"), Path("/repo/tools")],   # ro-bind: granted inputs + in-repo tools
+        rw_binds=[Path.home() / ".claude"],        # extra WRITABLE bind (agent CLI state under an ro home)
+        deny=[Path("/repo/inputs/answers")],       # tmpfs-mask AFTER allow (deny wins over a broad allow)
+        mask_files=[Path("/repo/inputs/golden.yaml")],       # /dev/null overlay (per-FILE answer)
+        extra_binds=[Path("/opt/toolchain")],      # ro-bind tools that live OUTSIDE the repo
+        tmpfs=["/tmp", "/scratch"],                # blank these (e.g. the parent of sibling runs)
+        unsetenv=["CLAUDE_CODE_SSE_PORT"],         # clear vars that would mis-route a child agent
+        dns=True,                                  # bind /run/systemd/resolve so networking resolves
+    )
+
+
+def test_the_seed_sandbox_snippet_runs_unchanged_and_masks_what_it_denies(
+        aet_bin: str, seed_tree: None) -> None:
+    spec = seed_spec()
+    cmd = wrap_command("python build.py && ./run", spec, env_prefix="export PATH=/opt/toolchain/bin:$PATH;")
+    p = subprocess.run(["bash", "-c", cmd], cwd="/run/ws", capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    lines = dict(line.split(":", 1) for line in p.stdout.splitlines())
+    assert lines["/repo/inputs/task.txt"] == repr("compute the answer\n"), "a granted input reads"
+    assert lines["/repo/inputs/golden.yaml"] == repr(""), "a masked file reads as /dev/null"
+    assert lines["/repo/inputs/answers/key.txt"] == "FileNotFoundError", "a denied dir is blank"
+
+
+def test_bwrap_argv_is_the_argv_aet_builds_in_the_seed_order(aet_bin: str, seed_tree: None) -> None:
+    argv = bwrap_argv(seed_spec())
+    assert argv[0] == "bwrap"
+    assert argv == subprocess.run(
+        [aet_bin, "sandbox", "argv", str(seed_spec().write())], capture_output=True, text=True,
+        check=True).stdout.splitlines()
+
+    def at(*seq: str) -> int:
+        for i in range(len(argv) - len(seq) + 1):
+            if tuple(argv[i:i + len(seq)]) == seq:
+                return i
+        raise AssertionError(f"{seq} not in {argv}")
+
+    ro = at("--ro-bind", "/repo/inputs", "/repo/inputs")
+    rw = at("--bind", str(Path.home() / ".claude"), str(Path.home() / ".claude"))
+    deny = at("--tmpfs", "/repo/inputs/answers")
+    mask = argv.index("/repo/inputs/golden.yaml") - 2
+    assert argv[mask] == "--ro-bind", "the file overlaid by an empty read-only one"
+    # The seed's order: read-only grants, then writable binds, then denials and masks.
+    assert ro < rw < deny and rw < mask
+
+
+def test_a_missing_path_in_a_spec_is_an_error_naming_it(aet_bin: str, tmp_path: Path) -> None:
+    import aet
+
+    with pytest.raises(aet.AetError, match="does-not-exist"):
+        bwrap_argv(SandboxSpec(workspace=tmp_path, allow=[tmp_path / "does-not-exist"]))
+
+
+def seed_policy() -> AuditPolicy:
+    # Seed 000, section 2, as written.
+    return AuditPolicy(
+        cheats={"golden": re.compile(r"golden\.yaml"),            # HARD -> disqualified
+                "oracle": re.compile(r"import\s+solver\.oracle")},
+        contaminants={"other_proj": re.compile(r"/other/projects/[^ \"']+")},  # SOFT -> isolation not clean
+        warns={"oracle_src": re.compile(r"oracle\.py")},          # review only
+    )
+
+
+@pytest.fixture
+def agent_run(aet_bin: str, seed_tree: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A recorded run in ``runs/agent_01`` (the seed's path, relative to the cwd): the agent reads
+    its task, the masked golden file, a file of another project in a subprocess, and runs a
+    command that imports the oracle."""
+    monkeypatch.chdir(tmp_path)
+    Path("runs").mkdir()
+    spec = seed_spec()
+    spec.allow.append(Path("/other/projects"))
+    agent = ("cat /repo/inputs/task.txt > /dev/null; cat /repo/inputs/golden.yaml; "
+             "sh -c 'cat /other/projects/p1/notes.txt > copy.txt'; "
+             "python3 -c 'import sys; sys.exit(0)  # import solver.oracle' ; true")
+    cmd = wrap_command(agent, spec, record=Path("runs/agent_01"))
+    p = subprocess.run(["bash", "-c", cmd], cwd="/run/ws", capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return tmp_path / "runs/agent_01"
+
+
+def test_the_seed_audit_snippet_gives_the_seed_keys_agreeing_with_aet_audit(
+        aet_bin: str, agent_run: Path) -> None:
+    policy = seed_policy()
+    r = audit_run(Path("runs/agent_01"), policy)
+    for key in ("disqualified", "isolation_clean", "cheat_hits", "out_of_scope_reads", "warnings"):
+        assert key in r
+    assert r["disqualified"] is True
+    assert r["isolation_clean"] is False
+    assert {h["rule"] for h in r["cheat_hits"]} == {"golden", "oracle"}, r["cheat_hits"]
+    assert any(h["rule"] == "other_proj" and "notes.txt" in (h["path"] or "")
+               for h in r["out_of_scope_reads"]), "the subprocess's read is in the record"
+    # The same run through the CLI, with the policy the module wrote.
+    policy_file = agent_run.parent / "policy.toml"
+    policy_file.write_text(policy.to_toml())
+    cli = subprocess.run([aet_bin, "audit", "--policy", str(policy_file), "--json", "-", "-q",
+                          str(agent_run)], capture_output=True, text=True)
+    assert cli.returncode == 2, cli.stderr
+    report = json.loads(cli.stdout)
+    assert r["verdict"] == report["verdict"] == "disqualified"
+    assert len(r["cheat_hits"]) == len(report["cheat_hits"])
+    assert r["complete"] is True
+
+
+def test_a_pattern_aet_cannot_compile_is_refused_naming_the_rule(agent_run: Path) -> None:
+    import aet
+
+    with pytest.raises(aet.AetError, match="lookahead"):
+        audit_run(agent_run, AuditPolicy(cheats={"lookahead": re.compile(r"golden(?=\.yaml)")}))
+
+
+def test_the_seed_ledger_snippet_lists_what_subprocesses_touched(agent_run: Path) -> None:
+    L = file_access_ledger(Path("runs/agent_01"),
+                           classify=lambda p: "out_of_scope" if p.startswith("/other") else "in_scope")
+    for key in ("files_read", "files_written", "n_bash", "out_of_scope_events", "events"):
+        assert key in L
+    # Read by `cat` in a shell the agent's shell started: the seed's ledger could not list it.
+    assert "/other/projects/p1/notes.txt" in L["files_read"]
+    assert L["files_read"]["/other/projects/p1/notes.txt"] == len("another project\n")
+    assert L["files_read"]["/repo/inputs/golden.yaml"] == 0, "masked: opened, nothing in it"
+    assert L["files_written"]["/run/ws/copy.txt"] == len("another project\n")
+    assert [e["path"] for e in L["out_of_scope_events"]] == ["/other/projects/p1/notes.txt"]
+    assert L["n_bash"] >= 2, "the agent's shell and the one it started"
+    execs = [e for e in L["events"] if e["op"] == "exec"]
+    assert any("import solver.oracle" in e["command"] for e in execs)
+    assert L["complete"] is True
