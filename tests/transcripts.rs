@@ -91,3 +91,42 @@ fn a_cheat_only_a_transcript_names_disqualifies_and_command_rules_match_its_comm
         "{summary}"
     );
 }
+
+#[test]
+fn a_run_with_transcripts_and_no_record_gets_a_verdict_that_says_what_it_rests_on() {
+    let t = Tree::new();
+    let policy = t.p("policy.toml");
+    fs::write(
+        &policy,
+        "[cheats]\noracle = { text = 'import\\s+solver\\.oracle' }\n\
+         [warns]\npeek = 'never-named\\.txt'\n",
+    )
+    .unwrap();
+    let run = t.p("old-run");
+    fs::create_dir_all(&run).unwrap();
+    let dir = run.join("transcripts");
+
+    // An account that names nothing of the rules: inconclusive, never clean.
+    transcript(&dir, &["ls /task"]);
+    let (out, v) = audit(&run, &policy, &["--transcripts", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(v["verdict"], "inconclusive");
+    assert_eq!(v["complete"], false);
+    let reason = v["incomplete_reasons"][0].as_str().unwrap();
+    assert!(
+        reason.contains("rests on the agent's own account"),
+        "{reason}"
+    );
+
+    // An account that names a cheat: disqualified, on its word.
+    transcript(&dir, &["ls /task", "python3 -c 'import solver.oracle'"]);
+    let (out, v) = audit(&run, &policy, &["--transcripts", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(v["disqualified"], true);
+    assert_eq!(v["transcripts"]["hits"][0]["rule"], "cheats.oracle");
+    assert_eq!(v["unused_rules"], serde_json::json!(["warns.peek"]));
+
+    // Without transcripts, no record is an error, as before.
+    let (out, _) = audit(&run, &policy, &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+}

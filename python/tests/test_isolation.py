@@ -191,3 +191,21 @@ def test_the_seed_ledger_snippet_lists_what_subprocesses_touched(agent_run: Path
     execs = [e for e in L["events"] if e["op"] == "exec"]
     assert any("import solver.oracle" in e["command"] for e in execs)
     assert L["complete"] is True
+
+
+def test_a_run_with_only_transcripts_is_audited_from_them_never_clean(
+        aet_bin: str, tmp_path: Path) -> None:
+    run = tmp_path / "runs/agent_02"
+    (run / "transcripts").mkdir(parents=True)
+    call = {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t1",
+            "name": "Bash", "input": {"command": "python -c 'import solver.oracle'"}}]}}
+    (run / "transcripts/round-1.jsonl").write_text(json.dumps(call) + "\n")
+    r = audit_run(run, seed_policy())
+    assert r["kernel_record"] is False
+    assert r["disqualified"] is True and r["verdict"] == "disqualified"
+    assert [(h["rule"], h["source"]) for h in r["cheat_hits"]] == [("oracle", "transcript")]
+    call["message"]["content"][0]["input"]["command"] = "ls"  # type: ignore[index]
+    (run / "transcripts/round-1.jsonl").write_text(json.dumps(call) + "\n")
+    r = audit_run(run, seed_policy())
+    assert r["verdict"] == "inconclusive" and r["complete"] is False
+    assert "own account" in r["incomplete_reasons"][0]

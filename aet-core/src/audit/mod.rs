@@ -9,6 +9,7 @@
 //! warnings), `disqualified` 2 (a cheat hit), `inconclusive` 3 (the record is incomplete and no
 //! cheat was found). Usage and input errors are 4.
 
+mod account;
 pub(crate) mod batch;
 pub mod draft;
 pub mod engine;
@@ -298,6 +299,14 @@ pub fn audit_with(
             Some((dir.to_owned(), fmt.name().to_owned(), calls))
         }
     };
+    if !ledger.exists()
+        && let Some((source, format, calls)) = calls
+    {
+        // No kernel record: the agent's own account is all there is.
+        return Ok(account::transcripts_only(
+            &ledger, policy, source, format, &calls,
+        ));
+    }
     let (scan, read) = engine::scan(&ledger, policy)?;
     Ok(build_report(&ledger, policy, scan, &read, calls))
 }
@@ -325,8 +334,9 @@ fn build_report(
     }
     let complete = reasons.is_empty();
 
-    let transcripts =
-        calls.map(|(source, format, calls)| correlate(policy, &mut scan, source, format, &calls));
+    let transcripts = calls.map(|(source, format, calls)| {
+        account::correlate(policy, &mut scan, source, format, &calls)
+    });
 
     let mut cheat_hits = Vec::new();
     let mut contaminant_hits = Vec::new();
@@ -382,11 +392,7 @@ fn build_report(
     }
     // The agent's own account decides as the record does (the seed's audit read only it): a
     // cheat it names disqualifies, a contaminant makes isolation not clean, a warning flags.
-    let said = |sev: Severity| {
-        transcripts
-            .as_ref()
-            .map_or(0, |t| t.hits.iter().filter(|h| h.severity == sev).count())
-    };
+    let said = |sev: Severity| account::said(transcripts.as_ref(), sev);
     if let Some(t) = &transcripts {
         unused_rules.retain(|r| !t.hits.iter().any(|h| &h.rule == r));
     }
@@ -435,95 +441,6 @@ fn build_report(
     };
     report.groups = groups::group(&report);
     report
-}
-
-/// The transcripts beside the kernel's record: the tool calls whose command or paths match a
-/// rule, the paths they name and whether the kernel saw them, and for each finding whether a
-/// tool call names it and which one was running.
-fn correlate(
-    policy: &Policy,
-    scan: &mut engine::Scan,
-    source: PathBuf,
-    format: String,
-    calls: &[ToolCall],
-) -> Transcripts {
-    let kernel_paths: std::collections::HashSet<&str> =
-        scan.paths.iter().map(String::as_str).collect();
-    let seen = |word: &str| {
-        kernel_paths.contains(word) || scan.paths.iter().any(|p| transcript::names_path(word, p))
-    };
-    let mut hits = Vec::new();
-    for c in calls {
-        let text = c.command.clone().unwrap_or_default() + " " + &c.paths.join(" ");
-        let mut matched: Vec<usize> = policy.set.matches(text.as_bytes()).into_iter().collect();
-        // Rules on what a process ran match the commands the agent says it ran (a text rule
-        // is in the path set already).
-        if let Some(cmd) = &c.command {
-            for m in policy.argv_set.matches(cmd.as_bytes()).iter() {
-                let r = policy.argv_rules[m];
-                if policy.rules[r].target == crate::policy::Target::Argv && !matched.contains(&r) {
-                    matched.push(r);
-                }
-            }
-        }
-        for idx in matched {
-            let r = &policy.rules[idx];
-            hits.push(TranscriptHit {
-                rule: r.name.clone(),
-                severity: r.severity,
-                tool_call: c.reference(),
-                seen_by_kernel: c.paths.iter().any(|p| seen(p)),
-            });
-        }
-    }
-    let mut paths: Vec<TranscriptPath> = Vec::new();
-    for c in calls {
-        for p in &c.paths {
-            if !paths.iter().any(|x| &x.path == p) {
-                paths.push(TranscriptPath {
-                    path: p.clone(),
-                    seen_by_kernel: seen(p),
-                });
-            }
-        }
-    }
-    let mut unmentioned = 0;
-    for f in &mut scan.findings {
-        let mentioned = calls.iter().any(|c| {
-            c.paths.iter().any(|w| transcript::names_path(w, &f.path))
-                || c.command
-                    .as_deref()
-                    .is_some_and(|cmd| cmd.contains(&f.path))
-        });
-        f.mentioned_in_transcript = Some(mentioned);
-        if !mentioned && f.class != Class::Warning {
-            unmentioned += 1;
-        }
-        // The tool call running when the access happened.
-        f.tool_call = calls
-            .iter()
-            .filter(|c| {
-                c.started_ns.is_some_and(|s| s <= f.first_ts_ns)
-                    && c.ended_ns.is_none_or(|e| f.first_ts_ns <= e)
-            })
-            .max_by_key(|c| c.started_ns)
-            .map(ToolCall::reference);
-    }
-    let headline = (unmentioned > 0).then(|| {
-            format!(
-                "{unmentioned} flagged access(es) by processes at paths no tool call in the transcripts names: \
-                 only the kernel's record shows them"
-            )
-        });
-    Transcripts {
-        format,
-        source,
-        tool_calls: calls.len(),
-        hits,
-        paths,
-        unmentioned_findings: unmentioned,
-        headline,
-    }
 }
 
 /// The rules (and protected files) that matched no row: they may be typos.
@@ -620,11 +537,18 @@ pub fn render_text(r: &Report) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let _ = writeln!(s, "aet audit: {}", r.verdict.name().to_uppercase());
+    let no_record = r.incomplete_reasons.iter().any(|x| x == account::NO_RECORD);
     let _ = writeln!(
         s,
         "ledger        {} ({})",
         r.ledger.display(),
-        if r.complete { "complete" } else { "INCOMPLETE" }
+        if no_record {
+            "NONE: the transcripts alone"
+        } else if r.complete {
+            "complete"
+        } else {
+            "INCOMPLETE"
+        }
     );
     for reason in &r.incomplete_reasons {
         let _ = writeln!(s, "              - {reason}");

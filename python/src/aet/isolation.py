@@ -215,17 +215,21 @@ def audit_run(run_dir: PathLike, policy: AuditPolicy, *,
     ``isolation_clean`` (no contaminant and nothing out of scope), ``cheat_hits``,
     ``out_of_scope_reads`` (contaminant hits, then accesses outside ``allow``) and ``warnings``,
     each a list of hits (``rule`` the seed's name, ``path``, ``access``, ``source``: ``kernel``
-    or ``transcript``). Added: ``verdict``, ``complete`` (the kernel's record lost nothing),
+    or ``transcript``). Added: ``verdict``, ``kernel_record``, ``complete`` (the kernel's record
+    lost nothing),
     ``incomplete_reasons``, ``rows``, ``report`` (the whole ``audit.json``).
 
     ``transcripts``: the agent's transcripts (a file or a directory); by default the run
-    directory's ``transcripts/`` when it has one.
+    directory's ``transcripts/`` when it has one. A run with transcripts and no kernel record
+    (recorded before aet) is audited from them alone, the seed's own case: ``kernel_record`` is
+    then false, and the verdict is ``disqualified`` on a cheat the transcripts name, else
+    ``inconclusive``, never ``clean``.
     """
     run = Path(run_dir)
-    if not (run / LEDGER).exists() and not run.is_file():
-        raise AetError(f"{run}: no kernel record ({LEDGER}) to audit")
     if transcripts is None and (run / "transcripts").is_dir():
         transcripts = run / "transcripts"
+    if not (run / LEDGER).exists() and not run.is_file() and transcripts is None:
+        raise AetError(f"{run}: no kernel record ({LEDGER}) and no transcripts to audit")
     fd, name = tempfile.mkstemp(prefix="aet-policy-", suffix=".toml")
     with os.fdopen(fd, "w") as f:
         f.write(policy.to_toml())
@@ -251,6 +255,7 @@ def audit_run(run_dir: PathLike, policy: AuditPolicy, *,
         + [_seed_hit(f, "kernel") for f in report["out_of_scope"]],
         "warnings": [_seed_hit(f, "kernel") for f in report["warnings"]] + by_severity["warn"],
         "verdict": report["verdict"],
+        "kernel_record": (run / LEDGER).exists() or run.is_file(),
         "complete": bool(report["complete"]),
         "incomplete_reasons": report.get("incomplete_reasons", []),
         "rows": report.get("counts", {}).get("rows"),
