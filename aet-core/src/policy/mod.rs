@@ -326,6 +326,35 @@ fn rule_fields(
     }
 }
 
+/// Why a rule's target and accesses leave it nothing of a run to match, if they do: a host
+/// rule is judged on host names only, an argv rule on what processes ran, and a path (or text)
+/// pattern never matches a host name.
+fn never_matches(target: Target, access: &[Access]) -> Option<String> {
+    let names = || {
+        access
+            .iter()
+            .map(|a| format!("{a:?}").to_lowercase())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match target {
+        Target::Host if !access.contains(&Access::Host) => Some(format!(
+            "a `host` rule matches host names (access `host`), and its `access` is [{}]",
+            names()
+        )),
+        Target::Argv if !access.contains(&Access::Exec) => Some(format!(
+            "an `argv` rule matches what a process ran (access `exec`), and its `access` is [{}]",
+            names()
+        )),
+        Target::Path | Target::Text if access.iter().all(|a| *a == Access::Host) => Some(
+            "a path pattern never matches a host name, and its only `access` is `host` (a \
+             host rule is `{ host = \"NAME\" }`)"
+                .into(),
+        ),
+        _ => None,
+    }
+}
+
 /// A regular expression that matches nothing (the path set's entry for an argv rule).
 const NEVER: &str = r"[^\s\S]";
 
@@ -565,6 +594,10 @@ fn compile_rules(text: &str, spec: &PolicySpec, prefix: &str) -> Result<Compiled
                 problems.push(format!(
                     "{at}: {full}: `access` is empty: the rule could never match"
                 ));
+                continue;
+            }
+            if let Some(why) = never_matches(target, &access) {
+                problems.push(format!("{at}: {full}: {why}: the rule could never match"));
                 continue;
             }
             let access_mask = access.iter().fold(0u8, |m, a| m | a.bit());

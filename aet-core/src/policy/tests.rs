@@ -240,3 +240,30 @@ fn a_rule_with_two_targets_or_a_bad_text_is_refused_naming_it() {
         "{e}"
     );
 }
+
+#[test]
+fn a_rule_whose_target_and_access_leave_it_nothing_to_match_is_refused() {
+    let e = Policy::parse(
+        "[cheats]\na = { host = 'github.com', access = ['read'] }\n\
+         b = { argv = 'curl', access = ['read', 'write'] }\n\
+         c = { pattern = '/answers/', access = ['host'] }\n\
+         d = { text = 'oracle', access = ['host'] }\n\
+         ok = { argv = 'curl', access = ['exec'] }\n",
+        Path::new("p.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    for (name, why) in [
+        ("cheats.a", "a `host` rule matches host names"),
+        ("cheats.b", "an `argv` rule matches what a process ran"),
+        ("cheats.c", "a path pattern never matches a host name"),
+        ("cheats.d", "a path pattern never matches a host name"),
+    ] {
+        assert!(
+            e.lines()
+                .any(|l| l.contains(name) && l.contains(why) && l.ends_with("could never match")),
+            "{name}: {e}"
+        );
+    }
+    assert!(!e.contains("cheats.ok"), "{e}");
+}
