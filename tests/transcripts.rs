@@ -130,3 +130,213 @@ fn a_run_with_transcripts_and_no_record_gets_a_verdict_that_says_what_it_rests_o
     let (out, _) = audit(&run, &policy, &[]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
 }
+
+/// A transcript of `cmds` run in `cwd`, in `format`, as that agent writes it: the file's name, its
+/// text, and for each call a string only its record holds (where the audit must point).
+fn agent_transcript(format: &str, cwd: &str, cmds: &[&str]) -> (&'static str, String, Vec<String>) {
+    use serde_json::json;
+    let lines = |v: Vec<serde_json::Value>| v.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let ids: Vec<String> = (0..cmds.len())
+        .map(|i| format!("call_{format}_{i}"))
+        .collect();
+    let at = |i: usize| format!("2026-11-30T09:00:{:02}.000000", i * 2);
+    match format {
+        "claude-jsonl" => {
+            let mut v = Vec::new();
+            for (c, id) in cmds.iter().zip(&ids) {
+                v.push(json!({"type": "assistant", "cwd": cwd, "sessionId": "s", "message": {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": c}}]}}));
+                v.push(json!({"type": "user", "cwd": cwd, "sessionId": "s", "message": {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": id, "content": ""}]}}));
+            }
+            ("session.jsonl", lines(v), ids)
+        }
+        "claude-json" => {
+            let v: Vec<_> = cmds
+                .iter()
+                .zip(&ids)
+                .map(|(c, id)| {
+                    json!({"type": "assistant", "session_id": "s", "message": {"content": [
+                {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": c}}]}})
+                })
+                .collect();
+            let text = format!(
+                "[{}]\n",
+                v.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",\n")
+            );
+            ("out.json", text, ids)
+        }
+        "codex" => {
+            let mut v = vec![
+                json!({"timestamp": "2026-11-30T09:00:00Z", "type": "session_meta", "payload": {"id": "s", "cwd": cwd}}),
+            ];
+            for (c, id) in cmds.iter().zip(&ids) {
+                let args = json!({"command": ["bash", "-lc", c], "workdir": cwd}).to_string();
+                v.push(
+                    json!({"timestamp": "2026-11-30T09:00:01Z", "type": "response_item", "payload":
+                    {"type": "function_call", "name": "shell", "arguments": args, "call_id": id}}),
+                );
+                // Days before the run: the times place no access, the paths do.
+                v.push(
+                    json!({"timestamp": "2026-11-30T09:00:02Z", "type": "response_item", "payload":
+                    {"type": "function_call_output", "call_id": id, "output": "ok"}}),
+                );
+            }
+            ("rollout-2026-11-30T09-00-00-s.jsonl", lines(v), ids)
+        }
+        "codex-exec" => {
+            let mut v = vec![json!({"type": "thread.started", "thread_id": "t"})];
+            for (c, id) in cmds.iter().zip(&ids) {
+                let item = json!({"id": id, "type": "command_execution", "command": format!("bash -lc '{c}'"), "status": "completed"});
+                v.push(json!({"type": "item.completed", "item": item}));
+            }
+            ("exec.jsonl", lines(v), ids)
+        }
+        "inspect" => {
+            let calls: Vec<_> = cmds.iter().zip(&ids).map(|(c, id)| json!({"role": "assistant", "content": "",
+                "tool_calls": [{"id": id, "function": "bash", "arguments": {"cmd": c}, "type": "function"}]})).collect();
+            let log = json!({"version": 2, "status": "success", "eval": {"task": "t", "model": "m"},
+                "samples": [{"id": 1, "epoch": 1, "messages": calls}]});
+            ("log.json", serde_json::to_string_pretty(&log).unwrap(), ids)
+        }
+        "swe-agent" => {
+            let steps: Vec<_> = cmds
+                .iter()
+                .map(|c| {
+                    json!({"action": c, "observation": "",
+                "state": {"open_file": "n/a", "working_dir": cwd}, "thought": ""})
+                })
+                .collect();
+            let traj =
+                json!({"environment": "docker", "trajectory": steps, "history": [], "info": {}});
+            let needles = cmds.iter().map(|c| (*c).to_owned()).collect();
+            (
+                "i1.traj",
+                serde_json::to_string_pretty(&traj).unwrap(),
+                needles,
+            )
+        }
+        "mini-swe-agent" => {
+            let mut v = vec![json!({"role": "system", "content": "You run commands."})];
+            let mut needles = Vec::new();
+            for c in cmds {
+                let content = format!("THOUGHT: next.\n\n```mswea_bash_command\n{c}\n```");
+                v.push(json!({"role": "assistant", "content": content}));
+                v.push(json!({"role": "user", "content": "<returncode>0</returncode>"}));
+                needles.push(content);
+            }
+            (
+                "i1.traj.json",
+                serde_json::to_string_pretty(&v).unwrap(),
+                needles,
+            )
+        }
+        "openhands" => {
+            let mut v = Vec::new();
+            let mut needles = Vec::new();
+            for (i, c) in cmds.iter().enumerate() {
+                v.push(json!({"id": 2 * i, "timestamp": at(2 * i), "source": "agent", "message": format!("Running command: {c}"),
+                    "action": "run", "args": {"command": c, "is_input": false, "thought": ""}}));
+                v.push(json!({"id": 2 * i + 1, "timestamp": at(2 * i + 1), "source": "agent", "cause": 2 * i, "observation": "run",
+                    "content": "", "extras": {"command": c, "metadata": {"exit_code": 0, "working_dir": cwd}}}));
+                needles.push(at(2 * i));
+            }
+            (
+                "trajectory.json",
+                serde_json::to_string_pretty(&v).unwrap(),
+                needles,
+            )
+        }
+        "gemini" => {
+            let mut v = vec![
+                json!({"sessionId": "g", "projectHash": "h", "startTime": "2026-11-30T09:00:00Z", "lastUpdated": "2026-11-30T09:00:00Z"}),
+            ];
+            for (c, id) in cmds.iter().zip(&ids) {
+                v.push(json!({"id": format!("m-{id}"), "timestamp": "2026-11-30T09:00:01Z", "type": "gemini", "content": "",
+                    "toolCalls": [{"id": id, "name": "run_shell_command", "args": {"command": c}, "status": "success", "timestamp": "2026-11-30T09:00:01Z"}]}));
+            }
+            ("session-2026-11-30T09-00-g.jsonl", lines(v), ids)
+        }
+        f => panic!("no transcript writer for {f}"),
+    }
+}
+
+#[test]
+fn every_agents_transcript_names_the_tool_call_each_flagged_access_came_from() {
+    let t = Tree::new();
+    t.dirs(&["task/answers", "other/projects/p1"])
+        .file("task/answers/key.txt", "42\n")
+        .file("other/projects/p1/README.md", "another agent's work\n");
+    let task = t.s("task");
+    // The commands, each a tool call, as the agent ran them in the task's directory.
+    let cmds = [
+        "cat answers/key.txt",
+        "head -1 ../other/projects/p1/README.md",
+    ];
+    let run = t.p("run");
+    let script = format!(
+        "cd {task} && {} >/dev/null && {} >/dev/null",
+        cmds[0], cmds[1]
+    );
+    let r = run_in(&run, &[], &["sh", "-c", &script]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let policy = t.p("policy.toml");
+    fs::write(
+        &policy,
+        "[cheats]\nkey = 'answers/key\\.txt'\n[contaminants]\nother = 'other/projects/'\n",
+    )
+    .unwrap();
+
+    for format in [
+        "claude-jsonl",
+        "claude-json",
+        "codex",
+        "codex-exec",
+        "inspect",
+        "swe-agent",
+        "mini-swe-agent",
+        "openhands",
+        "gemini",
+    ] {
+        let (name, body, needles) = agent_transcript(format, &task, &cmds);
+        let dir = t.p(&format!("transcripts-{format}"));
+        // Under a subfolder: the directory is walked, and the format found by its content.
+        fs::create_dir_all(dir.join("agent")).unwrap();
+        let file = dir.join("agent").join(name);
+        fs::write(&file, &body).unwrap();
+        let line_of = |needle: &str| {
+            let quoted = serde_json::to_string(needle).unwrap();
+            let i = body
+                .find(&quoted)
+                .unwrap_or_else(|| panic!("{format}: {quoted} not in {body}"));
+            body[..i].matches('\n').count() + 1
+        };
+        let (out, v) = audit(&run, &policy, &["--transcripts", dir.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{format}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(v["transcripts"]["format"], format, "{format}");
+        assert_eq!(v["transcripts"]["tool_calls"], 2, "{format}");
+        for (hits, i) in [("cheat_hits", 0), ("contaminant_hits", 1)] {
+            let f = &v[hits][0];
+            assert_eq!(f["mentioned_in_transcript"], true, "{format} {hits}: {f}");
+            let c = &f["tool_call"];
+            assert_eq!(c["file"], file.to_str().unwrap(), "{format} {hits}: {c}");
+            assert_eq!(c["line"], line_of(&needles[i]), "{format} {hits}: {c}");
+            assert_eq!(c["kind"], "shell", "{format} {hits}: {c}");
+            assert_eq!(c["command"], cmds[i], "{format} {hits}: {c}");
+            assert_eq!(c["by"], "path", "{format} {hits}: {c}");
+        }
+        assert!(
+            text(&out.stdout).contains(&format!("tool calls ({format})")),
+            "{format}: {}",
+            text(&out.stdout)
+        );
+    }
+}

@@ -419,11 +419,13 @@ pub fn spec(data: &[u8]) {
 
 /// A transcript file.
 pub fn transcript(data: &[u8]) {
-    use aet_core::audit::transcript::{self, TranscriptFormat as _};
+    use aet_core::audit::transcript;
     let p = file("transcript.jsonl", data);
-    let _ = transcript::read_dir(&p, &transcript::ClaudeJsonl);
+    let _ = transcript::read(&p, None);
+    for f in transcript::formats() {
+        let _ = f.tool_calls(&p, data);
+    }
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = transcript::ClaudeJsonl.tool_calls(&p, text);
         for line in text.lines().take(64) {
             let _ = transcript::command_paths(line);
         }

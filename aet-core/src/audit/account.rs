@@ -54,19 +54,11 @@ pub(super) fn transcripts_only(
     ledger: &Path,
     policy: &Policy,
     source: PathBuf,
-    format: String,
-    calls: &[ToolCall],
+    read: transcript::Read,
 ) -> Report {
+    let calls = &read.calls;
     let hits = hits(policy, calls, &|_| false);
-    let mut paths: Vec<TranscriptPath> = Vec::new();
-    for p in calls.iter().flat_map(|c| &c.paths) {
-        if !paths.iter().any(|x| &x.path == p) {
-            paths.push(TranscriptPath {
-                path: p.clone(),
-                seen_by_kernel: false,
-            });
-        }
-    }
+    let paths = named_paths(calls, &|_| false);
     let unused_rules = policy
         .rules
         .iter()
@@ -74,11 +66,12 @@ pub(super) fn transcripts_only(
         .map(|r| r.name.clone())
         .collect();
     let t = Transcripts {
-        format,
+        format: read.format(),
         source,
         tool_calls: calls.len(),
         hits,
         paths,
+        unrecognized: read.unrecognized,
         unmentioned_findings: 0,
         headline: None,
     };
@@ -122,47 +115,63 @@ pub(super) fn correlate(
     policy: &Policy,
     scan: &mut engine::Scan,
     source: PathBuf,
-    format: String,
-    calls: &[ToolCall],
+    read: transcript::Read,
 ) -> Transcripts {
+    let calls = &read.calls;
     let kernel_paths: std::collections::HashSet<&str> =
         scan.paths.iter().map(String::as_str).collect();
     let seen = |word: &str| {
         kernel_paths.contains(word) || scan.paths.iter().any(|p| transcript::names_path(word, p))
     };
     let hits = hits(policy, calls, &seen);
-    let mut paths: Vec<TranscriptPath> = Vec::new();
-    for c in calls {
-        for p in &c.paths {
-            if !paths.iter().any(|x| &x.path == p) {
-                paths.push(TranscriptPath {
-                    path: p.clone(),
-                    seen_by_kernel: seen(p),
-                });
-            }
-        }
-    }
+    let paths = named_paths(calls, &seen);
+    // A call without a result ran until the next call began (an agent's calls follow one
+    // another); the last such call is open-ended.
+    let mut starts: Vec<i64> = calls.iter().filter_map(|c| c.started_ns).collect();
+    starts.sort_unstable();
+    let ends: Vec<Option<i64>> = calls
+        .iter()
+        .map(|c| {
+            c.ended_ns.or_else(|| {
+                let s = c.started_ns?;
+                starts.get(starts.partition_point(|&x| x <= s)).copied()
+            })
+        })
+        .collect();
     let mut unmentioned = 0;
     for f in &mut scan.findings {
-        let mentioned = calls.iter().any(|c| {
+        let names = |c: &&ToolCall| {
             c.paths.iter().any(|w| transcript::names_path(w, &f.path))
                 || c.command
                     .as_deref()
                     .is_some_and(|cmd| cmd.contains(&f.path))
-        });
-        f.mentioned_in_transcript = Some(mentioned);
-        if !mentioned && f.class != Class::Warning {
+        };
+        let naming = calls.iter().find(names);
+        f.mentioned_in_transcript = Some(naming.is_some());
+        if naming.is_none() && f.class != Class::Warning {
             unmentioned += 1;
         }
-        // The tool call running when the access happened.
-        f.tool_call = calls
-            .iter()
-            .filter(|c| {
-                c.started_ns.is_some_and(|s| s <= f.first_ts_ns)
-                    && c.ended_ns.is_none_or(|e| f.first_ts_ns <= e)
-            })
-            .max_by_key(|c| c.started_ns)
-            .map(ToolCall::reference);
+        // The tool call running when the access happened; when the transcript's times do not
+        // place it (or it has none), the first call that names the path; else a call that
+        // began before it and whose end the transcript does not say.
+        let running = |open: bool| {
+            calls
+                .iter()
+                .zip(&ends)
+                .filter(|(c, end)| {
+                    c.started_ns.is_some_and(|s| s <= f.first_ts_ns)
+                        && match end {
+                            Some(e) => !open && f.first_ts_ns <= *e,
+                            None => open,
+                        }
+                })
+                .max_by_key(|(c, _)| c.started_ns)
+                .map(|(c, _)| c)
+        };
+        f.tool_call = running(false)
+            .map(|c| attributed(c, "time"))
+            .or_else(|| naming.map(|c| attributed(c, "path")))
+            .or_else(|| running(true).map(|c| attributed(c, "time")));
     }
     let headline = (unmentioned > 0).then(|| {
             format!(
@@ -171,12 +180,35 @@ pub(super) fn correlate(
             )
         });
     Transcripts {
-        format,
+        format: read.format(),
         source,
         tool_calls: calls.len(),
         hits,
         paths,
+        unrecognized: read.unrecognized,
         unmentioned_findings: unmentioned,
         headline,
     }
+}
+
+/// A call's reference, saying how the finding got it.
+fn attributed(c: &ToolCall, by: &str) -> transcript::ToolCallRef {
+    transcript::ToolCallRef {
+        by: Some(by.into()),
+        ..c.reference()
+    }
+}
+
+/// The paths the calls name, each once, and whether the kernel saw each.
+fn named_paths(calls: &[ToolCall], seen: &dyn Fn(&str) -> bool) -> Vec<TranscriptPath> {
+    let mut paths: Vec<TranscriptPath> = Vec::new();
+    for p in calls.iter().flat_map(|c| &c.paths) {
+        if !paths.iter().any(|x| &x.path == p) {
+            paths.push(TranscriptPath {
+                path: p.clone(),
+                seen_by_kernel: seen(p),
+            });
+        }
+    }
+    paths
 }

@@ -33,7 +33,6 @@ pub use reached::Reached;
 use crate::policy::{Policy, PolicyError, Severity};
 pub use batch::COLUMNS;
 pub use finding::{Ancestor, Class, Finding, Outcome, Proc};
-use transcript::ToolCall;
 
 use crate::ledger::{
     reader::ReadError,
@@ -52,7 +51,7 @@ pub enum AuditError {
     Ledger(#[from] ReadError),
     #[error("transcripts {path}: {message}")]
     Transcripts { path: PathBuf, message: String },
-    #[error("unknown transcript format {0:?} (known: claude-jsonl)")]
+    #[error("unknown transcript format {0:?} (known: {known})", known = transcript::format_names().join(", "))]
     Format(String),
 }
 
@@ -142,6 +141,10 @@ pub struct Transcripts {
     /// Tool calls whose command or paths match a rule (the seed's transcript audit).
     pub hits: Vec<TranscriptHit>,
     pub paths: Vec<TranscriptPath>,
+    /// Files under the transcripts' directory that no format recognised (left out of the
+    /// audit, and said here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unrecognized: Vec<PathBuf>,
     /// Flagged accesses (cheats, contaminants, out of scope) at paths no tool call names: what
     /// only the kernel's record shows.
     pub unmentioned_findings: usize,
@@ -288,24 +291,25 @@ pub fn audit_with(
     let calls = match opts.transcripts {
         None => None,
         Some(dir) => {
-            let fmt = transcript::format_by_name(opts.transcript_format)
-                .ok_or_else(|| AuditError::Format(opts.transcript_format.to_owned()))?;
-            let calls = transcript::read_dir(dir, fmt.as_ref()).map_err(|message| {
-                AuditError::Transcripts {
-                    path: dir.to_owned(),
-                    message,
-                }
+            let fmt = match opts.transcript_format {
+                "auto" | "" => None,
+                name => Some(
+                    transcript::format_by_name(name)
+                        .ok_or_else(|| AuditError::Format(name.to_owned()))?,
+                ),
+            };
+            let read = transcript::read(dir, fmt).map_err(|message| AuditError::Transcripts {
+                path: dir.to_owned(),
+                message,
             })?;
-            Some((dir.to_owned(), fmt.name().to_owned(), calls))
+            Some((dir.to_owned(), read))
         }
     };
     if !ledger.exists()
-        && let Some((source, format, calls)) = calls
+        && let Some((source, read)) = calls
     {
         // No kernel record: the agent's own account is all there is.
-        return Ok(account::transcripts_only(
-            &ledger, policy, source, format, &calls,
-        ));
+        return Ok(account::transcripts_only(&ledger, policy, source, read));
     }
     let (scan, read) = engine::scan(&ledger, policy)?;
     Ok(build_report(&ledger, policy, scan, &read, calls))
@@ -316,7 +320,7 @@ fn build_report(
     policy: &Policy,
     mut scan: engine::Scan,
     read: &engine::Read,
-    calls: Option<(PathBuf, String, Vec<ToolCall>)>,
+    calls: Option<(PathBuf, transcript::Read)>,
 ) -> Report {
     let m = &read.meta;
     let mut reasons = assess(
@@ -334,9 +338,8 @@ fn build_report(
     }
     let complete = reasons.is_empty();
 
-    let transcripts = calls.map(|(source, format, calls)| {
-        account::correlate(policy, &mut scan, source, format, &calls)
-    });
+    let transcripts =
+        calls.map(|(source, read)| account::correlate(policy, &mut scan, source, read));
 
     let mut cheat_hits = Vec::new();
     let mut contaminant_hits = Vec::new();
@@ -657,12 +660,25 @@ pub fn render_text(r: &Report) -> String {
     if let Some(t) = &r.transcripts {
         let _ = writeln!(
             s,
-            "transcripts   {} tool calls, {} rule hits, {} paths named ({} not seen by the kernel)",
+            "transcripts   {} tool calls ({}), {} rule hits, {} paths named ({} not seen by the kernel)",
             t.tool_calls,
+            t.format,
             t.hits.len(),
             t.paths.len(),
             t.paths.iter().filter(|p| !p.seen_by_kernel).count()
         );
+        if !t.unrecognized.is_empty() {
+            let _ = writeln!(
+                s,
+                "LEFT OUT      {} file(s) under the transcripts no format recognised: {}",
+                t.unrecognized.len(),
+                t.unrecognized
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         for h in t.hits.iter().filter(|h| h.severity != Severity::Warn) {
             let c = &h.tool_call;
             let _ = writeln!(

@@ -14,11 +14,13 @@ pub struct Args {
     /// The policy (TOML).
     #[arg(long, value_name = "FILE")]
     pub policy: PathBuf,
-    /// The agent's transcripts: a directory of JSON-lines files, or one file.
+    /// The agent's transcripts: a directory (read recursively) or one file.
     #[arg(long, value_name = "DIR")]
     pub transcripts: Option<PathBuf>,
-    /// The transcripts' format.
-    #[arg(long, value_name = "NAME", default_value = "claude-jsonl")]
+    /// The transcripts' format: `auto` (each file's, found by its content), `claude-jsonl`,
+    /// `claude-json`, `codex`, `codex-exec`, `inspect`, `swe-agent`, `mini-swe-agent`,
+    /// `openhands`, `gemini`.
+    #[arg(long, value_name = "NAME", default_value = "auto")]
     pub transcript_format: String,
     /// Write the JSON report here (`-` for stdout, instead of the summary).
     #[arg(long, value_name = "OUT")]

@@ -304,7 +304,7 @@ fn audit_run(
         policy,
         &aet_core::audit::Options {
             transcripts,
-            transcript_format: "claude-jsonl",
+            transcript_format: "auto",
         },
     );
     match report {
