@@ -340,3 +340,26 @@ fn every_agents_transcript_names_the_tool_call_each_flagged_access_came_from() {
         );
     }
 }
+
+#[test]
+fn a_path_rule_written_as_a_command_line_is_warned_of_in_the_report() {
+    let t = Tree::new();
+    let policy = t.p("policy.toml");
+    fs::write(&policy, "[cheats]\noracle = 'import\\s+solver\\.oracle'\n").unwrap();
+    let run = t.p("old-run");
+    let dir = run.join("transcripts");
+    transcript(&dir, &["python3 -c 'import solver.oracle'"]);
+    let (out, v) = audit(&run, &policy, &["--transcripts", dir.to_str().unwrap()]);
+    // It loads (paths may hold spaces), and still matches the transcript's command text.
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let w = v["policy_warnings"][0].as_str().unwrap();
+    assert!(
+        w.starts_with("line 2: cheats.oracle") && w.contains("text ="),
+        "{w}"
+    );
+    let summary = text(&out.stdout);
+    assert!(
+        summary.contains("POLICY WARN   line 2: cheats.oracle"),
+        "{summary}"
+    );
+}

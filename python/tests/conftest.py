@@ -33,11 +33,14 @@ def _rootfs(tmp: Path) -> Path:
         (root / d).mkdir(parents=True, exist_ok=True)
     busybox = shutil.which("busybox") or "/bin/busybox"
     shutil.copy(busybox, root / "bin/busybox")
-    for c in ("sh", "cat", "ls", "sleep", "echo", "mkdir", "dirname", "rm", "true"):
+    for c in ("sh", "cat", "ls", "sleep", "echo", "mkdir", "dirname", "rm", "true", "env",
+              "chown", "chmod", "printf"):
         os.symlink("busybox", root / "bin" / c)
     (root / "data/key.txt").write_text("the answer key\n")
     (root / "data/inside.txt").write_text("the container's own file\n")
     (root / "tests/test_answer.sh").write_text("#!/bin/sh\necho grading\n")
+    (root / "grader").mkdir()
+    (root / "grader/expected.txt").write_text("the grader's expected output\n")
     return root
 
 

@@ -121,3 +121,65 @@ def test_what_the_grader_loads_that_the_agent_wrote_outside_the_solution_is_name
     assert f["path"] == "/tmp/helper.sh" and f["phase"] == "grading"
     writer = f["provenance"]["steps"][0]
     assert writer["phase"] == "agent" and writer["pid"] != f["pid"]
+
+
+def test_an_agent_identity_runs_the_agents_commands_unprivileged_and_keeps_the_grader_root(
+    aet_bin: str, engine_image: tuple[str, str], tmp_path: Path
+) -> None:
+    engine, image = engine_image
+    with aet.container(image, engine=engine, out=tmp_path / "run", workdir="/work",
+                       env={"ANTHROPIC_API_KEY": "secret", "LANG": "C.UTF-8"},
+                       identity="2345:2346", grader_root="/grader", fix_grader_root=True,
+                       agent_env={"TASK": "t1"}) as c:
+        facts = c.identity_facts
+        assert facts is not None
+        probe = facts["probe"]
+        assert isinstance(probe, dict)
+        assert probe["uid"] == [2345] * 4 and probe["gid"] == [2346] * 4, probe
+        assert probe["CapEff"] == probe["CapPrm"] == "0000000000000000", probe
+        assert probe["no_new_privs"] is True
+        # The container's credential is not the agent's; what the harness names is.
+        given = {"HOME", "LANG", "LOGNAME", "PATH", "TASK", "USER"}
+        env = set(probe["env"])
+        assert given <= env and env - given <= {"TERM"}, probe
+        gr = facts["grader_root"]
+        assert isinstance(gr, dict) and "now root's, 0700" in str(gr["fixed"]), gr
+        assert facts["grader_root_listed_by_agent"] is False
+        # The agent writes its workdir, cannot read the grader's material, cannot become root.
+        c.write_file("/work/answer.txt", "42\n")
+        denied = c.exec(["cat", "/grader/expected.txt"])
+        assert denied.exit_status != 0 and b"ermission denied" in denied.stderr, denied
+        assert c.exec(["sh", "-c", "echo $ANTHROPIC_API_KEY"]).stdout == b"\n"
+        # The grader runs as the container's own user, and reads it.
+        g = c.grade(["cat", "/grader/expected.txt"])
+        assert g == (0, b"the grader's expected output\n", b"")
+    saved = (tmp_path / "run" / "container-identity.json").read_text()
+    assert '"no_new_privs": true' in saved
+    r = c.result
+    assert r is not None and r.complete, r.reasons
+    t = r.table()
+    rows = t.select(["kind", "uid", "argv", "resolved_path", "ret", "phase"]).to_pylist()
+    agent_cat = [x for x in rows if x["kind"] == "exec" and x["argv"] == ["cat", "/grader/expected.txt"]]
+    assert {x["uid"] for x in agent_cat if x["phase"] == "agent"} == {2345}, agent_cat
+    assert {x["uid"] for x in agent_cat if x["phase"] == "grading"} == {0}, agent_cat
+    refused = [x for x in rows if x["kind"] == "open" and x["resolved_path"] == "/grader/expected.txt"
+               and x["phase"] == "agent"]
+    assert refused and all((x["ret"] or 0) < 0 for x in refused), refused
+
+
+def test_an_agent_identity_that_cannot_be_made_as_specified_starts_nothing(
+    aet_bin: str, docker_image: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="must not be 0"):
+        aet.container(docker_image, out=tmp_path / "r0", identity="0")
+    with pytest.raises(ValueError, match="give identity="):
+        aet.container(docker_image, out=tmp_path / "r1", grader_root="/grader")
+    # A grader root inside what the agent is granted, or not root's 0700 without the fix.
+    for root, workdir, why in (("/work/grader", "/work", "inside /work"),
+                               ("/grader", "/work", "not drwx------")):
+        c = aet.container(docker_image, out=tmp_path / f"r-{why[:3]}", workdir=workdir,
+                          identity=True, grader_root=root)
+        with pytest.raises(aet.ContainerError, match=why):
+            c.start()
+        assert c.result is not None, "the run is finished"
+        assert not engine_has("docker", c.name), "the container is gone"

@@ -99,6 +99,7 @@ pub(super) fn transcripts_only(
         barrier: None,
         blocked: Vec::new(),
         unused_rules,
+        policy_warnings: policy.warnings(),
         processes: Vec::new(),
         transcripts: Some(t),
         phases: Vec::new(),

@@ -200,6 +200,9 @@ pub struct Report {
     /// Rules that matched no row: they may be typos.
     #[serde(default)]
     pub unused_rules: Vec<String>,
+    /// The policy's warnings at load: rules that can match only by an unlikely chance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_warnings: Vec<String>,
     #[serde(default)]
     pub processes: Vec<Proc>,
     #[serde(default)]
@@ -435,6 +438,7 @@ fn build_report(
         barrier: m.barrier.as_ref().map(BarrierInfo::of),
         blocked,
         unused_rules,
+        policy_warnings: policy.warnings(),
         processes: scan.processes,
         transcripts,
         phases: phase_infos,
@@ -656,6 +660,9 @@ pub fn render_text(r: &Report) -> String {
     }
     if !r.unused_rules.is_empty() {
         let _ = writeln!(s, "unused rules  {} (typos?)", r.unused_rules.join(", "));
+    }
+    for w in &r.policy_warnings {
+        let _ = writeln!(s, "POLICY WARN   {w}");
     }
     if let Some(t) = &r.transcripts {
         let _ = writeln!(

@@ -7,6 +7,7 @@
 pub mod barrier;
 mod globs;
 pub mod hosts;
+mod lint;
 pub mod provenance;
 pub mod watch;
 
@@ -202,6 +203,9 @@ pub struct Policy {
     pub watch_limits: crate::watch::Limits,
     /// `[phases.NAME.provenance]`: what this phase may load that an earlier one wrote.
     pub provenance: Option<provenance::Provenance>,
+    /// Rules that can match only by an unlikely chance, each named with its line (see
+    /// [`Policy::warnings`]).
+    pub warnings: Vec<String>,
 }
 
 pub(crate) struct LineOf<'a>(pub(crate) &'a str, pub(crate) std::ops::Range<usize>);
@@ -497,6 +501,16 @@ impl Policy {
         Ok(top)
     }
 
+    /// The warnings of the policy and of its phases' sections: rules that load but can match
+    /// only by an unlikely chance (a path pattern that needs whitespace).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = self.warnings.clone();
+        for p in self.phases.values() {
+            w.extend(p.warnings.iter().cloned());
+        }
+        w
+    }
+
     /// Whether a phase's provenance needs what the task repositories tracked at the start.
     pub fn needs_tracked(&self) -> bool {
         self.phases
@@ -546,6 +560,7 @@ fn compile(
         watches: Vec::new(),
         watch_limits: crate::watch::Limits::default(),
         provenance: None,
+        warnings: compiled.warnings,
     })
 }
 
@@ -554,6 +569,7 @@ fn compile(
 /// rules' own patterns in the other.
 struct Compiled {
     rules: Vec<Rule>,
+    warnings: Vec<String>,
     patterns: Vec<String>,
     argv_patterns: Vec<String>,
     argv_rules: Vec<usize>,
@@ -561,6 +577,7 @@ struct Compiled {
 
 fn compile_rules(text: &str, spec: &PolicySpec, prefix: &str) -> Result<Compiled, String> {
     let mut problems: Vec<String> = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
     let mut rules = Vec::new();
     let mut patterns = Vec::new();
     let (mut argv_patterns, mut argv_rules) = (Vec::new(), Vec::new());
@@ -600,6 +617,9 @@ fn compile_rules(text: &str, spec: &PolicySpec, prefix: &str) -> Result<Compiled
                 problems.push(format!("{at}: {full}: {why}: the rule could never match"));
                 continue;
             }
+            if let Some(why) = lint::unlikely(target, &pat) {
+                warnings.push(format!("{at}: {full} = {pat:?}: {why}"));
+            }
             let access_mask = access.iter().fold(0u8, |m, a| m | a.bit());
             // The path set keeps one entry per rule (its index is the rule's): an argv
             // rule's is one that matches nothing, and its pattern goes to the argv set; a text
@@ -635,6 +655,7 @@ fn compile_rules(text: &str, spec: &PolicySpec, prefix: &str) -> Result<Compiled
     }
     Ok(Compiled {
         rules,
+        warnings,
         patterns,
         argv_patterns,
         argv_rules,

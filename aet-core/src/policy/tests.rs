@@ -267,3 +267,27 @@ fn a_rule_whose_target_and_access_leave_it_nothing_to_match_is_refused() {
     }
     assert!(!e.contains("cheats.ok"), "{e}");
 }
+
+#[test]
+fn a_path_rule_that_needs_whitespace_loads_with_a_warning_naming_it() {
+    let text = "[cheats]\nok = 'golden\\.yaml'\noracle = 'import\\s+solver\\.oracle'\n\
+                [phases.grading.warns]\nrun = { pattern = 'pytest -x', access = [\"read\"] }\n\
+                [contaminants]\ncmd = { text = 'import\\s+other' }\n";
+    let p = Policy::parse(text, Path::new("p.toml")).unwrap();
+    let w = p.warnings();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(
+        w[0].starts_with("line 3: cheats.oracle") && w[0].contains("{ text = '...' }"),
+        "{w:?}"
+    );
+    assert!(
+        w[1].starts_with("line 5: phases.grading.warns.run"),
+        "{w:?}"
+    );
+    assert!(
+        Policy::parse(SMALLEST, Path::new("p.toml"))
+            .unwrap()
+            .warnings()
+            .is_empty()
+    );
+}
