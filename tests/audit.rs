@@ -1,5 +1,5 @@
 //! The audit against ledgers recorded from real runs: verdicts, attribution, exit codes, the
-//! transcripts' correlation, the reports (the HTML one opened in headless Chromium).
+//! reports (the HTML one opened in headless Chromium).
 
 use std::{
     fs,
@@ -7,95 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use aet_tests::{audit_json as audit, *};
-
-/// A task directory, a cheat file, a contaminant, and an agent script.
-struct Fixture {
-    tree: Tree,
-}
-
-impl std::ops::Deref for Fixture {
-    type Target = Tree;
-    fn deref(&self) -> &Tree {
-        &self.tree
-    }
-}
-
-impl Fixture {
-    fn new() -> Self {
-        let tree = Tree::new();
-        tree.dirs(&["task/out", "task/tools"])
-            .file("task/README.md", "the task\n")
-            .file("secret/golden.yaml", "expected: 42\n")
-            .file("secret/key.txt", "KEY\n")
-            .file("other/projects/p1/notes.txt", "someone else's\n");
-        let root = &tree.root;
-        // The agent's helpers: one peeks at the golden file, one at another project.
-        write_script(
-            &root.join("task/tools/check.sh"),
-            &format!(
-                "#!/bin/sh\ncat {} > /dev/null\n",
-                root.join("secret/golden.yaml").display()
-            ),
-        );
-        write_script(
-            &root.join("task/tools/survey.sh"),
-            &format!(
-                "#!/bin/sh\nhead -c 4 {} > /dev/null\n",
-                root.join("other/projects/p1/notes.txt").display()
-            ),
-        );
-        Self { tree }
-    }
-
-    /// The policy: the task and the system are allowed; the golden file is a cheat, other
-    /// projects are contaminants.
-    fn policy(&self) -> PathBuf {
-        let path = self.p("policy.toml");
-        fs::write(
-            &path,
-            format!(
-                r#"[allow]
-read  = [{task:?}, "/usr", "/etc", "/proc", "/dev", "/sys", "/root/.cargo/bin", "/root/.pyenv"]
-write = [{out:?}, "/dev/null", "/dev/tty"]
-
-[protected]
-key = {key:?}
-
-[cheats]
-golden = 'golden\.yaml'
-
-[contaminants]
-other_proj = '/other/projects/'
-
-[warns]
-oracle_src = 'oracle\.py'
-"#,
-                task = self.s("task"),
-                out = self.s("task/out"),
-                key = self.s("secret/key.txt"),
-            ),
-        )
-        .unwrap();
-        path
-    }
-
-    /// Runs the agent: it reads the task and writes its output, and runs the given helpers.
-    fn run_agent(&self, helpers: &[&str]) -> PathBuf {
-        let mut script = format!(
-            "cat {} > /dev/null; echo done > {}/result.txt",
-            self.s("task/README.md"),
-            self.s("task/out")
-        );
-        for h in helpers {
-            script.push_str(&format!("; {}", self.s(&format!("task/tools/{h}"))));
-        }
-        let out = self.p(&format!("run-{}", unique()));
-        let r = run_in(&out, &[], &["sh", "-c", &script]);
-        assert_eq!(r.code(), 0, "{}", r.stderr());
-        out
-    }
-}
+use aet_tests::{AgentTask as Fixture, audit_json as audit, *};
 
 #[test]
 fn a_subprocess_reading_a_cheat_disqualifies_with_exactly_the_hits_attributed() {
@@ -329,67 +241,6 @@ fn malformed_policies_exit_4_naming_line_and_key() {
         .unwrap();
     assert_eq!(out.status.code(), Some(4));
     assert!(text(&out.stderr).contains("junk.arrow"));
-}
-
-#[test]
-fn transcripts_are_correlated_and_the_unmentioned_read_is_the_headline() {
-    let f = Fixture::new();
-    let run = f.run_agent(&["check.sh"]);
-    let m = meta(&run.join("ledger.arrow"));
-    let start: i64 = m["aet.started_ns"].parse().unwrap();
-    let end: i64 = m["aet.ended_ns"].parse().unwrap();
-    let iso = |ns: i64| {
-        let secs = ns.div_euclid(1_000_000_000);
-        let frac = ns.rem_euclid(1_000_000_000);
-        let out = std::process::Command::new("date")
-            .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:%M:%S"])
-            .output()
-            .unwrap();
-        format!("{}.{frac:09}Z", text(&out.stdout).trim())
-    };
-    let dir = f.p("transcripts");
-    fs::create_dir_all(&dir).unwrap();
-    fs::write(
-        dir.join("round-1.jsonl"),
-        format!(
-            concat!(
-                "{{\"type\":\"assistant\",\"timestamp\":\"{}\",\"message\":{{\"content\":[{{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"Bash\",\"input\":{{\"command\":\"sh run-agent.sh {}\"}}}}]}}}}\n",
-                "{{\"type\":\"user\",\"timestamp\":\"{}\",\"message\":{{\"content\":[{{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"ok\"}}]}}}}\n",
-                "{{\"type\":\"assistant\",\"timestamp\":\"{}\",\"message\":{{\"content\":[{{\"type\":\"tool_use\",\"id\":\"t2\",\"name\":\"Read\",\"input\":{{\"file_path\":\"{}\"}}}}]}}}}\n"
-            ),
-            iso(start - 1_000_000_000),
-            f.s("task/README.md"),
-            iso(end + 1_000_000_000),
-            iso(end + 2_000_000_000),
-            f.s("task/never-opened.md"),
-        ),
-    )
-    .unwrap();
-    let (out, v) = audit(&run, &f.policy(), &["--transcripts", dir.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    let t = &v["transcripts"];
-    assert_eq!(t["tool_calls"], 2);
-    assert_eq!(t["unmentioned_findings"], 1);
-    assert!(
-        t["headline"].as_str().unwrap().contains("only the kernel"),
-        "{t}"
-    );
-    let cheat = &v["cheat_hits"][0];
-    assert_eq!(cheat["mentioned_in_transcript"], false);
-    assert_eq!(
-        cheat["tool_call"]["tool"], "Bash",
-        "the call running at the time: {cheat}"
-    );
-    let paths = t["paths"].as_array().unwrap();
-    let seen = |p: &str| {
-        paths
-            .iter()
-            .find(|x| x["path"] == p)
-            .map(|x| x["seen_by_kernel"].as_bool().unwrap())
-    };
-    assert_eq!(seen(&f.s("task/README.md")), Some(true));
-    assert_eq!(seen(&f.s("task/never-opened.md")), Some(false));
-    assert!(text(&out.stdout).contains("HEADLINE"));
 }
 
 #[test]

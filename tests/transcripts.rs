@@ -363,3 +363,64 @@ fn a_path_rule_written_as_a_command_line_is_warned_of_in_the_report() {
         "{summary}"
     );
 }
+
+#[test]
+fn transcripts_are_correlated_and_the_unmentioned_read_is_the_headline() {
+    let f = AgentTask::new();
+    let run = f.run_agent(&["check.sh"]);
+    let m = meta(&run.join("ledger.arrow"));
+    let start: i64 = m["aet.started_ns"].parse().unwrap();
+    let end: i64 = m["aet.ended_ns"].parse().unwrap();
+    let iso = |ns: i64| {
+        let secs = ns.div_euclid(1_000_000_000);
+        let frac = ns.rem_euclid(1_000_000_000);
+        let out = std::process::Command::new("date")
+            .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:%M:%S"])
+            .output()
+            .unwrap();
+        format!("{}.{frac:09}Z", text(&out.stdout).trim())
+    };
+    let dir = f.p("transcripts");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(
+        dir.join("round-1.jsonl"),
+        format!(
+            concat!(
+                "{{\"type\":\"assistant\",\"timestamp\":\"{}\",\"message\":{{\"content\":[{{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"Bash\",\"input\":{{\"command\":\"sh run-agent.sh {}\"}}}}]}}}}\n",
+                "{{\"type\":\"user\",\"timestamp\":\"{}\",\"message\":{{\"content\":[{{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"ok\"}}]}}}}\n",
+                "{{\"type\":\"assistant\",\"timestamp\":\"{}\",\"message\":{{\"content\":[{{\"type\":\"tool_use\",\"id\":\"t2\",\"name\":\"Read\",\"input\":{{\"file_path\":\"{}\"}}}}]}}}}\n"
+            ),
+            iso(start - 1_000_000_000),
+            f.s("task/README.md"),
+            iso(end + 1_000_000_000),
+            iso(end + 2_000_000_000),
+            f.s("task/never-opened.md"),
+        ),
+    )
+    .unwrap();
+    let (out, v) = audit(&run, &f.policy(), &["--transcripts", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let t = &v["transcripts"];
+    assert_eq!(t["tool_calls"], 2);
+    assert_eq!(t["unmentioned_findings"], 1);
+    assert!(
+        t["headline"].as_str().unwrap().contains("only the kernel"),
+        "{t}"
+    );
+    let cheat = &v["cheat_hits"][0];
+    assert_eq!(cheat["mentioned_in_transcript"], false);
+    assert_eq!(
+        cheat["tool_call"]["tool"], "Bash",
+        "the call running at the time: {cheat}"
+    );
+    let paths = t["paths"].as_array().unwrap();
+    let seen = |p: &str| {
+        paths
+            .iter()
+            .find(|x| x["path"] == p)
+            .map(|x| x["seen_by_kernel"].as_bool().unwrap())
+    };
+    assert_eq!(seen(&f.s("task/README.md")), Some(true));
+    assert_eq!(seen(&f.s("task/never-opened.md")), Some(false));
+    assert!(text(&out.stdout).contains("HEADLINE"));
+}

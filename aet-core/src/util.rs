@@ -1,6 +1,32 @@
 //! Small helpers every part of aet shares: errno names, clocks, how paths and argument vectors
 //! are shown and split. One copy each.
 
+/// A path glob compiled as every pattern of aet's files is: `*` and `?` stay within a path
+/// component (`**` crosses them), `\` escapes the next character.
+pub fn path_glob(pattern: &str) -> Result<globset::Glob, globset::Error> {
+    globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+}
+
+/// The globs an allow-list's entry stands for: a pattern with glob characters is itself; a path
+/// without any is itself and everything below it.
+pub fn path_prefix_globs(p: &str) -> Vec<String> {
+    let base = p.trim_end_matches('/');
+    if p.contains(['*', '?', '[', '{']) {
+        return vec![base.to_owned()];
+    }
+    vec![
+        if base.is_empty() {
+            "/".into()
+        } else {
+            base.into()
+        },
+        format!("{base}/**"),
+    ]
+}
+
 /// The symbolic name of an errno value (`ENOENT`), or `E<n>` for one the platform does not name.
 pub fn errno_name(errno: i32) -> &'static str {
     static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();

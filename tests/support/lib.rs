@@ -500,3 +500,92 @@ pub fn ok_opens<'a>(rows: &'a [LedgerRow], path: &Path) -> Vec<&'a LedgerRow> {
         .filter(|r| r.kind == "open" && r.ret.is_some_and(|v| v >= 0))
         .collect()
 }
+
+/// A task directory, a cheat file, a contaminant, and an agent script.
+pub struct AgentTask {
+    pub tree: Tree,
+}
+
+impl std::ops::Deref for AgentTask {
+    type Target = Tree;
+    fn deref(&self) -> &Tree {
+        &self.tree
+    }
+}
+
+impl AgentTask {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        let tree = Tree::new();
+        tree.dirs(&["task/out", "task/tools"])
+            .file("task/README.md", "the task\n")
+            .file("secret/golden.yaml", "expected: 42\n")
+            .file("secret/key.txt", "KEY\n")
+            .file("other/projects/p1/notes.txt", "someone else's\n");
+        let root = &tree.root;
+        // The agent's helpers: one peeks at the golden file, one at another project.
+        write_script(
+            &root.join("task/tools/check.sh"),
+            &format!(
+                "#!/bin/sh\ncat {} > /dev/null\n",
+                root.join("secret/golden.yaml").display()
+            ),
+        );
+        write_script(
+            &root.join("task/tools/survey.sh"),
+            &format!(
+                "#!/bin/sh\nhead -c 4 {} > /dev/null\n",
+                root.join("other/projects/p1/notes.txt").display()
+            ),
+        );
+        Self { tree }
+    }
+
+    /// The policy: the task and the system are allowed; the golden file is a cheat, other
+    /// projects are contaminants.
+    pub fn policy(&self) -> PathBuf {
+        let path = self.p("policy.toml");
+        std::fs::write(
+            &path,
+            format!(
+                r#"[allow]
+read  = [{task:?}, "/usr", "/etc", "/proc", "/dev", "/sys", "/root/.cargo/bin", "/root/.pyenv"]
+write = [{out:?}, "/dev/null", "/dev/tty"]
+
+[protected]
+key = {key:?}
+
+[cheats]
+golden = 'golden\.yaml'
+
+[contaminants]
+other_proj = '/other/projects/'
+
+[warns]
+oracle_src = 'oracle\.py'
+"#,
+                task = self.s("task"),
+                out = self.s("task/out"),
+                key = self.s("secret/key.txt"),
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// Runs the agent: it reads the task and writes its output, and runs the given helpers.
+    pub fn run_agent(&self, helpers: &[&str]) -> PathBuf {
+        let mut script = format!(
+            "cat {} > /dev/null; echo done > {}/result.txt",
+            self.s("task/README.md"),
+            self.s("task/out")
+        );
+        for h in helpers {
+            script.push_str(&format!("; {}", self.s(&format!("task/tools/{h}"))));
+        }
+        let out = self.p(&format!("run-{}", unique()));
+        let r = run_in(&out, &[], &["sh", "-c", &script]);
+        assert_eq!(r.code(), 0, "{}", r.stderr());
+        out
+    }
+}

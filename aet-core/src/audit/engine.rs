@@ -142,7 +142,7 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
         }
         let (s, _, _) = pass(ledger_path, section, false)?;
         for f in &s.findings {
-            if matches!(f.class, super::Class::Cheat | super::Class::Contaminant)
+            if f.class.marks_process()
                 && let Some(p) = scan.processes.iter_mut().find(|p| p.pid == f.pid)
             {
                 p.flagged = true;
@@ -195,7 +195,7 @@ fn pass(
     if let Some(t) = w.prov.take() {
         let (findings, accounts, reasons) = t.finish();
         for f in &findings {
-            if matches!(f.class, super::Class::Cheat | super::Class::Contaminant)
+            if f.class.marks_process()
                 && let Some(p) = e.procs.get_mut(&f.pid)
             {
                 p.flagged = true;
@@ -208,7 +208,7 @@ fn pass(
     if let Some(a) = w.watch.take() {
         let (findings, report, reasons) = a.finish(policy);
         for f in &findings {
-            if matches!(f.class, super::Class::Cheat | super::Class::Contaminant)
+            if f.class.marks_process()
                 && let Some(p) = e.procs.get_mut(&f.pid)
             {
                 p.flagged = true;

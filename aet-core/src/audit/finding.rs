@@ -65,6 +65,14 @@ impl Class {
         Self::Barrier,
     ];
 
+    /// Whether a finding of this class marks the process that made it (`flagged` in the
+    /// report's process tree): what breaks the verdict's isolation or disqualifies (cheats,
+    /// contaminants, out-of-scope accesses), not warnings (review notes, often many) nor what
+    /// the barrier blocked. The one answer every finding's maker asks.
+    pub const fn marks_process(self) -> bool {
+        matches!(self, Self::Cheat | Self::Contaminant | Self::OutOfScope)
+    }
+
     /// The name in reports (the serde name).
     pub const fn name(self) -> &'static str {
         match self {
@@ -173,4 +181,30 @@ pub struct Proc {
     pub flagged: bool,
     #[serde(skip)]
     pub(super) seen_start: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Class;
+
+    /// Which classes mark the process that made them, pinned for every class: the seven places
+    /// that make findings asked this once each, and one (path findings) counted out-of-scope
+    /// accesses where six did not.
+    #[test]
+    fn cheats_contaminants_and_out_of_scope_accesses_mark_their_process() {
+        let marks: Vec<(&str, bool)> = Class::ALL
+            .iter()
+            .map(|c| (c.name(), c.marks_process()))
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                ("cheat", true),
+                ("contaminant", true),
+                ("out_of_scope", true),
+                ("warning", false),
+                ("barrier", false),
+            ]
+        );
+    }
 }

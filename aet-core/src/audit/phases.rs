@@ -174,7 +174,7 @@ impl Phases {
             &row,
         );
         f.phase = String::from_utf8_lossy(&self.order[k]).into_owned();
-        if matches!(class, Class::Cheat | Class::Contaminant)
+        if class.marks_process()
             && let Some(p) = e.procs.get_mut(&pid)
         {
             p.flagged = true;

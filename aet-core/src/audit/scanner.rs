@@ -171,7 +171,7 @@ impl<'p> Scanner<'p> {
                 .then(|| crate::util::hex(line)),
             ..self.finding(class, r.name.clone(), outcome, "exec", lossy(line), row)
         };
-        if matches!(class, Class::Cheat | Class::Contaminant)
+        if class.marks_process()
             && let Some(p) = self.procs.get_mut(&row.pid)
         {
             p.flagged = true;
@@ -217,7 +217,7 @@ impl<'p> Scanner<'p> {
                 row,
             )
         };
-        if matches!(class, Class::Cheat | Class::Contaminant)
+        if class.marks_process()
             && let Some(p) = self.procs.get_mut(&row.pid)
         {
             p.flagged = true;
@@ -359,7 +359,7 @@ impl<'p> Scanner<'p> {
                 row,
             )
         };
-        if matches!(class, Class::Cheat | Class::Contaminant | Class::OutOfScope)
+        if class.marks_process()
             && let Some(p) = self.procs.get_mut(&row.pid)
         {
             p.flagged = true;

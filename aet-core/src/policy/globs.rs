@@ -1,7 +1,7 @@
 //! The allow-lists' globs: paths (a pattern without glob characters is a path prefix) and
 //! network endpoints.
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{GlobSet, GlobSetBuilder};
 use toml::Spanned;
 
 use super::LineOf;
@@ -34,10 +34,7 @@ pub(super) fn endpoint_globs(
             Some(rest) => format!("\\[{}", rest.replacen("]:", "\\]:", 1)),
             None => p.clone(),
         };
-        let glob = GlobBuilder::new(&pat)
-            .literal_separator(true)
-            .backslash_escape(true)
-            .build()
+        let glob = crate::util::path_glob(&pat)
             .map_err(|e| format!("{at}: allow.connect[{i}] = {p:?}: {e}"))?;
         b.add(glob);
         shown.push(p.clone());
@@ -61,22 +58,8 @@ pub(super) fn globs(
                 "{at}: allow.{key}[{i}] = {p:?}: not an absolute path or glob"
             ));
         }
-        let literal = !p.contains(['*', '?', '[', '{']);
-        let mut pats = vec![p.trim_end_matches('/').to_owned()];
-        if literal {
-            let base = p.trim_end_matches('/');
-            pats = vec![if base.is_empty() {
-                "/".into()
-            } else {
-                base.into()
-            }];
-            pats.push(format!("{base}/**"));
-        }
-        for pat in pats {
-            let glob = GlobBuilder::new(&pat)
-                .literal_separator(true)
-                .backslash_escape(true)
-                .build()
+        for pat in crate::util::path_prefix_globs(p) {
+            let glob = crate::util::path_glob(&pat)
                 .map_err(|e| format!("{at}: allow.{key}[{i}] = {p:?}: {e}"))?;
             b.add(glob);
         }

@@ -18,7 +18,7 @@
 
 use std::path::{Path, PathBuf};
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{GlobSet, GlobSetBuilder};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -199,16 +199,9 @@ fn glob_set(
             ));
         }
         // A directory named without a glob is itself and what is below it.
-        let mut pats = vec![p.trim_end_matches('/').to_owned()];
-        if !p.contains(['*', '?', '[', '{']) {
-            pats.push(format!("{}/**", p.trim_end_matches('/')));
-        }
-        for pat in pats {
+        for pat in crate::util::path_prefix_globs(p) {
             b.add(
-                GlobBuilder::new(&pat)
-                    .literal_separator(true)
-                    .backslash_escape(true)
-                    .build()
+                crate::util::path_glob(&pat)
                     .map_err(|e| format!("{at}: provenance.{key}[{i}] = {p:?}: {e}"))?,
             );
         }

@@ -82,10 +82,7 @@ pub fn check(p: &str) -> Result<Anchor, String> {
     if p.contains('\0') {
         return Err("a NUL byte".into());
     }
-    globset::GlobBuilder::new(&format!("/{}", rest.trim_start_matches('/')))
-        .literal_separator(true)
-        .backslash_escape(true)
-        .build()
+    crate::util::path_glob(&format!("/{}", rest.trim_start_matches('/')))
         .map_err(|e| e.to_string())?;
     Ok(anchor)
 }

@@ -22,7 +22,7 @@ use std::{
     time::Instant,
 };
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{GlobSet, GlobSetBuilder};
 use sha2::{Digest as _, Sha256};
 
 use super::{Cost, Fingerprint, Kind, Limits, MAX_WALKED, Resolved, Snapshot, resolve::root_of};
@@ -58,10 +58,7 @@ impl Matcher {
         let mut tree = Vec::new();
         for (wi, w) in r.watches.iter().enumerate() {
             for g in &w.globs {
-                let glob = GlobBuilder::new(g)
-                    .literal_separator(true)
-                    .backslash_escape(true)
-                    .build()
+                let glob = crate::util::path_glob(g)
                     .map_err(|e| format!("watch.{}: {g:?}: {e}", w.name))?;
                 b.add(glob);
                 watch_of.push(wi);

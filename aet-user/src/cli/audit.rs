@@ -68,11 +68,7 @@ pub fn run(mut a: Args) -> anyhow::Result<u8> {
     if let Some(r) = &remote {
         a.run = r.dir.clone();
     }
-    let ledger = if a.run.is_dir() {
-        a.run.join(aet_core::run_dir::LEDGER)
-    } else {
-        a.run.clone()
-    };
+    let ledger = aet_core::run_dir::ledger_of(&a.run);
     let mut inputs = vec![ledger.as_path(), a.policy.as_path()];
     inputs.extend(a.transcripts.as_deref());
     let mut outputs = Vec::new();
