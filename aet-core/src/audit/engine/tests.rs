@@ -1,6 +1,7 @@
 //! Unit tests of `engine`.
 
 use super::*;
+use crate::audit::scanner::lossy;
 
 #[test]
 fn path_ids_are_exact_whatever_the_front_cache_slot() {
