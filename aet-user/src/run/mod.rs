@@ -21,6 +21,7 @@ pub mod launch;
 pub mod progress;
 pub mod session;
 pub mod sign;
+mod view;
 pub mod watch;
 
 pub use command::{RunOptions, RunOutcome, run};
