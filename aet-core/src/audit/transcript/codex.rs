@@ -16,8 +16,8 @@ use std::{collections::HashMap, path::Path};
 use serde_json::Value;
 
 use super::{
-    Kind, Probe, ToolCall, TranscriptFormat, arguments, path_arguments, shell_script, str_of,
-    time_of, utf8,
+    Kind, Probe, ToolCall, TranscriptFormat, arguments, json_lines, path_arguments, shell_script,
+    str_of, time_of, utf8,
 };
 
 /// Codex's session rollouts.
@@ -161,12 +161,8 @@ impl TranscriptFormat for Rollout {
         let mut calls: Vec<ToolCall> = Vec::new();
         let mut by_id: HashMap<String, usize> = HashMap::new();
         let mut cwd: Option<String> = None;
-        for (n, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: Value =
-                serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", n + 1))?;
+        for item in json_lines(text) {
+            let (ln, v) = item?;
             let ts = time_of(&v, "timestamp");
             // Before late 2025 a rollout's lines were the payloads themselves.
             let (ty, p) = match (str_of(&v, "type"), v.get("payload")) {
@@ -187,7 +183,7 @@ impl TranscriptFormat for Rollout {
                         }
                     } else if let Some(mut c) = response_call(p, cwd.as_deref()) {
                         c.file = file.to_owned();
-                        c.line = n + 1;
+                        c.line = ln;
                         c.started_ns = ts;
                         by_id.insert(c.id.clone(), calls.len());
                         calls.push(c.finish());
@@ -279,12 +275,8 @@ impl TranscriptFormat for ExecJson {
         let text = utf8(data)?;
         let mut calls: Vec<ToolCall> = Vec::new();
         let mut by_id: HashMap<String, usize> = HashMap::new();
-        for (n, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: Value =
-                serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", n + 1))?;
+        for item in json_lines(text) {
+            let (ln, v) = item?;
             let call = match (str_of(&v, "type"), v.get("item"), v.get("msg")) {
                 (Some("item.started" | "item.updated" | "item.completed"), Some(item), _) => {
                     exec_item(item)
@@ -297,7 +289,7 @@ impl TranscriptFormat for ExecJson {
                 && !by_id.contains_key(&c.id)
             {
                 c.file = file.to_owned();
-                c.line = n + 1;
+                c.line = ln;
                 by_id.insert(c.id.clone(), calls.len());
                 calls.push(c.finish());
             }

@@ -12,7 +12,8 @@ use std::{collections::HashMap, path::Path};
 use serde_json::Value;
 
 use super::{
-    Kind, Lines, Probe, ToolCall, TranscriptFormat, path_arguments, str_of, time_of, utf8,
+    Kind, Lines, Probe, ToolCall, TranscriptFormat, json_lines, path_arguments, str_of, time_of,
+    utf8,
 };
 
 /// Gemini CLI's chats and stream-json.
@@ -76,12 +77,8 @@ impl TranscriptFormat for Gemini {
             }
             return Ok(calls.done());
         }
-        for (n, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: Value =
-                serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", n + 1))?;
+        for item in json_lines(text) {
+            let (ln, v) = item?;
             match str_of(&v, "type") {
                 // stream-json
                 Some("tool_use") => {
@@ -90,7 +87,7 @@ impl TranscriptFormat for Gemini {
                     c.id = str_of(&v, "tool_id").unwrap_or_default().to_owned();
                     c.started_ns = time_of(&v, "timestamp");
                     c.file = file.to_owned();
-                    c.line = n + 1;
+                    c.line = ln;
                     calls.add(c);
                 }
                 Some("tool_result") => {
@@ -99,7 +96,7 @@ impl TranscriptFormat for Gemini {
                     }
                 }
                 // a chat's message line
-                Some(_) => calls.message(file, &v, &mut |_| n + 1),
+                Some(_) => calls.message(file, &v, &mut |_| ln),
                 None => {}
             }
         }

@@ -371,6 +371,19 @@ pub(crate) fn utf8(data: &[u8]) -> Result<&str, String> {
     })
 }
 
+/// The JSON values of a JSON-lines text, each with its 1-based line (blank lines skipped); a
+/// line that is not JSON is an error naming it.
+pub(crate) fn json_lines(text: &str) -> impl Iterator<Item = Result<(usize, Value), String>> + '_ {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(n, l)| {
+            serde_json::from_str(l)
+                .map(|v| (n + 1, v))
+                .map_err(|e| format!("line {}: not JSON: {e}", n + 1))
+        })
+}
+
 /// Positions in a file that is one JSON document: the line where a call's id (or command) first
 /// appears after the previous call's, so calls point at their place in the file.
 pub(crate) struct Lines<'a> {

@@ -13,7 +13,7 @@ use std::{collections::HashMap, path::Path};
 
 use serde_json::Value;
 
-use super::{Kind, Lines, Probe, ToolCall, TranscriptFormat, str_of, utf8};
+use super::{Kind, Lines, Probe, ToolCall, TranscriptFormat, json_lines, str_of, utf8};
 
 /// OpenHands' event lists.
 pub struct OpenHands;
@@ -147,13 +147,9 @@ impl TranscriptFormat for OpenHands {
         }
         // An evaluation's output: one instance per line.
         let mut out = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: Value =
-                serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", n + 1))?;
-            out.extend(calls(file, &events(&v), &mut pos, Some(n + 1)));
+        for item in json_lines(text) {
+            let (ln, v) = item?;
+            out.extend(calls(file, &events(&v), &mut pos, Some(ln)));
         }
         Ok(out)
     }
