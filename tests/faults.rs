@@ -61,8 +61,8 @@ fn a_ledger_that_cannot_be_written_stops_the_run_at_once() {
     assert!(err.contains("can no longer be recorded"), "{err}");
     assert!(err.contains("No space left on device"), "{err}");
     // What reached the file reads as an unfinished ledger: never a complete record.
-    let l = aet_core::ledger::reader::Ledger::open(&r.ledger()).unwrap();
-    assert_eq!(l.form(), aet_core::ledger::reader::Form::Unfinished);
+    let l = aet_ledger::reader::Ledger::open(&r.ledger()).unwrap();
+    assert_eq!(l.form(), aet_ledger::reader::Form::Unfinished);
 }
 
 #[test]
@@ -262,8 +262,8 @@ fn sigkill_of_the_monitor_leaves_a_readable_ledger_and_kills_the_run() {
         String::from_utf8_lossy(&rec.stderr)
     );
     let recovered = out.join("ledger.recovered.arrow");
-    let (l, rows) = aet_core::ledger::rows::read_rows(&recovered).unwrap();
-    assert_eq!(l.form(), aet_core::ledger::reader::Form::Finished);
+    let (l, rows) = aet_ledger::rows::read_rows(&recovered).unwrap();
+    assert_eq!(l.form(), aet_ledger::reader::Form::Finished);
     assert_eq!(rows.len() as u64, events);
     let m = l.metadata();
     assert_eq!(m["aet.recovered"], "true");

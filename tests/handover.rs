@@ -12,7 +12,7 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
-use aet_core::ledger::schema::capture;
+use aet_ledger::schema::capture;
 use aet_tests::*;
 
 /// `aet_common::walk::FOREIGN_ROOT` (capture bit 22 with the walk shift).

@@ -259,7 +259,7 @@ fn a_damaged_or_unfinished_ledger_is_reported_and_skipped_and_strict_fails() {
     let hurt = dir.path().join("run-hurt");
     fs::create_dir(&hurt).unwrap();
     let mut bytes = fs::read(a.ledger()).unwrap();
-    let first = aet_core::ledger::chain::batch_spans(&bytes).unwrap()[0].clone();
+    let first = aet_ledger::chain::batch_spans(&bytes).unwrap()[0].clone();
     // The batch's header (its buffers' offsets and lengths) made nonsense.
     for b in &mut bytes[first.start + 100..first.start + 180] {
         *b = 0xee;

@@ -107,7 +107,7 @@ fn an_untouched_signed_run_verifies_and_every_change_is_named() {
     let second = second_batch_offset(&bytes);
     // The writer closes a batch when it is full or when the stream pauses, so the first batch's
     // size is read from the ledger, not assumed.
-    let first_rows = aet_core::ledger::reader::Ledger::open(&c.join("ledger.arrow"))
+    let first_rows = aet_ledger::reader::Ledger::open(&c.join("ledger.arrow"))
         .unwrap()
         .next_batch()
         .unwrap()
@@ -410,5 +410,5 @@ fn find_last(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// The offset of the second record batch, from the footer's block list.
 fn second_batch_offset(bytes: &[u8]) -> usize {
-    aet_core::ledger::chain::batch_spans(bytes).expect("a finished ledger")[1].start
+    aet_ledger::chain::batch_spans(bytes).expect("a finished ledger")[1].start
 }

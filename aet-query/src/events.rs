@@ -8,7 +8,7 @@
 
 use std::{collections::VecDeque, fmt, path::PathBuf, sync::Arc};
 
-use aet_core::ledger::reader::{Form, Ledger};
+use aet_ledger::reader::{Form, Ledger};
 use async_trait::async_trait;
 use datafusion::{
     arrow::{
@@ -53,7 +53,7 @@ pub(crate) struct Events {
 /// The table's schema: `run`, then the ledger's columns (all nullable: a ledger of an older
 /// schema version has the newer columns null).
 pub(crate) fn schema() -> SchemaRef {
-    let ledger = aet_core::ledger::schema::schema(Default::default());
+    let ledger = aet_ledger::schema::schema(Default::default());
     let mut fields = vec![Field::new("run", DataType::Utf8, false)];
     fields.extend(
         ledger
@@ -251,7 +251,7 @@ fn read_run(schema: &SchemaRef, source: &Source) -> Result<Vec<RecordBatch>, Str
         .collect();
     // A query that uses no ledger column (count(*)) still needs the rows: read the narrowest.
     let read: Vec<&str> = if wanted.is_empty() {
-        vec![aet_core::ledger::schema::col::SEQ]
+        vec![aet_ledger::schema::col::SEQ]
     } else {
         wanted.clone()
     };

@@ -16,10 +16,8 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use aet_core::{
-    ledger::reader::{self, Form, Ledger},
-    runs::{self, RunRef},
-};
+use aet_audit::runs::{self, RunRef};
+use aet_ledger::reader::{self, Form, Ledger};
 use datafusion::{
     arrow::{array::RecordBatch, compute::concat_batches, datatypes::SchemaRef},
     catalog::MemTable,
@@ -82,7 +80,7 @@ pub struct Outcome {
 /// What one run contributes before any scan: its run row, its report, its ledger's size.
 struct Opened {
     run: RecordBatch,
-    audit: Option<aet_core::audit::Report>,
+    audit: Option<aet_audit::Report>,
     bytes: u64,
     /// Said of the run, but no reason to leave anything out (so `--strict` does not refuse it).
     note: Option<String>,
@@ -104,11 +102,12 @@ fn open_run(r: &RunRef) -> Opening {
     }
     let meta = ledger.meta().map_err(|e| e.to_string())?;
     let events = reader::count_rows(&r.ledger).map_err(|e| e.to_string())?;
-    let (audit, problem) = match aet_core::audit::Report::read(&r.audit_path()) {
+    let (audit, problem) = match aet_audit::Report::read(&r.audit_path()) {
         Ok(a) => (a, None),
         Err(e) => (None, Some(e)),
     };
-    let coverage = aet_core::manifest::audit_coverage(r.ledger.parent().unwrap_or(Path::new(".")));
+    let coverage =
+        aet_ledger::manifest::audit_coverage(r.ledger.parent().unwrap_or(Path::new(".")));
     let run = runs::run_row(
         Some(&r.name),
         events,
@@ -120,10 +119,12 @@ fn open_run(r: &RunRef) -> Opening {
     .map_err(|e| format!("{}: {e}", r.ledger.display()))?;
     let bytes = std::fs::metadata(&r.ledger).map(|m| m.len()).unwrap_or(0);
     let note = match coverage {
-        aet_core::manifest::AuditCoverage::UnsignedReport(why) if audit.is_some() => Some(format!(
-            "its verdict comes from an unsigned report of a signed run (verdict_signed is \
+        aet_ledger::manifest::AuditCoverage::UnsignedReport(why) if audit.is_some() => {
+            Some(format!(
+                "its verdict comes from an unsigned report of a signed run (verdict_signed is \
              false): {why}"
-        )),
+            ))
+        }
         _ => None,
     };
     Ok((
@@ -171,7 +172,7 @@ fn session(
 ) -> Result<(SessionContext, usize), QueryError> {
     let mut sources = Vec::new();
     let mut run_rows = Vec::new();
-    let mut reports: Vec<(String, aet_core::audit::Report)> = Vec::new();
+    let mut reports: Vec<(String, aet_audit::Report)> = Vec::new();
     for (r, opened) in list.iter().zip(open_all(list, threads)) {
         let (o, problem) = match opened {
             Ok(x) => x,

@@ -166,7 +166,7 @@ impl<W: Write> FileFormat<W> for FileWriter<W> {
 
 impl<W: Write + Send> FileFormat<W> for ArrowWriter<W> {
     fn make(out: W, schema: &SchemaRef) -> Result<Self, String> {
-        let props = aet_core::runs::export::parquet_properties().build();
+        let props = aet_audit::runs::export::parquet_properties().build();
         ArrowWriter::try_new(out, schema.clone(), Some(props)).map_err(err)
     }
     fn put(&mut self, batch: &RecordBatch) -> Result<(), String> {

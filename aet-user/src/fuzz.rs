@@ -12,11 +12,8 @@ use std::{
     sync::OnceLock,
 };
 
-use aet_core::{
-    audit,
-    ledger::{chain, reader, summary},
-    policy::Policy,
-};
+use aet_audit::{self as audit, policy::Policy};
+use aet_ledger::{chain, reader, summary};
 
 /// A fuzz target: its name (the file under `fuzz/fuzz_targets/`, the folder of its corpus) and
 /// its body.
@@ -41,7 +38,7 @@ pub fn quiet_caught_panics() {
     ONCE.call_once(|| {
         let fuzzer = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if reader::decoding() || CAUGHT.get() {
+            if aet_ledger::decode::decoding() || CAUGHT.get() {
                 return;
             }
             fuzzer(info);
@@ -172,7 +169,7 @@ fn ledger_file(p: &Path) {
     if let Ok(mut l) = reader::Ledger::open(p) {
         let _ = summary::summarize(&mut l);
     }
-    let _ = aet_core::ledger::rows::read_rows(p);
+    let _ = aet_ledger::rows::read_rows(p);
     let _ = reader::count_rows(p);
     let _ = chain::verify(p);
     if let Ok(r) = audit::audit_with(
@@ -363,7 +360,7 @@ pub fn footer(data: &[u8]) {
 /// `data` makes none or the writer refuses it.
 fn footer_ledger(data: &[u8]) -> Option<PathBuf> {
     use arbitrary::{Arbitrary as _, Unstructured};
-    let keys = aet_core::ledger::schema::meta::KEYS;
+    let keys = aet_ledger::schema::meta::KEYS;
     let mut u = Unstructured::new(data);
     let entries = Vec::<(u8, String, String)>::arbitrary(&mut u).ok()?;
     let mut meta = HashMap::new();
@@ -373,12 +370,12 @@ fn footer_ledger(data: &[u8]) -> Option<PathBuf> {
             .map_or(name, |(key, _)| (*key).to_owned());
         meta.insert(key, value);
     }
-    let _ = aet_core::ledger::record::LedgerMeta::parse(&meta);
+    let _ = aet_ledger::metadata::LedgerMeta::parse(&meta);
     let p = file("footer.arrow", b"");
     // The writer makes a new file only.
     std::fs::remove_file(&p).ok()?;
-    let mut w = aet_core::ledger::writer::LedgerWriter::create(&p, HashMap::new()).ok()?;
-    let mut row = aet_core::ledger::writer::Row {
+    let mut w = aet_ledger::writer::LedgerWriter::create(&p, HashMap::new()).ok()?;
+    let mut row = aet_ledger::writer::Row {
         kind: "open",
         path: Some(std::borrow::Cow::Borrowed(
             b"/task/answers/key.txt".as_slice(),
@@ -419,7 +416,7 @@ pub fn spec(data: &[u8]) {
 
 /// A transcript file.
 pub fn transcript(data: &[u8]) {
-    use aet_core::audit::transcript;
+    use aet_audit::transcript;
     let p = file("transcript.jsonl", data);
     let _ = transcript::read(&p, None);
     for f in transcript::formats() {

@@ -9,7 +9,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const COMMIT: &str = env!("AET_COMMIT");
 
 /// The version with its commit (`0.1.0+1a2b3c4d5e6f`): what the ledger, `audit.json` and the
-/// manifest record as `aet_version` (set in `aet_core::version` at start).
+/// manifest record as `aet_version` (set in `aet_ledger::version` at start).
 pub const RELEASE: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("AET_COMMIT"));
 
 /// The build: version, commit and the digest of the eBPF object. A client and a daemon of

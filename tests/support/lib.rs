@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-pub use aet_core::ledger::rows::LedgerRow;
+pub use aet_ledger::rows::LedgerRow;
 
 /// The `aet` binary under test.
 pub fn aet_bin() -> PathBuf {
@@ -247,14 +247,14 @@ pub fn unique() -> u64 {
 
 /// Every row of a ledger.
 pub fn rows(ledger: &Path) -> Vec<LedgerRow> {
-    aet_core::ledger::rows::read_rows(ledger)
+    aet_ledger::rows::read_rows(ledger)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", ledger.display()))
         .1
 }
 
 /// A ledger's metadata.
 pub fn meta(ledger: &Path) -> HashMap<String, String> {
-    aet_core::ledger::reader::Ledger::open(ledger)
+    aet_ledger::reader::Ledger::open(ledger)
         .unwrap_or_else(|e| panic!("cannot open {}: {e}", ledger.display()))
         .metadata()
 }

@@ -90,7 +90,11 @@ fn main() -> anyhow::Result<()> {
                 .args([
                     "test",
                     "--package",
-                    "aet-core",
+                    "aet-ledger",
+                    "--package",
+                    "aet-audit",
+                    "--package",
+                    "aet-checks",
                     "--package",
                     "aet-user",
                     "--lib",
@@ -379,8 +383,18 @@ fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
     steps.run("setup", setup::setup)?;
     steps.run("format and lints", lints)?;
     println!("== pure logic on stable Rust alone (no nightly, no bpf-linker on PATH)");
-    steps.run("aet-core on stable Rust", || {
-        sh(stable_only_cargo()?.args(["test", "--package", "aet-core", "--lib", "--tests"]))
+    steps.run("ledger, audit and checks on stable Rust", || {
+        sh(stable_only_cargo()?.args([
+            "test",
+            "--package",
+            "aet-ledger",
+            "--package",
+            "aet-audit",
+            "--package",
+            "aet-checks",
+            "--lib",
+            "--tests",
+        ]))
     })?;
     // In the release profile, like the binary and the end-to-end tests: DataFusion (aet query)
     // is then built once, not once per profile (it is most of a cold build).
@@ -391,7 +405,11 @@ fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
             "--release",
             "--workspace",
             "--exclude",
-            "aet-core",
+            "aet-ledger",
+            "--exclude",
+            "aet-audit",
+            "--exclude",
+            "aet-checks",
             "--exclude",
             "aet-tests",
             "--exclude",

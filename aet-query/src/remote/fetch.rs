@@ -98,15 +98,15 @@ pub fn fetch(url: &str, into: &Path) -> Result<Fetched, RemoteError> {
         for k in &keys {
             match run_of(k) {
                 Some(r) => members.entry(r).or_default().push(k.clone()),
-                None if k.ends_with(&format!("/{}", aet_core::run_dir::LEDGER))
-                    || k == aet_core::run_dir::LEDGER =>
+                None if k.ends_with(&format!("/{}", aet_ledger::run_dir::LEDGER))
+                    || k == aet_ledger::run_dir::LEDGER =>
                 {
                     let below = k
                         .strip_prefix(&root.prefix)
                         .unwrap_or(k)
                         .trim_start_matches('/');
                     let first = below.split('/').next().unwrap_or("");
-                    let top = if first == aet_core::run_dir::LEDGER {
+                    let top = if first == aet_ledger::run_dir::LEDGER {
                         root.url()
                     } else {
                         root.join(first).url()
@@ -245,7 +245,7 @@ async fn download(run: &Location, name: &str, to: &Path) -> Result<(u64, String)
         f.write_all(&chunk).map_err(local)?;
     }
     f.flush().map_err(local)?;
-    Ok((total, aet_core::util::hex(&sha.finalize())))
+    Ok((total, aet_ledger::util::hex(&sha.finalize())))
 }
 
 #[cfg(test)]

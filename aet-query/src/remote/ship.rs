@@ -59,19 +59,19 @@ pub fn ship(dir: &Path, dest: &str, opts: &ShipOptions) -> Result<Shipped, Remot
         message,
     };
     let dir = std::fs::canonicalize(dir).map_err(|e| local(dir, e.to_string()))?;
-    if !dir.join(aet_core::run_dir::LEDGER).is_file() {
+    if !dir.join(aet_ledger::run_dir::LEDGER).is_file() {
         return Err(local(
             &dir,
-            format!("not a run directory (no {})", aet_core::run_dir::LEDGER),
+            format!("not a run directory (no {})", aet_ledger::run_dir::LEDGER),
         ));
     }
-    if dir.join(aet_core::run_dir::CONTROL).exists() {
+    if dir.join(aet_ledger::run_dir::CONTROL).exists() {
         return Err(local(
             &dir,
             format!(
                 "the run is still going (its {} file is there; if its aet died, remove it): a \
                  run is shipped once finished",
-                aet_core::run_dir::CONTROL
+                aet_ledger::run_dir::CONTROL
             ),
         ));
     }
@@ -83,11 +83,11 @@ pub fn ship(dir: &Path, dest: &str, opts: &ShipOptions) -> Result<Shipped, Remot
     let mut files = Vec::new();
     list_files(&dir, &dir, &mut files)?;
     // The ledger first: the rest of the run says things about it.
-    files.sort_by_key(|(rel, _)| (rel != aet_core::run_dir::LEDGER, rel.clone()));
+    files.sort_by_key(|(rel, _)| (rel != aet_ledger::run_dir::LEDGER, rel.clone()));
     let mut index = ShippedIndex {
         format: FORMAT.into(),
         run: name.clone(),
-        aet_version: aet_core::version::get().into(),
+        aet_version: aet_ledger::version::get().into(),
         shipped_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -238,7 +238,7 @@ async fn put_file(
             .put(&at, PutPayload::from(buf))
             .await
             .map_err(req)?;
-        return Ok(aet_core::util::hex(&sha.finalize()));
+        return Ok(aet_ledger::util::hex(&sha.finalize()));
     }
     // Parts go up as they are read; the object appears only when the upload is completed.
     let upload = loc.store.put_multipart(&at).await.map_err(req)?;
@@ -259,7 +259,7 @@ async fn put_file(
     match sent {
         Ok(()) => {
             w.finish().await.map_err(req)?;
-            Ok(aet_core::util::hex(&sha.finalize()))
+            Ok(aet_ledger::util::hex(&sha.finalize()))
         }
         Err(e) => {
             // Best effort: the server may be the reason it failed.
@@ -338,5 +338,5 @@ fn hash_file(path: &Path) -> Result<(u64, String), RemoteError> {
         total += n as u64;
         sha.update(&buf[..n]);
     }
-    Ok((total, aet_core::util::hex(&sha.finalize())))
+    Ok((total, aet_ledger::util::hex(&sha.finalize())))
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use aet_core::audit;
+use aet_audit as audit;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -68,7 +68,7 @@ pub fn run(mut a: Args) -> anyhow::Result<u8> {
     if let Some(r) = &remote {
         a.run = r.dir.clone();
     }
-    let ledger = aet_core::run_dir::ledger_of(&a.run);
+    let ledger = aet_ledger::run_dir::ledger_of(&a.run);
     let mut inputs = vec![ledger.as_path(), a.policy.as_path()];
     inputs.extend(a.transcripts.as_deref());
     let mut outputs = Vec::new();
@@ -91,7 +91,7 @@ pub fn run(mut a: Args) -> anyhow::Result<u8> {
     )?;
     if let Some(r) = &remote {
         // The reports name the object audited, not the temporary copy it was read from.
-        report.ledger = PathBuf::from(format!("{}/{}", r.url, aet_core::run_dir::LEDGER));
+        report.ledger = PathBuf::from(format!("{}/{}", r.url, aet_ledger::run_dir::LEDGER));
     }
     write_outputs(&report, a.json.as_deref(), a.html.as_deref(), a.quiet)
 }

@@ -2,7 +2,7 @@
 use super::Exit;
 use std::path::PathBuf;
 
-use aet_core::ledger::{
+use aet_ledger::{
     reader::{Form, Ledger},
     recover, summary,
 };
@@ -65,7 +65,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
                 None
             };
             let ledger = remote.as_ref().map_or(ledger, |r| r.dir.clone());
-            let path = aet_core::run_dir::ledger_of(&ledger);
+            let path = aet_ledger::run_dir::ledger_of(&ledger);
             let mut l = Ledger::open(&path)?;
             if l.form() == Form::Unfinished {
                 eprintln!(
@@ -77,7 +77,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             let mut s = summary::summarize(&mut l)?;
             if let Some(r) = &remote {
                 // Named by the object read, not the temporary copy it was read from.
-                s.ledger = format!("{}/{}", r.url, aet_core::run_dir::LEDGER);
+                s.ledger = format!("{}/{}", r.url, aet_ledger::run_dir::LEDGER);
             }
             if json {
                 super::print_out(&(serde_json::to_string_pretty(&s)? + "\n"))?;
@@ -92,7 +92,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             .code())
         }
         Command::Recover { ledger, out } => {
-            let path = aet_core::run_dir::ledger_of(&ledger);
+            let path = aet_ledger::run_dir::ledger_of(&ledger);
             let out = out.unwrap_or_else(|| recover::default_out(&path));
             let r = recover::recover(&path, &out)?;
             eprintln!(
@@ -108,13 +108,13 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
 
 /// `aet ledger export`.
 fn export(runs: &[PathBuf], dest: &std::path::Path) -> anyhow::Result<u8> {
-    use aet_core::runs::export;
+    use aet_audit::runs::export;
     let local = super::remote::localize(runs)?;
     for p in &local.problems {
         eprintln!("aet: {p}");
     }
     // Names first: two runs of one name would land in one partition.
-    let named: Vec<(String, PathBuf)> = aet_core::runs::discover(&local.paths)?
+    let named: Vec<(String, PathBuf)> = aet_audit::runs::discover(&local.paths)?
         .into_iter()
         .map(|r| (r.name, r.ledger))
         .collect();

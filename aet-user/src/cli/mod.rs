@@ -21,7 +21,7 @@ mod watch;
 
 use std::{io::Write as _, process::ExitCode};
 
-use aet_core::audit::Verdict;
+use aet_audit::Verdict;
 use clap::{Parser, Subcommand};
 
 /// Every exit code aet chooses itself (`aet run` otherwise exits with its command's status).
@@ -223,12 +223,12 @@ pub enum Command {
 /// Parses the arguments, runs the subcommand, and returns the process exit code.
 pub fn main() -> ExitCode {
     // What the ledger, audit.json and the manifest record: the version with its commit.
-    aet_core::version::set(crate::version::RELEASE);
+    aet_ledger::version::set(crate::version::RELEASE);
     // A damaged ledger can make Arrow's decoder panic; the reader catches that and reports the
     // file as corrupt, so the panic itself is not printed.
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if !aet_core::ledger::reader::decoding() {
+        if !aet_ledger::decode::decoding() {
             default_hook(info);
         }
     }));
@@ -442,7 +442,8 @@ fn error_text(e: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod docs {
-    use aet_core::{audit::Verdict, docgen};
+    use aet_audit::Verdict;
+    use aet_checks::docgen;
 
     #[test]
     fn each_verdict_exits_with_its_own_code() {

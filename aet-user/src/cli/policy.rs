@@ -20,9 +20,9 @@ pub enum Command {
 pub fn run(c: Command) -> anyhow::Result<u8> {
     match c {
         Command::Draft { run, out } => {
-            let ledger = aet_core::run_dir::ledger_of(&run);
-            let d = aet_core::audit::draft::draft(&ledger)?;
-            let text = aet_core::audit::draft::to_toml(&d, &ledger);
+            let ledger = aet_ledger::run_dir::ledger_of(&run);
+            let d = aet_audit::draft::draft(&ledger)?;
+            let text = aet_audit::draft::to_toml(&d, &ledger);
             match out {
                 None => super::print_out(&text)?,
                 Some(path) => {

@@ -127,25 +127,25 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         super::ship::check_url(u)?;
     }
     let signing = match &a.sign {
-        Some(k) => Some(aet_core::manifest::read_secret(k)?),
+        Some(k) => Some(aet_ledger::manifest::read_secret(k)?),
         None => None,
     };
-    let ledger = out.join(aet_core::run_dir::LEDGER);
+    let ledger = out.join(aet_ledger::run_dir::LEDGER);
     if ledger.symlink_metadata().is_ok() {
         anyhow::bail!(run::RunError::LedgerExists(ledger));
     }
     // A policy is checked before anything runs, and its protected files are identified now.
     let policy = match &a.policy {
-        Some(p) => Some(aet_core::policy::Policy::load(p)?),
+        Some(p) => Some(aet_audit::policy::Policy::load(p)?),
         None => None,
     };
-    let mut head = aet_core::ledger::record::MetaMap::new();
+    let mut head = aet_ledger::metadata::MetaMap::new();
     let protected = policy
         .as_ref()
         .map(|p| p.protected_identities())
         .unwrap_or_default();
     if policy.as_ref().is_some_and(|p| !p.protected.is_empty()) {
-        head.set_json(aet_core::ledger::schema::meta::PROTECTED, &protected);
+        head.set_json(aet_ledger::schema::meta::PROTECTED, &protected);
     }
     // The barrier is planned (and the kernel checked) before anything runs.
     let barrier = plan_barrier(a.mode, policy.as_ref(), &protected, &a.command[0])?;
@@ -192,7 +192,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             identity,
             workspace,
             run_dir: out.clone(),
-            mode: crate::sandbox::plan::Mode::Exec,
+            mode: aet_ledger::plan::Mode::Exec,
             barrier,
             hold: watch.as_ref().is_some_and(|w| !w.deferred),
         })?
@@ -257,10 +257,10 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
 /// aet runs it.
 fn plan_barrier(
     mode: PolicyMode,
-    policy: Option<&aet_core::policy::Policy>,
-    protected: &std::collections::BTreeMap<String, aet_core::ledger::record::ProtectedFile>,
+    policy: Option<&aet_audit::policy::Policy>,
+    protected: &std::collections::BTreeMap<String, aet_ledger::metadata::ProtectedFile>,
     program: &OsString,
-) -> anyhow::Result<Option<aet_core::policy::barrier::BarrierPlan>> {
+) -> anyhow::Result<Option<aet_ledger::barrier::BarrierPlan>> {
     Ok(match (mode, policy) {
         (PolicyMode::Record, _) => None,
         (_, None) => anyhow::bail!("--mode shadow and enforce apply a policy: add --policy FILE"),
@@ -269,7 +269,7 @@ fn plan_barrier(
             if enforce && let Some(why) = crate::sandbox::barrier::cannot_enforce() {
                 anyhow::bail!("{why}");
             }
-            let mut plan = aet_core::policy::barrier::plan(p, enforce, protected)
+            let mut plan = aet_audit::policy::barrier::plan(p, enforce, protected)
                 .map_err(anyhow::Error::msg)?;
             // The command's own program: aet runs it, so the barrier lets it.
             let program = std::path::Path::new(program);
@@ -279,10 +279,10 @@ fn plan_barrier(
                 program.to_str().and_then(crate::sandbox::find_on_path)
             };
             if let Some(path) = found.filter(|p| p.is_file()) {
-                plan.grants.push(aet_core::policy::barrier::Grant {
+                plan.grants.push(aet_ledger::barrier::Grant {
                     entry: "aet: the command's program".into(),
-                    path: crate::sandbox::plan::PPath(path),
-                    rights: aet_core::policy::barrier::Rights::EXECUTE,
+                    path: aet_ledger::ppath::PPath(path),
+                    rights: aet_ledger::barrier::Rights::EXECUTE,
                 });
             }
             Some(plan)
@@ -295,14 +295,14 @@ fn plan_barrier(
 /// when the audit failed (said on stderr: the run's own outcome stands).
 fn audit_run(
     run_dir: &std::path::Path,
-    policy: &aet_core::policy::Policy,
+    policy: &aet_audit::policy::Policy,
     transcripts: Option<&std::path::Path>,
     quiet: bool,
 ) -> anyhow::Result<Option<String>> {
-    let report = aet_core::audit::audit_with(
+    let report = aet_audit::audit_with(
         run_dir,
         policy,
-        &aet_core::audit::Options {
+        &aet_audit::Options {
             transcripts,
             transcript_format: "auto",
         },
@@ -312,17 +312,17 @@ fn audit_run(
             // The summary goes to stderr: stdout is the command's.
             super::audit::write_outputs(
                 &r,
-                Some(&run_dir.join(aet_core::run_dir::AUDIT)),
-                Some(&run_dir.join(aet_core::run_dir::AUDIT_HTML)),
+                Some(&run_dir.join(aet_ledger::run_dir::AUDIT)),
+                Some(&run_dir.join(aet_ledger::run_dir::AUDIT_HTML)),
                 true,
             )?;
             if !quiet {
-                eprint!("{}", aet_core::audit::render_text(&r));
+                eprint!("{}", aet_audit::render_text(&r));
                 eprintln!(
                     "aet: audit: {} ({}, {})",
                     r.verdict.name(),
-                    run_dir.join(aet_core::run_dir::AUDIT).display(),
-                    run_dir.join(aet_core::run_dir::AUDIT_HTML).display()
+                    run_dir.join(aet_ledger::run_dir::AUDIT).display(),
+                    run_dir.join(aet_ledger::run_dir::AUDIT_HTML).display()
                 );
             }
             Ok(Some(r.verdict.name().to_owned()))
@@ -336,7 +336,7 @@ fn audit_run(
 
 /// `runs/<UTC time>` for a run without `--out`.
 fn default_out() -> PathBuf {
-    let secs = aet_core::util::now_ns() / 1_000_000_000;
+    let secs = aet_ledger::util::now_ns() / 1_000_000_000;
     PathBuf::from("runs").join(utc_stamp(secs))
 }
 

@@ -13,8 +13,11 @@ use crate::sandbox::{
     self, PrepareOptions, Prepared, SandboxError,
     build::{self, BuildOptions, StageFiles},
     env,
-    plan::{Mode, PPath, ProbeResult, Report},
     spec::SandboxSpec,
+};
+use aet_ledger::{
+    plan::{Mode, ProbeResult, StageReport},
+    ppath::PPath,
 };
 
 #[derive(Debug, clap::Subcommand)]
@@ -205,7 +208,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
     }
 }
 
-fn verify_failed(report: &Report) -> String {
+fn verify_failed(report: &StageReport) -> String {
     let mut s = String::from("the sandbox is not what the spec says; nothing was run:");
     for f in &report.failures {
         s.push_str("\n  - ");
@@ -227,7 +230,7 @@ pub fn probe_table(results: &[ProbeResult]) -> String {
             r.read,
             r.write,
             r.list,
-            aet_core::util::escape_path(&r.path.0.to_string_lossy())
+            aet_ledger::util::escape_path(&r.path.0.to_string_lossy())
         ));
     }
     s

@@ -18,7 +18,7 @@ pub fn key(c: KeyCommand) -> anyhow::Result<u8> {
         KeyCommand::New { key } => {
             let mut seed = [0u8; 32];
             getrandom(&mut seed)?;
-            let public = aet_core::manifest::new_key(&key, seed)?;
+            let public = aet_ledger::manifest::new_key(&key, seed)?;
             eprintln!(
                 "aet: wrote the secret key {} (mode 0600) and the public key {}",
                 key.display(),
@@ -66,7 +66,7 @@ pub fn verify(a: Args) -> anyhow::Result<u8> {
         None
     };
     let dir = remote.as_ref().map_or(a.run.clone(), |r| r.dir.clone());
-    let mut v = aet_core::manifest::verify(&dir, a.key.as_deref())?;
+    let mut v = aet_ledger::manifest::verify(&dir, a.key.as_deref())?;
     if let Some(r) = &remote {
         // The files were read from the bucket: name them there, not in the download.
         let local = dir.display().to_string();

@@ -30,8 +30,8 @@ use crate::{
     loader::{LoadError, LoadOptions, Scope},
     monitor::{MonitorError, slots::Monitor},
 };
-use aet_core::{
-    ledger::record::{Incomplete, MetaMap, Reasons},
+use aet_ledger::{
+    metadata::{Incomplete, MetaMap, Reasons},
     util::now_ns,
 };
 

@@ -7,12 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     loader::Scope,
-    monitor::{
-        MonitorReport,
-        slots::{Progress, RunStatus},
-    },
+    monitor::{MonitorReport, consumer::Progress, slots::RunStatus},
 };
-use aet_core::ledger::record::Reasons;
+use aet_ledger::metadata::Reasons;
 
 /// Version of the protocol; a client and a daemon of different versions refuse each other, and
 /// so do two builds ([`crate::version::BUILD_ID`]) that speak the same version.
@@ -97,7 +94,7 @@ pub enum Response {
     },
     /// The phase began.
     Phase {
-        record: aet_core::ledger::record::PhaseRecord,
+        record: aet_ledger::metadata::PhaseRecord,
     },
     /// Why the run's ledger can no longer be written, once it cannot.
     Health {

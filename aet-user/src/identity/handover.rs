@@ -16,7 +16,7 @@ use nix::{
     sys::stat::Mode,
 };
 
-use aet_core::ledger::record::{GraderRoot, HandOver};
+use aet_ledger::metadata::{GraderRoot, HandOver};
 
 use super::IdentityError;
 

@@ -14,11 +14,10 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::sandbox::{
-    env::{self, EnvPolicy},
-    plan::Identity,
-};
-pub use aet_core::ledger::record::{GraderRoot, HandOver, ProcessRef};
+use aet_ledger::plan::Identity;
+
+use crate::sandbox::env::{self, EnvPolicy};
+pub use aet_ledger::metadata::{GraderRoot, HandOver, ProcessRef};
 
 mod handover;
 mod lease;

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aet_core::ledger::record::ProcessRef;
+use aet_ledger::metadata::ProcessRef;
 
 /// Kills every process of `uid` left anywhere on the machine and waits until none remains.
 /// Returns what it killed (processes of the agent's uid found after the run's cgroup was gone);

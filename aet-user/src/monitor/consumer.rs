@@ -19,12 +19,26 @@ use aet_common::{EventKind, HEADER_SIZE, runs};
 
 use super::{FLUSH_INTERVAL, IDLE_POLL, RowMaker, decode, overload::Freezer, source::EventSource};
 use crate::loader::{Programs, Scope};
-use aet_core::{
+use serde::{Deserialize, Serialize};
+
+use aet_ledger::{
     access::{Access, RowFields, classify},
-    ledger::writer::{LedgerWriter, Row, WriteError},
+    writer::{LedgerWriter, Row, WriteError},
 };
 
-use super::slots::Progress;
+/// What a run has recorded so far, for a live status line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Rows written.
+    pub events: u64,
+    /// Events lost so far (kernel side, and undecodable records).
+    pub lost: u64,
+    /// Successful opens for reading, and for writing.
+    pub reads: u64,
+    pub writes: u64,
+    /// Successful execs.
+    pub execs: u64,
+}
 
 /// Where one run's records go.
 pub(super) struct Sink {
@@ -360,7 +374,7 @@ mod tests {
 
     use std::path::Path;
 
-    use aet_core::util::WallClock;
+    use aet_ledger::util::WallClock;
 
     use super::*;
     use crate::monitor::{decode::tests::record_with, overload::OnOverload, source::VecSource};

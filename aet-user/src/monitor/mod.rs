@@ -14,7 +14,7 @@
 //! [`IDLE_POLL`] when there is none. It must never drop a record it has read: a record that does
 //! not decode is counted as lost.
 
-mod consumer;
+pub mod consumer;
 pub mod decode;
 pub(crate) mod names;
 mod outside;
@@ -31,7 +31,7 @@ pub use rows::{RowMaker, RowStats};
 use std::{path::PathBuf, time::Duration};
 
 use crate::loader::{Counters, LoadError};
-use aet_core::ledger::{record::Reasons, writer::WriteError};
+use aet_ledger::{metadata::Reasons, writer::WriteError};
 
 /// Longest time rows wait in memory before they are written to the ledger.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
@@ -96,7 +96,7 @@ pub struct MonitorReport {
     pub incomplete: Reasons,
     /// How the run met overload.
     #[serde(default)]
-    pub overload: Option<aet_core::ledger::record::OverloadRecord>,
+    pub overload: Option<aet_ledger::metadata::OverloadRecord>,
 }
 
 impl MonitorReport {

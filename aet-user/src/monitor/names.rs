@@ -9,7 +9,7 @@ use std::{
     net::IpAddr,
 };
 
-use aet_core::ledger::writer::Row;
+use aet_ledger::writer::Row;
 use hickory_proto::{
     op::{Message, MessageType},
     rr::RData,

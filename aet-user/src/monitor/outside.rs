@@ -65,11 +65,11 @@ fn tool_argv(argv: &[u8], known: &[&[&str]]) -> Option<Vec<String>> {
         let name = a.rsplit(|&b| b == b'/').next().unwrap_or(a);
         known.iter().any(|k| k.iter().any(|n| n.as_bytes() == name))
     };
-    let first = aet_core::util::split_argv(argv)
+    let first = aet_ledger::util::split_argv(argv)
         .take(3)
         .position(is_known)?;
     Some(
-        aet_core::util::split_argv(argv)
+        aet_ledger::util::split_argv(argv)
             .skip(first)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect(),

@@ -14,7 +14,7 @@ use std::{
 };
 
 use crate::loader::Scope;
-use aet_core::ledger::record::OverloadRecord;
+use aet_ledger::metadata::OverloadRecord;
 
 /// What a run does when the record cannot keep up.
 #[derive(

@@ -16,12 +16,9 @@ use super::{
     source::EventSource,
 };
 use crate::loader::Scope;
-use aet_core::{ledger::writer::LedgerWriter, util::WallClock};
+use aet_ledger::{util::WallClock, writer::LedgerWriter};
 
-use super::{
-    consumer::{RunAccounting, Shared, Sink, consume},
-    slots::Progress,
-};
+use super::consumer::{Progress, RunAccounting, Shared, Sink, consume};
 
 /// A source whose records are also written to a file (see [`DUMP_ENV`]).
 pub(super) struct Dump<S> {

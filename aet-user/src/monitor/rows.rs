@@ -8,13 +8,11 @@
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
 use aet_common::{EventKind, flags};
-use aet_core::{
-    ledger::{
-        record::{FIRST_PHASE, PhaseRecord},
-        schema::capture,
-        writer::Row,
-    },
+use aet_ledger::{
+    metadata::{FIRST_PHASE, PhaseRecord},
+    schema::capture,
     util::WallClock,
+    writer::Row,
 };
 
 /// The kernel's boot-time clock now (what `bpf_ktime_get_boot_ns()` reads).
@@ -236,7 +234,7 @@ impl RowMaker {
         keep: Vec<u32>,
         by: Option<u32>,
     ) -> Result<PhaseRecord, String> {
-        aet_core::ledger::record::valid_phase_name(name)?;
+        aet_ledger::metadata::valid_phase_name(name)?;
         if self.phase_records.iter().any(|p| p.name == name) {
             return Err(format!(
                 "the run already had phase {name:?}: phases go one way (this run's: {})",

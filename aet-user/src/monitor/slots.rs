@@ -25,17 +25,15 @@ use super::{
     source::RingSource,
 };
 use crate::loader::{Counters, LoadError, LoadOptions, Programs, Scope};
-use aet_core::{
-    ledger::{
-        record::{Incomplete, MetaMap, PhaseRecord, Reasons},
-        schema::meta,
-        writer::LedgerWriter,
-    },
+use aet_ledger::{
+    metadata::{Incomplete, MetaMap, PhaseRecord, Reasons},
+    schema::meta,
     util::{WallClock, now_ns},
+    writer::LedgerWriter,
 };
 
 use super::{
-    consumer::{CONSUMER_NICE, KernelSide, Shared, Sink, consume, debug_duration, lock},
+    consumer::{CONSUMER_NICE, KernelSide, Progress, Shared, Sink, consume, debug_duration, lock},
     replay::Dump,
 };
 
@@ -45,20 +43,6 @@ use super::{
 pub struct Overload {
     pub on_overload: OnOverload,
     pub marker_dir: Option<std::path::PathBuf>,
-}
-
-/// What a run has recorded so far, for a live status line.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Progress {
-    /// Rows written.
-    pub events: u64,
-    /// Events lost so far (kernel side, and undecodable records).
-    pub lost: u64,
-    /// Successful opens for reading, and for writing.
-    pub reads: u64,
-    pub writes: u64,
-    /// Successful execs.
-    pub execs: u64,
 }
 
 /// One run being served: its slot, scope and ledger.

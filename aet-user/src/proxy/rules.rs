@@ -15,7 +15,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use aet_core::policy::hosts::{self, HostSet};
+use aet_audit::policy::hosts::{self, HostSet};
 use ipnet::IpNet;
 
 /// Ports a name is reached on when its entry names none.

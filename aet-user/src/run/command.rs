@@ -11,8 +11,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aet_core::ledger::{
-    record::{Incomplete, MetaMap, ProcessRef, Reasons},
+use aet_ledger::{
+    metadata::{Incomplete, MetaMap, ProcessRef, Reasons},
     schema::meta,
 };
 use tokio::signal::unix::{SignalKind, signal};
@@ -131,7 +131,7 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
         .and_then(crate::sandbox::Prepared::take_hold);
     // Whole seconds: ctimes are compared at that resolution.
     let run_started = std::time::SystemTime::now() - Duration::from_secs(1);
-    let name = format!("run-{}-{}", std::process::id(), aet_core::util::now_ns());
+    let name = format!("run-{}-{}", std::process::id(), aet_ledger::util::now_ns());
     let cg = RunCgroup::create(&name)?;
     let guard = crate::guard::Guard::start(cg.path()).map_err(RunError::Guard)?;
     let (relative, level) = cgroup::relative(cg.path())?;
@@ -286,7 +286,7 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
 /// did not run.
 fn stage_notes(
     opts: &RunOptions,
-    stage: &Option<Result<aet_core::stage::Report, crate::sandbox::SandboxError>>,
+    stage: &Option<Result<aet_ledger::plan::StageReport, crate::sandbox::SandboxError>>,
 ) -> bool {
     match stage {
         None => {}
@@ -375,10 +375,10 @@ fn stage_notes(
 fn identity_end(
     id: &crate::run::launch::IdentityRun,
     run_started: std::time::SystemTime,
-    report_ok: Option<&aet_core::stage::Report>,
+    report_ok: Option<&aet_ledger::plan::StageReport>,
     reasons: &mut Reasons,
     quiet: bool,
-) -> aet_core::ledger::record::IdentityRecord {
+) -> aet_ledger::metadata::IdentityRecord {
     // No process of the agent's uid may outlive the run, anywhere on the machine.
     let (strays, reap_error) = match crate::identity::reap_uid(id.uid) {
         Ok(s) => (s, None),
@@ -576,7 +576,7 @@ async fn drive(
                         );
                         watch_refused |= !ok;
                         if let Some(s) = held.socket.as_mut() {
-                            let _ = s.write_all(if ok { &[aet_core::stage::HOLD_GO] } else { b"n" });
+                            let _ = s.write_all(if ok { &[aet_ledger::plan::HOLD_GO] } else { b"n" });
                         }
                     }
                     Some(ev) = proxy_rx.recv() => monitor.proxy_event(ev),

@@ -23,7 +23,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use super::{fingerprints::Fingerprints, session::Session};
-use aet_core::{ledger::record::PhaseRecord, stage::PPath};
+use aet_ledger::{metadata::PhaseRecord, ppath::PPath};
 
 /// What `aet phase` asks.
 #[derive(Debug, Serialize, Deserialize)]
@@ -167,11 +167,11 @@ impl Control {
         let socket = crate::sandbox::runtime_dir()?.join(format!(
             "control-{}-{}.sock",
             std::process::id(),
-            aet_core::util::now_ns()
+            aet_ledger::util::now_ns()
         ));
         let listener = UnixListener::bind(&socket)?;
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
-        let file = out.join(aet_core::run_dir::CONTROL);
+        let file = out.join(aet_ledger::run_dir::CONTROL);
         std::fs::write(&file, socket.as_os_str().as_encoded_bytes())?;
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, requests) = tokio::sync::mpsc::unbounded_channel();
@@ -285,7 +285,7 @@ impl Drop for Control {
 
 /// `aet phase`: asks the run in progress in `dir` to begin phase `name`.
 pub fn request_phase(dir: &Path, name: &str, keep: &[u32]) -> Result<PhaseRecord, PhaseError> {
-    aet_core::ledger::record::valid_phase_name(name).map_err(PhaseError::Refused)?;
+    aet_ledger::metadata::valid_phase_name(name).map_err(PhaseError::Refused)?;
     match call(
         dir,
         &Request::Phase {
@@ -318,7 +318,7 @@ pub fn request_watch(
 
 /// One request to the run in progress in `dir`, and its answer.
 fn call(dir: &Path, request: &Request) -> Result<Response, PhaseError> {
-    let file = dir.join(aet_core::run_dir::CONTROL);
+    let file = dir.join(aet_ledger::run_dir::CONTROL);
     let socket = match std::fs::read(&file) {
         Ok(s) => PathBuf::from(std::ffi::OsString::from(
             String::from_utf8_lossy(&s).into_owned(),

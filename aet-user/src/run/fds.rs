@@ -3,7 +3,7 @@
 
 use std::os::fd::RawFd;
 
-use aet_core::ledger::record::InheritedFd;
+use aet_ledger::metadata::InheritedFd;
 
 /// The fds the command starts with: aet's stdin, stdout and stderr (every other is closed in
 /// the child, see [`child_fd_hygiene`]), with what they name.
@@ -32,7 +32,7 @@ pub(super) fn inherited_fds() -> Vec<InheritedFd> {
             let path = std::fs::read_link(&link)
                 .ok()
                 .filter(|p| p.is_absolute())
-                .map(aet_core::stage::PPath);
+                .map(aet_ledger::ppath::PPath);
             Some(InheritedFd {
                 fd,
                 dev: m.dev(),

@@ -18,9 +18,9 @@ use std::{
     process::{Command, Stdio},
 };
 
-use aet_core::{
-    policy::Policy,
-    stage::PPath,
+use aet_audit::policy::Policy;
+use aet_ledger::{
+    ppath::PPath,
     watch::{self, Answer, Context, Limits, Request, Resolved, WATCH_VERSION, WatchRecord},
 };
 

@@ -16,11 +16,14 @@ use crate::{
     sandbox::{
         self, PrepareOptions, Prepared, SandboxError, build,
         env::{self, Env},
-        plan::{Mode, PLAN_VERSION, PPath, Plan, Report},
         spec::SandboxSpec,
     },
 };
-use aet_core::ledger::record::IdentityRecord;
+use aet_ledger::metadata::IdentityRecord;
+use aet_ledger::{
+    plan::{Mode, PLAN_VERSION, Plan, StageReport},
+    ppath::PPath,
+};
 
 /// Why a run cannot start as asked.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +52,7 @@ pub struct LaunchOptions {
     pub mode: Mode,
     /// The barrier (`--mode shadow|enforce`): built by the stage; a run with neither sandbox
     /// nor identity gets a stage for it.
-    pub barrier: Option<aet_core::policy::barrier::BarrierPlan>,
+    pub barrier: Option<aet_ledger::barrier::BarrierPlan>,
     /// A sandbox's stage hands its view over before the command starts (the run watches files).
     pub hold: bool,
 }
@@ -163,7 +166,7 @@ impl Launch {
                 mode: opts.mode.clone(),
                 view: false,
                 new_session: id.is_some(),
-                debug_skip_setuid: crate::sandbox::plan::debug_skip_setuid(),
+                debug_skip_setuid: aet_ledger::plan::debug_skip_setuid(),
                 close_io_uring: false,
                 keep_capabilities: id.is_none(),
                 barrier: opts.barrier.clone(),
@@ -208,7 +211,7 @@ impl Launch {
 
     /// The context the command starts in when it starts in aet's own view (no sandbox): its
     /// working directory and environment, for the watched files.
-    pub fn host_context(&self) -> aet_core::watch::Context {
+    pub fn host_context(&self) -> aet_ledger::watch::Context {
         let (cwd, env): (PathBuf, Vec<(OsString, OsString)>) = match &self.identity {
             Some(id) => (
                 id.workspace.clone(),
@@ -227,7 +230,7 @@ impl Launch {
     }
 
     /// The task repositories, as the sandbox's view has them (`[[repo]]`).
-    pub fn repos(&self) -> Vec<aet_core::stage::PPath> {
+    pub fn repos(&self) -> Vec<aet_ledger::ppath::PPath> {
         self.sandbox
             .as_ref()
             .map(|sb| sb.spec.repo.iter().map(|r| r.path.clone().into()).collect())
@@ -235,7 +238,7 @@ impl Launch {
     }
 
     /// The stage's report (sandbox or identity), when there is a stage.
-    pub fn stage_report(&self) -> Option<Result<Report, SandboxError>> {
+    pub fn stage_report(&self) -> Option<Result<StageReport, SandboxError>> {
         if let Some(sb) = &self.sandbox {
             return Some(sb.report());
         }
@@ -325,7 +328,7 @@ impl IdentityRun {
     /// What the run record keeps of the identity (variable names, never values).
     pub fn record(
         &self,
-        report: Option<&Report>,
+        report: Option<&StageReport>,
         strays: &[ProcessRef],
         reap_error: Option<&str>,
         leftovers: &[PathBuf],

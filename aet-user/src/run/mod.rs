@@ -119,7 +119,7 @@ fn prepare_out(out: &Path) -> Result<PathBuf, RunError> {
         path: out.to_owned(),
         source,
     })?;
-    let ledger = out.join(aet_core::run_dir::LEDGER);
+    let ledger = out.join(aet_ledger::run_dir::LEDGER);
     if ledger.symlink_metadata().is_ok() {
         return Err(RunError::LedgerExists(ledger));
     }

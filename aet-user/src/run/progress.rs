@@ -5,7 +5,7 @@ use std::{io::Write as _, path::Path, time::Duration};
 
 use serde::Serialize;
 
-use crate::{kernel::cgroup, monitor::slots::Progress};
+use crate::{kernel::cgroup, monitor::consumer::Progress};
 
 /// How `aet run` shows its progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,11 +19,12 @@ use crate::{
     loader::{LoadOptions, Scope},
     monitor::{
         MonitorError, MonitorReport,
+        consumer::Progress,
         overload::OnOverload,
-        slots::{Monitor, Overload, Progress},
+        slots::{Monitor, Overload},
     },
 };
-use aet_core::ledger::record::{MetaMap, PhaseRecord, Reasons};
+use aet_ledger::metadata::{MetaMap, PhaseRecord, Reasons};
 
 /// Where the monitor should come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,7 +112,7 @@ fn thaw_guard() -> Result<(crate::guard::Guard, PathBuf), SessionError> {
     let dir = crate::sandbox::runtime_dir().map_err(io)?.join(format!(
         "frozen-{}-{}",
         std::process::id(),
-        aet_core::util::now_ns()
+        aet_ledger::util::now_ns()
     ));
     std::fs::create_dir(&dir).map_err(io)?;
     let guard = crate::guard::Guard::start_thaw(&dir).map_err(io)?;
@@ -158,7 +159,7 @@ impl Session {
                         head: {
                             let mut h = head.clone();
                             h.set_json(
-                                aet_core::ledger::schema::meta::MONITOR,
+                                aet_ledger::schema::meta::MONITOR,
                                 &serde_json::json!({
                                     "served_by": "daemon",
                                     "pid": client.pid,
@@ -228,7 +229,7 @@ impl Session {
         };
         let mut head = head;
         head.set_json(
-            aet_core::ledger::schema::meta::MONITOR,
+            aet_ledger::schema::meta::MONITOR,
             &serde_json::json!({"served_by": "standalone", "build": crate::version::BUILD_ID}),
         );
         let slot = monitor.start_run(scope, ledger, head, quota, &overload)?;

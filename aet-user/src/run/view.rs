@@ -10,7 +10,7 @@ use crate::kernel::cgroup::RunCgroup;
 /// What the stage handed over: what it says, its mount namespace and its network namespace.
 pub(super) type HeldView = Result<
     (
-        aet_core::stage::HeldView,
+        aet_ledger::plan::HeldView,
         std::os::fd::OwnedFd,
         Option<std::os::fd::OwnedFd>,
     ),
@@ -56,7 +56,7 @@ pub(super) fn receive_view(
                 if n == 0 {
                     return Err("the sandbox ended before it handed its view over".into());
                 }
-                let view: aet_core::stage::HeldView = serde_json::from_slice(&buf[..n])
+                let view: aet_ledger::plan::HeldView = serde_json::from_slice(&buf[..n])
                     .map_err(|e| format!("the sandbox's view: {e}"))?;
                 if owned.is_empty() {
                     return Err("the sandbox's view came without its namespace".to_owned());
@@ -140,7 +140,7 @@ pub(super) fn take_view(
     let Some(w) = watch else {
         return true;
     };
-    let ctx = aet_core::watch::Context {
+    let ctx = aet_ledger::watch::Context {
         cwd: Some(v.cwd),
         repos: launch.repos(),
         path_var: v.path,

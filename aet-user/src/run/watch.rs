@@ -3,8 +3,8 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use aet_core::ledger::{
-    record::{Incomplete, MetaMap, Reasons},
+use aet_ledger::{
+    metadata::{Incomplete, MetaMap, Reasons},
     schema::meta,
 };
 use tokio::signal::unix::{SignalKind, signal};

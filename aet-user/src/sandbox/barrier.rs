@@ -2,7 +2,7 @@
 //! granted trees, leave out the files a cheat pattern or a protected identity names, make the
 //! rules, and (under enforce) load them into a Landlock ruleset that the stage applies to itself
 //! once its privileges are dropped, so that the command and everything it starts inherit it.
-//! The types and the audit's model of the rules are in `aet_core::policy::barrier`.
+//! The types and the audit's model of the rules are in `aet_audit::policy::barrier`.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -17,10 +17,10 @@ use landlock::{
 };
 use regex::bytes::RegexSet;
 
-use crate::sandbox::plan::PPath;
-use aet_core::policy::barrier::{
+use aet_ledger::barrier::{
     BarrierMode, BarrierPlan, BarrierReport, BarrierRule, Excluded, MIN_ABI, Rights,
 };
+use aet_ledger::ppath::PPath;
 
 /// The ABI whose rights the ruleset handles (file rights of ABI 5, scopes of ABI 6).
 const HANDLED: ABI = ABI::V6;
@@ -419,7 +419,7 @@ pub fn build(plan: &BarrierPlan) -> Result<Built, String> {
 
 /// The dynamic loaders of the view: the kernel executes the one a program names (PT_INTERP), so
 /// a program that may run needs it too.
-fn loaders() -> Vec<aet_core::policy::barrier::Grant> {
+fn loaders() -> Vec<aet_ledger::barrier::Grant> {
     let mut out = Vec::new();
     for d in [
         "/lib64",
@@ -434,7 +434,7 @@ fn loaders() -> Vec<aet_core::policy::barrier::Grant> {
             let name = e.file_name();
             let n = name.as_bytes();
             if n.starts_with(b"ld-linux") || n.starts_with(b"ld-musl") || n == b"ld.so" {
-                out.push(aet_core::policy::barrier::Grant {
+                out.push(aet_ledger::barrier::Grant {
                     entry:
                         "aet: the dynamic loader (the kernel executes it for every dynamic program)"
                             .into(),

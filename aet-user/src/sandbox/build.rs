@@ -17,10 +17,12 @@ use std::{
     path::{Component, Path, PathBuf},
 };
 
-use super::{
-    plan::{Check, Expect, Identity, Mode, PLAN_VERSION, PPath, Plan},
-    spec::{Base, Role, SandboxSpec},
+use aet_ledger::{
+    plan::{Check, Expect, Identity, Mode, PLAN_VERSION, Plan},
+    ppath::PPath,
 };
+
+use super::spec::{Base, Role, SandboxSpec};
 
 /// Where the stage binary is bound inside the sandbox.
 pub const STAGE_BIN: &str = "/.aet/aet";
@@ -314,7 +316,7 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
         mode: opts.mode.clone(),
         view: true,
         new_session: false,
-        debug_skip_setuid: super::plan::debug_skip_setuid(),
+        debug_skip_setuid: aet_ledger::plan::debug_skip_setuid(),
         close_io_uring: spec.io_uring == super::spec::IoUring::Deny,
         keep_capabilities: false,
         barrier: None,
@@ -445,7 +447,7 @@ impl View {
         &mut self,
         spec: &SandboxSpec,
         opts: &BuildOptions,
-    ) -> Result<Vec<super::plan::RepoCheck>, BuildError> {
+    ) -> Result<Vec<aet_ledger::plan::RepoCheck>, BuildError> {
         let mut repos = Vec::new();
         for (i, r) in spec.repo.iter().enumerate() {
             let path = norm(&r.path);
@@ -471,7 +473,7 @@ impl View {
                 });
                 self.writable.push(dst.into());
             }
-            repos.push(super::plan::RepoCheck {
+            repos.push(aet_ledger::plan::RepoCheck {
                 entry,
                 path: path.into(),
                 base,
@@ -862,7 +864,7 @@ mod tests {
             crate::sandbox::format_args_lines(&b.argv()).replace(root.to_str().unwrap(), "$ROOT");
         let golden =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/seed.bwrap-argv.txt");
-        if std::env::var_os(aet_core::docgen::BLESS_ENV).is_some() {
+        if std::env::var_os(aet_checks::docgen::BLESS_ENV).is_some() {
             fs::write(&golden, &got).unwrap();
         }
         let want = fs::read_to_string(&golden).unwrap_or_default();

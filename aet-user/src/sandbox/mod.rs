@@ -11,8 +11,6 @@ pub mod barrier;
 pub mod build;
 pub mod env;
 pub mod repo;
-/// The stage's plan and report formats (pure data, in `aet-core`).
-pub use aet_core::stage as plan;
 pub mod spec;
 pub mod stage;
 
@@ -26,8 +24,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use aet_ledger::plan::{Identity, Mode, StageReport};
 use build::{BuildError, BuildOptions, Built, StageFiles};
-use plan::{Identity, Mode, Report};
 use spec::{SandboxSpec, SpecError};
 
 /// Where aet keeps the sandbox's host-side files (the empty mask file, report directories).
@@ -91,7 +89,7 @@ pub struct PrepareOptions {
     /// Writable binds added to the spec's (an agent identity's home).
     pub extra_rw: Vec<PathBuf>,
     /// The barrier the stage builds (`--mode shadow|enforce`).
-    pub barrier: Option<aet_core::policy::barrier::BarrierPlan>,
+    pub barrier: Option<aet_ledger::barrier::BarrierPlan>,
     /// The stage hands its view over before the command starts (the run's watched files are
     /// fingerprinted in it) and waits for aet's go.
     pub hold: bool,
@@ -270,14 +268,14 @@ impl Prepared {
     }
 
     /// Reads the stage's report (after bwrap started, or ended).
-    pub fn report(&self) -> Result<Report, SandboxError> {
+    pub fn report(&self) -> Result<StageReport, SandboxError> {
         read_report(self.stage_dir.path())
     }
 
     /// What the run record keeps of the sandbox: the spec, the exact arguments, the variable
     /// names (never values), and the stage's report.
-    pub fn record(&self, report: Option<&Report>) -> aet_core::ledger::record::SandboxRecord {
-        aet_core::ledger::record::SandboxRecord {
+    pub fn record(&self, report: Option<&StageReport>) -> aet_ledger::metadata::SandboxRecord {
+        aet_ledger::metadata::SandboxRecord {
             spec: self.spec_path.clone(),
             bwrap_argv: self
                 .built
@@ -289,7 +287,7 @@ impl Prepared {
             env_removed: self.env.removed.clone(),
             verified: report.is_some_and(|r| r.ok),
             report: report.cloned(),
-            network: aet_core::ledger::record::NetworkRecord {
+            network: aet_ledger::metadata::NetworkRecord {
                 mode: match &self.spec.network {
                     spec::Network::Host => "host",
                     spec::Network::None => "none",
@@ -307,7 +305,7 @@ impl Prepared {
                     .repo
                     .iter()
                     .filter_map(|r| r.upstream.as_deref())
-                    .filter_map(aet_core::policy::hosts::upstream_host)
+                    .filter_map(aet_audit::policy::hosts::upstream_host)
                     .collect(),
             },
         }
@@ -316,7 +314,7 @@ impl Prepared {
 
 /// Reads the report the stage wrote in its directory; none (or an empty one) means the stage
 /// never got to check anything.
-pub fn read_report(stage_dir: &Path) -> Result<Report, SandboxError> {
+pub fn read_report(stage_dir: &Path) -> Result<StageReport, SandboxError> {
     let path = stage_dir.join(build::REPORT_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,

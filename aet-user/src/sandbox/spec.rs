@@ -521,7 +521,7 @@ impl SandboxSpec {
         }
         for (i, r) in self.repo.iter().enumerate() {
             if let Some(u) = &r.upstream
-                && aet_core::policy::hosts::upstream_host(u).is_none()
+                && aet_audit::policy::hosts::upstream_host(u).is_none()
             {
                 problems.push(format!(
                     "repo[{i}].upstream = {u:?}: names no host (a URL, USER@HOST:PATH or a host name)"
@@ -814,8 +814,8 @@ mod tests {
         let mut doc = documented.clone();
         doc.sort();
         assert_eq!(doc, accepted, "KEYS and the spec's fields differ");
-        aet_core::docgen::check(
-            &aet_core::docgen::docs_dir().join("sandbox.md"),
+        aet_checks::docgen::check(
+            &aet_checks::docgen::docs_dir().join("sandbox.md"),
             "spec-keys",
             &super::keys_markdown(),
         );

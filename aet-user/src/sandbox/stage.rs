@@ -16,10 +16,11 @@ use std::{
 
 use nix::{errno::Errno, sys::statvfs::FsFlags};
 
-use super::plan::{
-    Check, CheckResult, Expect, Identity, Mode, PLAN_VERSION, PPath, Plan, ProbeResult, Report,
-};
 use crate::kernel::mountinfo;
+use aet_ledger::plan::{
+    Check, CheckResult, Expect, Identity, Mode, PLAN_VERSION, Plan, ProbeResult, StageReport,
+};
+use aet_ledger::ppath::PPath;
 
 /// Exit status of the stage when the view is not what the spec says (the command never runs).
 pub const EXIT_VERIFY_FAILED: i32 = 125;
@@ -27,7 +28,7 @@ pub const EXIT_VERIFY_FAILED: i32 = 125;
 pub const EXIT_PRIVILEGES: i32 = 124;
 
 fn errno_name(e: &io::Error) -> String {
-    aet_core::util::errno_name(e.raw_os_error().unwrap_or(0)).to_owned()
+    aet_ledger::util::errno_name(e.raw_os_error().unwrap_or(0)).to_owned()
 }
 
 fn read_only(p: &Path) -> io::Result<bool> {
@@ -182,10 +183,10 @@ fn writable_allowed(plan: &Plan, m: &mountinfo::MountEntry) -> bool {
 }
 
 /// Verifies the view against the plan.
-pub fn verify(plan: &Plan) -> Report {
-    let mut report = Report {
+pub fn verify(plan: &Plan) -> StageReport {
+    let mut report = StageReport {
         version: PLAN_VERSION,
-        ..Report::default()
+        ..StageReport::default()
     };
     for c in &plan.checks {
         let (ok, found) = check_one(c);
@@ -652,7 +653,7 @@ fn hand_over_view(fd: i32) -> Result<(), String> {
         .map_err(|e| format!("cannot open the view's mount namespace: {e}"))?;
     let net = fs::File::open("/proc/self/ns/net")
         .map_err(|e| format!("cannot open the view's network namespace: {e}"))?;
-    let held = aet_core::stage::HeldView {
+    let held = aet_ledger::plan::HeldView {
         cwd: std::env::current_dir()
             .unwrap_or_else(|_| "/".into())
             .into(),
@@ -669,7 +670,7 @@ fn hand_over_view(fd: i32) -> Result<(), String> {
     let mut go = [0u8; 1];
     // SAFETY: reads one byte into a local buffer.
     let n = unsafe { libc::read(fd, go.as_mut_ptr().cast(), 1) };
-    if n == 1 && go[0] == aet_core::stage::HOLD_GO {
+    if n == 1 && go[0] == aet_ledger::plan::HOLD_GO {
         Ok(())
     } else {
         Err("aet could not fingerprint the watched files in the view, or start its proxy".into())

@@ -435,7 +435,7 @@ pub fn run(aet: &Path, args: Args) -> anyhow::Result<()> {
 }
 
 /// Audit throughput: a ledger recorded from the built-in example, repeated to `--audit-rows`
-/// rows, audited on one thread (aet-core's `audit` bench).
+/// rows, audited on one thread (aet-audit's `audit` bench).
 fn audit_bench(aet: &Path, args: &Args) -> anyhow::Result<()> {
     let dir = root().join("target/aet-bench-audit");
     let _ = std::fs::remove_dir_all(&dir);
@@ -447,7 +447,7 @@ fn audit_bench(aet: &Path, args: &Args) -> anyhow::Result<()> {
     );
     crate::sh(
         crate::cargo()
-            .args(["bench", "-p", "aet-core", "--bench", "audit", "--"])
+            .args(["bench", "-p", "aet-audit", "--bench", "audit", "--"])
             .arg(&ledger)
             .arg(root().join("policies/bench.toml"))
             .arg(args.audit_rows.to_string())

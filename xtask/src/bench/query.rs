@@ -21,7 +21,7 @@ pub(super) fn fixture(
     runs: usize,
     rows: usize,
 ) -> anyhow::Result<u64> {
-    let mut l = aet_core::ledger::reader::Ledger::open(template)?;
+    let mut l = aet_ledger::reader::Ledger::open(template)?;
     let schema = l.schema().clone();
     let batches: Vec<RecordBatch> = l.read_all()?;
     let have: usize = batches.iter().map(|b| b.num_rows()).sum();

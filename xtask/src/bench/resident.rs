@@ -192,7 +192,7 @@ struct StormLedger {
 
 fn storm_ledger(aet: &Path, dir: &Path, marker: &str) -> anyhow::Result<StormLedger> {
     let ledger = dir.join("ledger.arrow");
-    let (_, rows) = aet_core::ledger::rows::read_rows(&ledger)
+    let (_, rows) = aet_ledger::rows::read_rows(&ledger)
         .with_context(|| format!("reading {}", ledger.display()))?;
     let mut own = 0;
     let mut foreign = 0;

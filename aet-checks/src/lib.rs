@@ -1,0 +1,6 @@
+//! The workspace's checks of itself, for tests only (every crate has it as a dev-dependency):
+//!
+//! - [`docgen`]: the generated parts of the docs, and the guide's code tour;
+//! - [`layers`]: the floors of a crate's files.
+pub mod docgen;
+pub mod layers;
