@@ -4,7 +4,7 @@
 //!
 //! A change to a column's name, type or meaning bumps [`SCHEMA_VERSION`]. Readers refuse a ledger
 //! whose version they do not know; an older ledger is read with the columns later versions added
-//! null (`reader::ADDED_IN_3` to `reader::ADDED_IN_6`).
+//! null (`ADDED_IN_3` to `ADDED_IN_6` in `reader/versions.rs`).
 
 use std::{borrow::Cow, collections::HashMap, fmt::Write as _, sync::Arc};
 
