@@ -257,7 +257,7 @@ fn the_html_report_shows_the_verdict_and_the_flagged_row_in_chromium() {
     );
     let chromium = ["chromium", "chromium-browser"]
         .iter()
-        .find(|c| aet::sandbox::find_on_path(c).is_some())
+        .find(|c| aet_sandbox::find_on_path(c).is_some())
         .expect("chromium is installed by cargo xtask setup");
     let dom = std::process::Command::new(chromium)
         .args([

@@ -592,7 +592,7 @@ fn monitor_on_a_cgroup_stops_cleanly_on_sigint() {
     let d = tempdir();
     let marker = d.path().join("marker-cg");
     fs::write(&marker, "x").unwrap();
-    let root = aet::kernel::cgroup::cgroup2_root().unwrap();
+    let root = aet_kernel::cgroup::cgroup2_root().unwrap();
     let cg = root.join(format!("aet-test-{}", std::process::id()));
     fs::create_dir(&cg).unwrap();
     let mut worker = Command::new("sh")
@@ -639,7 +639,7 @@ fn monitor_on_a_cgroup_stops_cleanly_on_sigint() {
 #[test]
 fn monitor_whose_target_ends_during_the_attach_ends_at_once_incomplete() {
     let d = tempdir();
-    let root = aet::kernel::cgroup::cgroup2_root().unwrap();
+    let root = aet_kernel::cgroup::cgroup2_root().unwrap();
     let cg = root.join(format!("aet-test-ends-{}", std::process::id()));
     fs::create_dir(&cg).unwrap();
     let mut worker = Command::new("sh")

@@ -213,7 +213,7 @@ fn sigkill_of_aet_during_a_freeze_thaws_and_kills_the_run() {
 /// dies.
 #[test]
 fn a_monitored_cgroup_frozen_by_an_aet_that_dies_is_thawed_and_left_running() {
-    let root = aet::kernel::cgroup::cgroup2_root().unwrap();
+    let root = aet_kernel::cgroup::cgroup2_root().unwrap();
     let cg = root.join(format!(
         "aet-test-freeze-{}-{}",
         std::process::id(),

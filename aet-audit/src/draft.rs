@@ -251,7 +251,7 @@ pub fn draft(ledger: &Path) -> Result<Draft, ReadError> {
             "host" => {
                 // A name no pattern can write (bytes DNS allows, host names do not) is left
                 // for a person to see in the report.
-                match p.strip_prefix("host:").map(crate::policy::hosts::check) {
+                match p.strip_prefix("host:").map(aet_ledger::hosts::check) {
                     Some(Ok(h)) => {
                         d.hosts.insert(h);
                     }

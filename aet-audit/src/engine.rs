@@ -237,7 +237,7 @@ pub(super) fn start<'p>(
         .sandbox
         .iter()
         .flat_map(|s| &s.network.upstream_hosts)
-        .map(|h| crate::policy::hosts::normalize(h.as_bytes()))
+        .map(|h| aet_ledger::hosts::normalize(h.as_bytes()))
         .collect();
     e.barrier = meta
         .barrier

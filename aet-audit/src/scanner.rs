@@ -7,7 +7,8 @@ use arrow_array::Array;
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 
-use crate::policy::{Access, Attempts, Policy, Severity, Target, hosts};
+use crate::policy::{Access, Attempts, Policy, Severity, Target};
+use aet_ledger::hosts;
 
 use super::batch::{RowRef, lossy};
 use super::finding::{Class, Finding, Outcome, Proc};

@@ -41,25 +41,51 @@ pub fn problems(src: &Path, floors: &[&[&str]]) -> Vec<String> {
     let modules: BTreeSet<Vec<String>> = files.iter().map(|f| f.module.clone()).collect();
     let mut problems = Vec::new();
     let mut edges: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+    let root = files.iter().position(|f| f.module.is_empty());
+    let root_items = root
+        .map(|r| items(&code(&files[r].text)))
+        .unwrap_or_default();
     for (i, f) in files.iter().enumerate() {
+        if f.rel.ends_with("tests.rs") {
+            continue;
+        }
+        let text = code(&f.text);
         let Some(top) = f.module.first() else {
-            continue; // the crate root declares the modules and re-exports for other crates
+            // The crate root: what it declares of its own is below every floor; its imports
+            // of its modules count for circles.
+            for path in paths(&text, &[])
+                .into_iter()
+                .chain(root_uses(&text, &modules))
+            {
+                let used = resolve(&path, &modules);
+                if let Some(j) = files.iter().position(|g| g.module == used)
+                    && j != i
+                {
+                    edges.entry(i).or_default().insert(j);
+                }
+            }
+            continue;
         };
         let Some(&floor) = floor_of.get(top.as_str()) else {
             problems.push(format!("{}: module {top} is on no floor", f.rel));
             continue;
         };
-        if f.rel.ends_with("tests.rs") {
-            continue;
-        }
-        for path in paths(&code(&f.text), &f.module) {
+        for path in paths(&text, &f.module) {
             let used = resolve(&path, &modules);
             let Some(used_top) = used.first() else {
-                problems.push(format!(
-                    "{}: names crate::{} through the crate root (name the module that defines it)",
-                    f.rel,
-                    path.join("::")
-                ));
+                // An item the crate root defines is on the bottom floor; one it re-exports
+                // must be named where it is defined.
+                if path.first().is_some_and(|n| root_items.contains(n)) {
+                    if let Some(r) = root {
+                        edges.entry(i).or_default().insert(r);
+                    }
+                } else {
+                    problems.push(format!(
+                        "{}: names crate::{} through the crate root (name the module that defines it)",
+                        f.rel,
+                        path.join("::")
+                    ));
+                }
                 continue;
             };
             match floor_of.get(used_top.as_str()) {
@@ -90,6 +116,50 @@ pub fn problems(src: &Path, floors: &[&[&str]]) -> Vec<String> {
         problems.push(format!("a circle of files: {}", names.join(" ↔ ")));
     }
     problems
+}
+
+/// The names of the items a file defines at its top level (`fn`, `struct`, `const`, ...).
+fn items(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for line in code.lines() {
+        if line.starts_with(char::is_whitespace) {
+            continue;
+        }
+        let mut words = line.split(|c: char| {
+            c.is_whitespace() || c == '(' || c == '<' || c == ':' || c == '{' || c == ';'
+        });
+        let words: Vec<&str> = words.by_ref().filter(|w| !w.is_empty()).collect();
+        for (k, w) in words.iter().enumerate() {
+            if matches!(
+                *w,
+                "fn" | "struct" | "enum" | "const" | "static" | "type" | "trait" | "union"
+            ) && let Some(name) = words.get(k + 1)
+            {
+                out.insert((*name).to_owned());
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The crate root's imports of its own modules by their bare names (`use build::{A, B};`), which
+/// its code uses; its re-exports (`pub use`) are for other crates and not counted.
+fn root_uses(code: &str, modules: &BTreeSet<Vec<String>>) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for stmt in code.split(';') {
+        let Some(rest) = stmt.trim_start().strip_prefix("use ") else {
+            continue;
+        };
+        let head: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if modules.contains(&vec![head.clone()]) {
+            expand(rest, &[], &mut out);
+        }
+    }
+    out
 }
 
 fn walk(src: &Path, dir: &Path, out: &mut Vec<File>) {
@@ -414,6 +484,24 @@ mod tests {
         assert_eq!(
             problems(&dir.0.join("src"), &[&["low"]]),
             vec!["high.rs: module high is on no floor".to_owned()]
+        );
+        // What the root defines is below every floor; what it re-exports is named where it is
+        // defined; the root's own imports of its modules make circles too.
+        let dir = crate_of(&[
+            (
+                "src/lib.rs",
+                "pub mod low;\npub mod high;\npub use low::L;\nuse high::H;\npub struct Root;\n",
+            ),
+            ("src/low.rs", "use crate::Root;\npub struct L;\n"),
+            ("src/high.rs", "use crate::{L, Root};\npub struct H;\n"),
+        ]);
+        assert_eq!(
+            problems(&dir.0.join("src"), &[&["low"], &["high"]]),
+            vec![
+                "high.rs: names crate::L through the crate root (name the module that defines it)"
+                    .to_owned(),
+                "a circle of files: high.rs ↔ lib.rs".to_owned()
+            ]
         );
     }
 }

@@ -21,6 +21,7 @@ pub mod barrier;
 pub mod chain;
 pub mod columns;
 pub mod decode;
+pub mod hosts;
 pub mod incomplete;
 pub mod ipc;
 pub mod manifest;
@@ -42,7 +43,9 @@ pub mod writer;
 mod tests {
     /// The floors of this crate's modules, from the bottom up (the crate docs say the same).
     const FLOORS: &[&[&str]] = &[
-        &["util", "version", "ipc", "decode", "run_dir", "access"],
+        &[
+            "util", "version", "ipc", "decode", "run_dir", "access", "hosts",
+        ],
         &["ppath", "columns"],
         &["barrier", "incomplete", "watch", "schema"],
         &["plan", "chain"],

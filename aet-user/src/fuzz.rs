@@ -408,7 +408,7 @@ pub fn policy(data: &[u8]) {
 /// A sandbox spec.
 pub fn spec(data: &[u8]) {
     let p = file("spec.toml", data);
-    if let Ok(s) = crate::sandbox::spec::SandboxSpec::load(&p) {
+    if let Ok(s) = aet_sandbox::spec::SandboxSpec::load(&p) {
         let _ = s.check();
         let _ = s.entries();
     }
@@ -431,12 +431,12 @@ pub fn transcript(data: &[u8]) {
 
 /// A socket's payload, as the monitor's row maker reads it.
 pub fn names(data: &[u8]) {
-    for m in crate::monitor::names::dns_messages(data) {
+    for m in aet_monitor::names::dns_messages(data) {
         assert!(!m.qtype.is_empty());
     }
-    let _ = crate::proxy::hello::client_hello(data);
-    let _ = crate::proxy::hello::tls_server_name(data);
-    let _ = crate::monitor::names::http_host(data);
+    let _ = aet_proxy::hello::client_hello(data);
+    let _ = aet_proxy::hello::tls_server_name(data);
+    let _ = aet_monitor::names::http_host(data);
 }
 
 /// A DNS message that both hickory-proto (what aet parses with) and simple-dns read must have
@@ -452,7 +452,7 @@ pub fn dns_diff(data: &[u8]) {
         .iter()
         .map(|q| {
             (
-                crate::proxy::dns::name_bytes(q.name()),
+                aet_proxy::dns::name_bytes(q.name()),
                 u16::from(q.query_type()),
             )
         })
@@ -483,15 +483,15 @@ pub fn proxy(data: &[u8]) {
     };
     let enforce = how & 2 == 0;
     if how & 1 == 0 {
-        let r = crate::proxy::replay::http(input, enforce);
+        let r = aet_proxy::replay::http(input, enforce);
         for e in &r.events {
             assert!(
-                e.decision != crate::proxy::Decision::Allowed || e.reason.is_none(),
+                e.decision != aet_proxy::Decision::Allowed || e.reason.is_none(),
                 "an allowed request with a reason to refuse it: {e:?}"
             );
         }
     } else {
-        let _ = crate::proxy::replay::dns(input, enforce);
+        let _ = aet_proxy::replay::dns(input, enforce);
     }
 }
 
@@ -606,7 +606,7 @@ mod tests {
             assert_eq!(reader::count_rows(&p).unwrap(), 1);
         }
 
-        let r = crate::proxy::replay::http(
+        let r = aet_proxy::replay::http(
             b"GET http://UPSTREAM/x HTTP/1.1\r\n\r\nCONNECT github.com:443 HTTP/1.1\r\n\r\n",
             true,
         );
@@ -616,10 +616,7 @@ mod tests {
         let decisions: Vec<_> = r.events.iter().map(|e| e.decision).collect();
         assert_eq!(
             decisions,
-            [
-                crate::proxy::Decision::Allowed,
-                crate::proxy::Decision::Refused
-            ],
+            [aet_proxy::Decision::Allowed, aet_proxy::Decision::Refused],
             "{:?}",
             r.events
         );

@@ -5,7 +5,7 @@
 
 use std::{io, path::Path, time::Duration};
 
-use crate::kernel::cgroup;
+use aet_kernel::cgroup;
 
 /// A watchdog process for a run's cgroup. `aet run` starts it before the command and holds the
 /// write end of its stdin; if `aet run` dies (even by SIGKILL) the pipe closes and the guard kills

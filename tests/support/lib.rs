@@ -211,7 +211,7 @@ pub fn run_ok(dir: &Path, cmd: &[impl AsRef<OsStr>]) -> Run {
 /// Standalone, so that the ring buffer's size and the consumer are the run's own.
 pub fn lossy_run(out: &Path, target: &Path, opens: u64) -> Run {
     let output = aet()
-        .env(aet::monitor::STALL_ENV, "2000")
+        .env(aet_monitor::STALL_ENV, "2000")
         .args(["run", "--standalone", "--ringbuf-mb", "1", "--out"])
         .arg(out)
         .arg("--")

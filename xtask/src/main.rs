@@ -96,6 +96,8 @@ fn main() -> anyhow::Result<()> {
                     "--package",
                     "aet-checks",
                     "--package",
+                    "aet-sandbox",
+                    "--package",
                     "aet-user",
                     "--lib",
                 ])

@@ -100,7 +100,7 @@ pub(crate) fn host(
             Some(b"would_refuse") => Outcome::WouldBlock,
             _ => return,
         };
-        let id = e.path_id(&crate::policy::hosts::key(name));
+        let id = e.path_id(&aet_ledger::hosts::key(name));
         let row = RowRef {
             cols: &c.cols,
             i,
@@ -129,13 +129,13 @@ pub(crate) fn host(
             (ok || pending) && !refused
         }
     };
-    let mut ids = vec![e.path_id(&crate::policy::hosts::key(name))];
+    let mut ids = vec![e.path_id(&aet_ledger::hosts::key(name))];
     // A task repository's upstream is also `host:@upstream`, which `{ host = "@upstream" }`
     // rules name.
-    let norm = crate::policy::hosts::normalize(name);
+    let norm = aet_ledger::hosts::normalize(name);
     if e.upstream.contains(&norm) {
-        let mut k = crate::policy::hosts::PREFIX.to_vec();
-        k.extend_from_slice(crate::policy::hosts::UPSTREAM.as_bytes());
+        let mut k = aet_ledger::hosts::PREFIX.to_vec();
+        k.extend_from_slice(aet_ledger::hosts::UPSTREAM.as_bytes());
         ids.push(e.path_id(&k));
     }
     let row = RowRef {

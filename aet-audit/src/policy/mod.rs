@@ -6,7 +6,6 @@
 
 pub mod barrier;
 mod globs;
-pub mod hosts;
 mod lint;
 pub mod provenance;
 pub mod watch;
@@ -24,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 pub use aet_ledger::access::{Access, Accesses};
+use aet_ledger::hosts;
 
 /// What a failed (denied) access at a rule's path counts as.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]

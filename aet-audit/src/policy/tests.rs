@@ -291,3 +291,39 @@ fn a_path_rule_that_needs_whitespace_loads_with_a_warning_naming_it() {
             .is_empty()
     );
 }
+
+/// Host rules and `[network] hosts` (the patterns are `aet_ledger::hosts`').
+mod hosts {
+    use crate::policy::Policy;
+
+    fn load(text: &str) -> Result<Policy, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        std::fs::write(&f, text).unwrap();
+        Policy::load(&f).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn host_rules_and_allowed_hosts_compile_and_bad_ones_are_named() {
+        let p = load(
+            "[allow]\nread = []\nwrite = []\nhosts = [\"pypi.org\"]\n[cheats]\nup = { host = \"github.com\" }\n",
+        )
+        .unwrap();
+        assert_eq!(p.rules[0].target, crate::policy::Target::Host);
+        assert_eq!(p.rules[0].access, [crate::policy::Access::Host]);
+        assert!(p.allow.unwrap().hosts.unwrap().matches(b"pypi.org"));
+        let e = load("[allow]\nread = []\nwrite = []\nhosts = [\"ok.org\", \"bad/host\"]\n")
+            .unwrap_err();
+        assert!(
+            e.contains("line 4: allow.hosts[1]") && e.contains("bad/host"),
+            "{e}"
+        );
+        let e = load("[cheats]\nup = { host = \"git hub\" }\n").unwrap_err();
+        assert!(
+            e.contains("line 2: cheats.up") && e.contains("not a host name"),
+            "{e}"
+        );
+        let e = load("[cheats]\nup = { host = \"a.b\", pattern = \"x\" }\n").unwrap_err();
+        assert!(e.contains("together"), "{e}");
+    }
+}

@@ -6,10 +6,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::{
-    kernel::{btf, cgroup, procfs, tracefs},
-    loader::{self, Attach, LoadOptions, Programs},
-};
+use aet_kernel::{btf, cgroup, procfs, tracefs};
+
+use aet_monitor::loader::{self, Attach, LoadOptions, Programs};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -261,8 +260,8 @@ fn verified(p: &loader::Loaded) -> Check {
 
 /// The kernel's Landlock ABI, and whether `--mode enforce` can run on it.
 fn landlock_abi() -> String {
-    let abi = crate::sandbox::barrier::kernel_abi();
-    match crate::sandbox::barrier::cannot_enforce() {
+    let abi = aet_sandbox::barrier::kernel_abi();
+    match aet_sandbox::barrier::cannot_enforce() {
         None => format!(
             "ABI {abi}: aet run --mode enforce can build its barrier (files, signals, abstract sockets)"
         ),

@@ -266,7 +266,7 @@ pub fn main() -> ExitCode {
         Command::GuardDaemon { state } => (crate::daemon::guard_main(&state).map(|()| 0), 1),
         Command::GuardThaw { dir } => (crate::guard::thaw_main(&dir).map(|()| 0), 1),
         Command::Replay { dump, ledger } => (
-            crate::monitor::replay::replay(&dump, &ledger)
+            aet_monitor::replay::replay(&dump, &ledger)
                 .map(|r| {
                     println!(
                         "records={} rows={} cpu_ns={} finish_cpu_ns={} wall_ns={}",
@@ -294,7 +294,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(code).unwrap_or(255));
         }
         Command::Stage { dir, command } => {
-            let code = crate::sandbox::stage::stage_main(dir.as_deref(), strip_dashdash(&command));
+            let code = aet_sandbox::stage::stage_main(dir.as_deref(), strip_dashdash(&command));
             return ExitCode::from(u8::try_from(code).unwrap_or(255));
         }
     };
@@ -395,8 +395,8 @@ pub struct MonitorArgs {
     /// the time frozen is in the ledger), or `drop` what does not fit and count it (the run is
     /// then incomplete). A scope that is not a cgroup (`--uid`, `--pid`) always drops, and its
     /// ledger says so.
-    #[arg(long, value_enum, default_value_t = crate::monitor::overload::OnOverload::Freeze, value_name = "HOW")]
-    pub on_overload: crate::monitor::overload::OnOverload,
+    #[arg(long, value_enum, default_value_t = aet_monitor::overload::OnOverload::Freeze, value_name = "HOW")]
+    pub on_overload: aet_monitor::overload::OnOverload,
 }
 
 impl MonitorArgs {

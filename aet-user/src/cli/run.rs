@@ -150,15 +150,15 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     // The barrier is planned (and the kernel checked) before anything runs.
     let barrier = plan_barrier(a.mode, policy.as_ref(), &protected, &a.command[0])?;
     let config = match &a.config {
-        Some(p) => crate::identity::RunConfig::load(p)?,
-        None => crate::identity::RunConfig::default(),
+        Some(p) => aet_sandbox::identity::RunConfig::load(p)?,
+        None => aet_sandbox::identity::RunConfig::default(),
     };
     let mut identity = match (&a.identity, config.identity) {
         (None, c) => c,
         (Some(s), c) => {
             let mut c = c.unwrap_or_default();
             if !s.is_empty() {
-                (c.uid, c.gid) = crate::identity::parse_identity(s)?;
+                (c.uid, c.gid) = aet_sandbox::identity::parse_identity(s)?;
             }
             Some(c)
         }
@@ -266,7 +266,7 @@ fn plan_barrier(
         (_, None) => anyhow::bail!("--mode shadow and enforce apply a policy: add --policy FILE"),
         (mode, Some(p)) => {
             let enforce = mode == PolicyMode::Enforce;
-            if enforce && let Some(why) = crate::sandbox::barrier::cannot_enforce() {
+            if enforce && let Some(why) = aet_sandbox::barrier::cannot_enforce() {
                 anyhow::bail!("{why}");
             }
             let mut plan = aet_audit::policy::barrier::plan(p, enforce, protected)
@@ -276,7 +276,7 @@ fn plan_barrier(
             let found = if program.as_os_str().as_encoded_bytes().contains(&b'/') {
                 std::path::absolute(program).ok()
             } else {
-                program.to_str().and_then(crate::sandbox::find_on_path)
+                program.to_str().and_then(aet_sandbox::find_on_path)
             };
             if let Some(path) = found.filter(|p| p.is_file()) {
                 plan.grants.push(aet_ledger::barrier::Grant {

@@ -9,15 +9,15 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::sandbox::{
-    self, PrepareOptions, Prepared, SandboxError,
-    build::{self, BuildOptions, StageFiles},
-    env,
-    spec::SandboxSpec,
-};
 use aet_ledger::{
     plan::{Mode, ProbeResult, StageReport},
     ppath::PPath,
+};
+use aet_sandbox::{
+    PrepareOptions, Prepared, SandboxError,
+    build::{self, BuildOptions, StageFiles},
+    env,
+    spec::SandboxSpec,
 };
 
 #[derive(Debug, clap::Subcommand)]
@@ -108,7 +108,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
                 &BuildOptions {
                     stage: stage.then(|| StageFiles {
                         aet: std::env::current_exe().unwrap_or_else(|_| "aet".into()),
-                        dir: PathBuf::from(sandbox::RUNTIME_DIR).join("stage-XXXXXX"),
+                        dir: PathBuf::from(aet_sandbox::RUNTIME_DIR).join("stage-XXXXXX"),
                     }),
                     command,
                     env_prefix,
@@ -128,7 +128,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
                 }
                 out.flush()?;
             } else {
-                super::print_out(&sandbox::format_args_lines(&args))?;
+                super::print_out(&aet_sandbox::format_args_lines(&args))?;
             }
             Ok(Exit::Success.code())
         }
@@ -147,8 +147,8 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
         } => {
             let identity = match identity {
                 Some(s) => {
-                    let (uid, gid) = crate::identity::parse_identity(&s)?;
-                    Some(crate::identity::IdentityConfig {
+                    let (uid, gid) = aet_sandbox::identity::parse_identity(&s)?;
+                    Some(aet_sandbox::identity::IdentityConfig {
                         uid,
                         gid,
                         ..Default::default()
@@ -158,7 +158,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             };
             let home = tempfile::Builder::new()
                 .prefix("probe-")
-                .tempdir_in(sandbox::runtime_dir()?)
+                .tempdir_in(aet_sandbox::runtime_dir()?)
                 .context("cannot create the probe's home")?;
             let launch = crate::run::launch::Launch::prepare(crate::run::launch::LaunchOptions {
                 command: Vec::new(),
@@ -178,7 +178,7 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             unsafe {
                 cmd.pre_exec(move || {
                     for &fd in &fds {
-                        sandbox::inherit_fd(fd)?;
+                        aet_sandbox::inherit_fd(fd)?;
                     }
                     Ok(())
                 })
@@ -263,7 +263,7 @@ fn run_sandboxed(
     unsafe {
         cmd.pre_exec(move || {
             for &fd in &fds {
-                sandbox::inherit_fd(fd)?;
+                aet_sandbox::inherit_fd(fd)?;
             }
             Ok(())
         })

@@ -188,7 +188,7 @@ impl Client {
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                     ) =>
                 {
-                    let why = if crate::kernel::procfs::stopped(self.pid) {
+                    let why = if aet_kernel::procfs::stopped(self.pid) {
                         Some("is stopped (SIGSTOP or a debugger)".to_owned())
                     } else if started.elapsed() >= limit {
                         Some(format!("did not answer within {} s", limit.as_secs()))

@@ -26,14 +26,13 @@ use std::{
 
 use protocol::{Request, Response, VERSION};
 
-use crate::{
-    loader::{LoadError, LoadOptions, Scope},
-    monitor::{MonitorError, slots::Monitor},
-};
+use aet_monitor::loader::{LoadError, LoadOptions, Scope};
+
 use aet_ledger::{
     metadata::{Incomplete, MetaMap, Reasons},
     util::now_ns,
 };
+use aet_monitor::{MonitorError, slots::Monitor};
 
 /// Where the daemon listens by default.
 pub const DEFAULT_SOCKET: &str = "/run/aet/aet.sock";
@@ -421,7 +420,7 @@ fn idle_watch(d: &Daemon, idle: Duration) {
 /// A daemon a run started moves into a cgroup of its own (`<cgroup2>/aet/daemon`): it is no
 /// part of the run, the shell or the job that started it, and outlives them.
 fn own_cgroup() {
-    let Ok(root) = crate::kernel::cgroup::cgroup2_root() else {
+    let Ok(root) = aet_kernel::cgroup::cgroup2_root() else {
         return;
     };
     let dir = root.join("aet").join("daemon");
@@ -561,7 +560,7 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
             }
             let quota = u64::from(d.opts.ringbuf_bytes / d.opts.max_runs);
             // Freezes are marked in the state directory: the daemon's guard thaws them.
-            let overload = crate::monitor::slots::Overload {
+            let overload = aet_monitor::slots::Overload {
                 on_overload,
                 marker_dir: Some(d.state.clone()),
             };
@@ -605,7 +604,7 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
         // (or a root process of any run) could take a live task out of the record.
         Request::Untrack { tid } => match run {
             Some((slot, _)) if d.engine.tracked(*slot).contains(&tid) => {
-                if crate::kernel::procfs::exists(tid) {
+                if aet_kernel::procfs::exists(tid) {
                     err(format!(
                         "task {tid} is still running: only a task that is gone leaves the \
                          tracked set"
@@ -678,7 +677,7 @@ fn handle(d: &Daemon, req: Request, run: &mut Option<(u32, Option<PathBuf>)>) ->
 pub fn guard_main(state: &Path) -> anyhow::Result<()> {
     crate::guard::wait_for_stdin_close()?;
     // Nothing the daemon froze stays frozen: thawed before anything is killed.
-    let thawed = crate::kernel::cgroup::thaw_marked(state);
+    let thawed = aet_kernel::cgroup::thaw_marked(state);
     if thawed > 0 {
         eprintln!(
             "aet: daemon guard: the aet daemon died with {thawed} run(s) frozen; thawed them"
@@ -695,8 +694,8 @@ pub fn guard_main(state: &Path) -> anyhow::Result<()> {
         let cg = PathBuf::from(std::ffi::OsString::from(
             String::from_utf8_lossy(&bytes).into_owned(),
         ));
-        if crate::kernel::cgroup::populated(&cg).unwrap_or(false) {
-            crate::kernel::cgroup::thaw(&cg);
+        if aet_kernel::cgroup::populated(&cg).unwrap_or(false) {
+            aet_kernel::cgroup::thaw(&cg);
             let _ = std::fs::write(cg.join("cgroup.kill"), b"1");
             killed += 1;
         }

@@ -5,11 +5,10 @@ use std::{collections::HashMap, path::PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    loader::Scope,
-    monitor::{MonitorReport, consumer::Progress, slots::RunStatus},
-};
+use aet_monitor::loader::Scope;
+
 use aet_ledger::metadata::Reasons;
+use aet_monitor::{MonitorReport, consumer::Progress, slots::RunStatus};
 
 /// Version of the protocol; a client and a daemon of different versions refuse each other, and
 /// so do two builds ([`crate::version::BUILD_ID`]) that speak the same version.
@@ -34,7 +33,7 @@ pub enum Request {
         owned: bool,
         /// What the run does when the record cannot keep up.
         #[serde(default)]
-        on_overload: crate::monitor::overload::OnOverload,
+        on_overload: aet_monitor::overload::OnOverload,
     },
     /// Add tasks to the run's tracked set.
     Track { tids: Vec<u32> },
@@ -49,7 +48,7 @@ pub enum Request {
         by: Option<u32>,
     },
     /// A request the sandbox's proxy forwarded or refused: a row of the run's ledger.
-    Proxy { event: crate::proxy::Event },
+    Proxy { event: aet_proxy::Event },
     /// What the run has recorded so far.
     Progress,
     /// Whether the run's ledger is still being written (asked every 250 ms: no map is read).

@@ -105,7 +105,7 @@ pub fn connect_or_start(socket: &Path) -> Result<Client, DaemonError> {
     // (But for the kernel the run was told to see: the daemon loads for it.)
     cmd.env_clear().envs(std::env::vars_os().filter(|(k, _)| {
         let k = k.to_string_lossy();
-        k == crate::loader::features::LACKS_ENV
+        k == aet_monitor::loader::features::LACKS_ENV
             || !(k.starts_with("AET_DEBUG_") || k.starts_with("LISTEN_"))
     }));
     // It outlives the run's directory too: it works from `/`, its socket named absolutely.

@@ -24,14 +24,12 @@ use super::{
     note, prepare_out, report_end,
     session::{Mode, Session, SessionError},
 };
-use crate::{
-    kernel::{
-        cgroup::{self, CgroupError, RunCgroup},
-        procfs,
-    },
-    loader::Scope,
-    monitor::MonitorReport,
+use aet_kernel::{
+    cgroup::{self, CgroupError, RunCgroup},
+    procfs,
 };
+use aet_monitor::MonitorReport;
+use aet_monitor::loader::Scope;
 
 /// Options of `aet run`.
 pub struct RunOptions {
@@ -39,7 +37,7 @@ pub struct RunOptions {
     pub command: Vec<OsString>,
     pub grace: Duration,
     pub ringbuf_bytes: u32,
-    pub on_overload: crate::monitor::overload::OnOverload,
+    pub on_overload: aet_monitor::overload::OnOverload,
     pub quiet: bool,
     /// How the command starts: in a sandbox (bwrap starts inside the run's cgroup, so its
     /// set-up is in the ledger too), as an agent identity, or as it is.
@@ -128,7 +126,7 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
         .launch
         .sandbox
         .as_mut()
-        .and_then(crate::sandbox::Prepared::take_hold);
+        .and_then(aet_sandbox::Prepared::take_hold);
     // Whole seconds: ctimes are compared at that resolution.
     let run_started = std::time::SystemTime::now() - Duration::from_secs(1);
     let name = format!("run-{}-{}", std::process::id(), aet_ledger::util::now_ns());
@@ -286,7 +284,7 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
 /// did not run.
 fn stage_notes(
     opts: &RunOptions,
-    stage: &Option<Result<aet_ledger::plan::StageReport, crate::sandbox::SandboxError>>,
+    stage: &Option<Result<aet_ledger::plan::StageReport, aet_sandbox::SandboxError>>,
 ) -> bool {
     match stage {
         None => {}
@@ -380,7 +378,7 @@ fn identity_end(
     quiet: bool,
 ) -> aet_ledger::metadata::IdentityRecord {
     // No process of the agent's uid may outlive the run, anywhere on the machine.
-    let (strays, reap_error) = match crate::identity::reap_uid(id.uid) {
+    let (strays, reap_error) = match aet_sandbox::identity::reap_uid(id.uid) {
         Ok(s) => (s, None),
         Err(e) => (Vec::new(), Some(e)),
     };
@@ -400,7 +398,7 @@ fn identity_end(
         eprintln!("aet: error: {e}");
         reasons.push(Incomplete::ReapFailed { error: e.clone() });
     }
-    let (files, total) = crate::identity::leftovers(
+    let (files, total) = aet_sandbox::identity::leftovers(
         id.uid,
         run_started,
         &[id.workspace.clone(), id.home.clone()],
@@ -485,7 +483,7 @@ async fn drive(
                 return Err(io::Error::last_os_error());
             }
             for &fd in &keep_fds {
-                crate::sandbox::inherit_fd(fd)?;
+                aet_sandbox::inherit_fd(fd)?;
             }
             Ok(())
         });

@@ -164,7 +164,7 @@ const ANSWER_LIMIT: Duration = Duration::from_secs(300);
 impl Control {
     /// Listens for the run whose directory is `out` and whose cgroup is `run_cgroup`.
     pub fn open(out: &Path, run_cgroup: &Path) -> io::Result<Self> {
-        let socket = crate::sandbox::runtime_dir()?.join(format!(
+        let socket = aet_sandbox::runtime_dir()?.join(format!(
             "control-{}-{}.sock",
             std::process::id(),
             aet_ledger::util::now_ns()
@@ -226,7 +226,7 @@ fn serve(
         },
         Ok(r)
             if peer.is_some_and(|pid| {
-                crate::kernel::cgroup::cgroup_of(pid).is_ok_and(|cg| cg.starts_with(run_cgroup))
+                aet_kernel::cgroup::cgroup_of(pid).is_ok_and(|cg| cg.starts_with(run_cgroup))
             }) =>
         {
             Response::Refused {
@@ -242,7 +242,7 @@ fn serve(
         }
         Ok(Request::Watch {
             root: Some(pid), ..
-        }) if !crate::kernel::cgroup::cgroup_of(pid).is_ok_and(|cg| cg.starts_with(run_cgroup)) => {
+        }) if !aet_kernel::cgroup::cgroup_of(pid).is_ok_and(|cg| cg.starts_with(run_cgroup)) => {
             Response::Refused {
                 message: format!(
                     "process {pid} is not part of the run: the watched files are seen from a \

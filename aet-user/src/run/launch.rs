@@ -11,18 +11,19 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::{
-    identity::{self, GraderRoot, HandOver, IdentityConfig, IdentityError, ProcessRef},
-    sandbox::{
-        self, PrepareOptions, Prepared, SandboxError, build,
-        env::{self, Env},
-        spec::SandboxSpec,
-    },
+use aet_sandbox::identity::{
+    self, GraderRoot, HandOver, IdentityConfig, IdentityError, ProcessRef,
 };
+
 use aet_ledger::metadata::IdentityRecord;
 use aet_ledger::{
     plan::{Mode, PLAN_VERSION, Plan, StageReport},
     ppath::PPath,
+};
+use aet_sandbox::{
+    PrepareOptions, Prepared, SandboxError, build,
+    env::{self, Env},
+    spec::SandboxSpec,
 };
 
 /// Why a run cannot start as asked.
@@ -149,7 +150,7 @@ impl Launch {
             // barrier before the exec.
             let dir = tempfile::Builder::new()
                 .prefix("stage-")
-                .tempdir_in(sandbox::runtime_dir()?)?;
+                .tempdir_in(aet_sandbox::runtime_dir()?)?;
             let id = launch.identity.as_ref();
             let workspace = match id {
                 Some(id) => id.workspace.clone(),
@@ -243,7 +244,7 @@ impl Launch {
             return Some(sb.report());
         }
         let dir = self.stage_dir.as_ref()?;
-        Some(sandbox::read_report(dir.path()))
+        Some(aet_sandbox::read_report(dir.path()))
     }
 }
 

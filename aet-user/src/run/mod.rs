@@ -33,10 +33,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::{
-    kernel::cgroup::CgroupError,
-    monitor::{MonitorError, MonitorReport},
-};
+use aet_kernel::cgroup::CgroupError;
+
+use aet_monitor::{MonitorError, MonitorReport};
 use session::SessionError;
 
 /// Errors of `run` and `monitor`.

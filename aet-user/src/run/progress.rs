@@ -5,7 +5,9 @@ use std::{io::Write as _, path::Path, time::Duration};
 
 use serde::Serialize;
 
-use crate::{kernel::cgroup, monitor::consumer::Progress};
+use aet_kernel::cgroup;
+
+use aet_monitor::consumer::Progress;
 
 /// How `aet run` shows its progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,21 +10,21 @@ use std::{
     },
 };
 
-use crate::{
-    daemon::{
-        DaemonError,
-        client::Client,
-        protocol::{Request, Response},
-    },
-    loader::{LoadOptions, Scope},
-    monitor::{
-        MonitorError, MonitorReport,
-        consumer::Progress,
-        overload::OnOverload,
-        slots::{Monitor, Overload},
-    },
+use crate::daemon::{
+    DaemonError,
+    client::Client,
+    protocol::{Request, Response},
 };
+
+use aet_monitor::loader::{LoadOptions, Scope};
+
 use aet_ledger::metadata::{MetaMap, PhaseRecord, Reasons};
+use aet_monitor::{
+    MonitorError, MonitorReport,
+    consumer::Progress,
+    overload::OnOverload,
+    slots::{Monitor, Overload},
+};
 
 /// Where the monitor should come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,7 +109,7 @@ pub enum Session {
 /// A marker directory for this aet's freezes and the guard that thaws what they name.
 fn thaw_guard() -> Result<(crate::guard::Guard, PathBuf), SessionError> {
     let io = SessionError::ThawGuard;
-    let dir = crate::sandbox::runtime_dir().map_err(io)?.join(format!(
+    let dir = aet_sandbox::runtime_dir().map_err(io)?.join(format!(
         "frozen-{}-{}",
         std::process::id(),
         aet_ledger::util::now_ns()
@@ -321,7 +321,7 @@ impl Session {
 
     /// Records a request the sandbox's proxy forwarded or refused (a row of the run's ledger);
     /// a failure to is the ledger's (its next health check says so).
-    pub fn proxy_event(&mut self, event: crate::proxy::Event) {
+    pub fn proxy_event(&mut self, event: aet_proxy::Event) {
         match self {
             Self::Local { monitor, slot, .. } => {
                 let _ = monitor.proxy_event(*slot, &event);

@@ -46,7 +46,7 @@ pub fn sign(
         policy: policy.map(hashed).transpose()?,
         sandbox_spec: spec.map(hashed).transpose()?,
         aet_binary: hashed(&exe)?,
-        ebpf_object_sha256: aet_ledger::manifest::sha256(crate::loader::ebpf_object()),
+        ebpf_object_sha256: aet_ledger::manifest::sha256(aet_monitor::loader::ebpf_object()),
         kernel_release: meta.kernel_release.clone(),
         events_lost: meta.events_lost,
         complete: meta.complete,

@@ -5,7 +5,7 @@
 use std::{io, os::fd::AsRawFd as _};
 
 use super::{launch::Launch, note};
-use crate::kernel::cgroup::RunCgroup;
+use aet_kernel::cgroup::RunCgroup;
 
 /// What the stage handed over: what it says, its mount namespace and its network namespace.
 pub(super) type HeldView = Result<
@@ -79,7 +79,7 @@ pub(super) fn take_view(
     cg: &RunCgroup,
     view: HeldView,
     watch: Option<&mut super::fingerprints::Fingerprints>,
-    proxy_tx: &tokio::sync::mpsc::UnboundedSender<crate::proxy::Event>,
+    proxy_tx: &tokio::sync::mpsc::UnboundedSender<aet_proxy::Event>,
 ) -> bool {
     let (v, ns, net) = match view {
         Ok(v) => v,
@@ -92,7 +92,7 @@ pub(super) fn take_view(
     if let Some(sb) = launch.sandbox.as_ref()
         && let Some(h) = sb.spec.network.hosts()
     {
-        let rules = match crate::proxy::Rules::new(&h.hosts) {
+        let rules = match aet_proxy::Rules::new(&h.hosts) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("aet: error: {e}");
@@ -111,7 +111,7 @@ pub(super) fn take_view(
             eprintln!("aet: error: the sandbox's view came without its network namespace");
             return false;
         };
-        let cfg = crate::proxy::Config {
+        let cfg = aet_proxy::Config {
             rules,
             enforce,
             resolver: h.resolver,
@@ -120,7 +120,7 @@ pub(super) fn take_view(
             client_timeout: std::time::Duration::from_secs(u64::from(h.client_timeout)),
             idle_timeout: std::time::Duration::from_secs(u64::from(h.idle_timeout)),
         };
-        if let Err(e) = crate::proxy::start(net, cfg, proxy_tx.clone()) {
+        if let Err(e) = aet_proxy::start(net, cfg, proxy_tx.clone()) {
             eprintln!("aet: error: cannot start the sandbox's proxy: {e}");
             return false;
         }

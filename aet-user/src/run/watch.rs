@@ -13,11 +13,9 @@ use super::{
     RunError, fault, note, prepare_out, report_end,
     session::{Mode, Session},
 };
-use crate::{
-    kernel::{cgroup, procfs},
-    loader::Scope,
-    monitor::MonitorReport,
-};
+use aet_kernel::{cgroup, procfs};
+use aet_monitor::MonitorReport;
+use aet_monitor::loader::Scope;
 
 /// What `aet monitor` watches.
 #[derive(Clone, Debug)]
@@ -69,7 +67,7 @@ pub struct MonitorOptions {
     pub scope: Option<ScopeKind>,
     pub out: PathBuf,
     pub ringbuf_bytes: u32,
-    pub on_overload: crate::monitor::overload::OnOverload,
+    pub on_overload: aet_monitor::overload::OnOverload,
     pub quiet: bool,
     /// Where the monitor comes from.
     pub mode: Mode,
@@ -200,7 +198,7 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
         opts.ringbuf_bytes,
         opts.on_overload,
     )?;
-    if opts.on_overload == crate::monitor::overload::OnOverload::Freeze
+    if opts.on_overload == aet_monitor::overload::OnOverload::Freeze
         && !matches!(scope, Scope::Cgroup { .. })
     {
         note(
