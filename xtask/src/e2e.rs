@@ -26,7 +26,9 @@ use crate::{cargo, daemon, manifest_names, root};
 /// every run in them loads its programs. Every other file is served by one daemon: the kernel
 /// side and the ledger are the same code either way, and the standalone start (a second of
 /// verification per run) would be most of the suite's time.
-const STANDALONE_TESTS: &[&str] = &["monitor", "overload", "faults", "daemon", "kernels"];
+const STANDALONE_TESTS: &[&str] = &[
+    "monitor", "attach", "overload", "faults", "daemon", "kernels",
+];
 
 /// Files that run with nothing beside them: what they provoke needs the machine's CPUs (the
 /// overload tests need a storm to outrun the consumer with `--on-overload drop`; the races of

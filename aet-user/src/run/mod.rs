@@ -1,7 +1,7 @@
 //! The life of a monitored run, `aet run` and `aet monitor`, in the order a run goes:
 //!
 //! - [`command`]: `aet run`, from the run's cgroup to the finished ledger;
-//! - [`watch`]: `aet monitor`, the same monitor on work something else started;
+//! - [`monitor`]: `aet monitor`, the same monitor on work something else started;
 //! - [`launch`]: how the command starts (sandbox, agent identity, or as it is);
 //! - [`fds`]: the fds the command inherits, and the hygiene that closes the others;
 //! - [`session`]: where the monitor comes from (the daemon, or programs loaded for this run);
@@ -18,14 +18,14 @@ pub mod control;
 mod fds;
 pub mod fingerprints;
 pub mod launch;
+pub mod monitor;
 pub mod progress;
 pub mod session;
 pub mod sign;
 mod view;
-pub mod watch;
 
 pub use command::{RunOptions, RunOutcome, run};
-pub use watch::{MonitorOptions, ScopeKind, Target, monitor};
+pub use monitor::{MonitorOptions, ScopeKind, Target, monitor};
 
 use std::{
     io,
