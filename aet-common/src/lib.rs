@@ -13,6 +13,7 @@ mod config;
 mod counters;
 mod events;
 mod kernel;
+pub mod maps;
 mod run_slots;
 mod syscalls;
 

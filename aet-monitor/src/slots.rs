@@ -71,7 +71,7 @@ impl Monitor {
         let mut programs = Programs::load(opts)?;
         let ring = programs
             .take_events()
-            .ok_or(LoadError::MissingMap("EVENTS"))?;
+            .ok_or(LoadError::MissingMap(aet_common::maps::EVENTS))?;
         let programs = Arc::new(Mutex::new(programs));
         let shared = Arc::new(Shared::new(HashMap::new(), false));
         let stall = debug_duration(STALL_ENV, Duration::from_millis, "the consumer starts late");

@@ -92,7 +92,7 @@ impl Programs {
         let values = self
             .preemptions
             .get(&0, 0)
-            .map_err(map_err("PREEMPTIONS"))?;
+            .map_err(map_err(aet_common::maps::PREEMPTIONS))?;
         Ok(values.iter().sum())
     }
 }

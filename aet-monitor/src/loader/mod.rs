@@ -358,31 +358,41 @@ impl Programs {
         phase.done("aya's own BTF parse joined");
         let mut ebpf = loader
             .override_global("CONFIG", &config, true)
-            .map_max_entries("EVENTS", opts.ringbuf_bytes)
-            .map_max_entries("SCRATCH", possible_cpus()?)
-            .map_max_entries("WALKCTX", possible_cpus()?)
+            .map_max_entries(aet_common::maps::EVENTS, opts.ringbuf_bytes)
+            .map_max_entries(aet_common::maps::SCRATCH, possible_cpus()?)
+            .map_max_entries(aet_common::maps::WALKCTX, possible_cpus()?)
             .load(&object)?;
         phase.done("the object parsed, the maps created");
 
         let mut table: Array<_, u16> = Array::try_from(
-            ebpf.map_mut("SYSCALLS")
-                .ok_or(LoadError::MissingMap("SYSCALLS"))?,
+            ebpf.map_mut(aet_common::maps::SYSCALLS)
+                .ok_or(LoadError::MissingMap(aet_common::maps::SYSCALLS))?,
         )
-        .map_err(map_err("SYSCALLS"))?;
+        .map_err(map_err(aet_common::maps::SYSCALLS))?;
         for (nr, entry) in syscall_table() {
-            table.set(nr, entry, 0).map_err(map_err("SYSCALLS"))?;
+            table
+                .set(nr, entry, 0)
+                .map_err(map_err(aet_common::maps::SYSCALLS))?;
         }
-        let events = take_map(&mut ebpf, "EVENTS", RingBuf::try_from)?;
-        let counters = take_map(&mut ebpf, "COUNTERS", PerCpuArray::try_from)?;
-        let preemptions = take_map(&mut ebpf, "PREEMPTIONS", PerCpuArray::try_from)?;
-        let tracked = take_map(&mut ebpf, "TRACKED", HashMap::try_from)?;
-        let scope_cgroups = take_map(&mut ebpf, "SCOPE_CGROUPS", HashMap::try_from)?;
-        let scope_uids = take_map(&mut ebpf, "SCOPE_UIDS", HashMap::try_from)?;
-        let scope_index = take_map(&mut ebpf, "SCOPE_INDEX", Array::try_from)?;
-        let run_limits = take_map(&mut ebpf, "RUN_LIMITS", Array::try_from)?;
-        let run_produced = take_map(&mut ebpf, "RUN_PRODUCED", Array::try_from)?;
+        let events = take_map(&mut ebpf, aet_common::maps::EVENTS, RingBuf::try_from)?;
+        let counters = take_map(&mut ebpf, aet_common::maps::COUNTERS, PerCpuArray::try_from)?;
+        let preemptions = take_map(
+            &mut ebpf,
+            aet_common::maps::PREEMPTIONS,
+            PerCpuArray::try_from,
+        )?;
+        let tracked = take_map(&mut ebpf, aet_common::maps::TRACKED, HashMap::try_from)?;
+        let scope_cgroups = take_map(
+            &mut ebpf,
+            aet_common::maps::SCOPE_CGROUPS,
+            HashMap::try_from,
+        )?;
+        let scope_uids = take_map(&mut ebpf, aet_common::maps::SCOPE_UIDS, HashMap::try_from)?;
+        let scope_index = take_map(&mut ebpf, aet_common::maps::SCOPE_INDEX, Array::try_from)?;
+        let run_limits = take_map(&mut ebpf, aet_common::maps::RUN_LIMITS, Array::try_from)?;
+        let run_produced = take_map(&mut ebpf, aet_common::maps::RUN_PRODUCED, Array::try_from)?;
 
-        let mut exits = take_map(&mut ebpf, "EXITS", ProgramArray::try_from)?;
+        let mut exits = take_map(&mut ebpf, aet_common::maps::EXITS, ProgramArray::try_from)?;
 
         phase.done("the maps filled");
         let loaded = load_all(&mut ebpf, variant)?;
@@ -508,16 +518,16 @@ impl Programs {
         self.clear_slot(slot)?;
         self.run_limits
             .set(slot, RunLimit { consumed: 0, quota }, 0)
-            .map_err(map_err("RUN_LIMITS"))?;
+            .map_err(map_err(aet_common::maps::RUN_LIMITS))?;
         match scope {
             Scope::Cgroup { id, .. } => self
                 .scope_cgroups
                 .insert(id, slot, 0)
-                .map_err(map_err("SCOPE_CGROUPS"))?,
+                .map_err(map_err(aet_common::maps::SCOPE_CGROUPS))?,
             Scope::Uid(uid) => self
                 .scope_uids
                 .insert(uid, slot, 0)
-                .map_err(map_err("SCOPE_UIDS"))?,
+                .map_err(map_err(aet_common::maps::SCOPE_UIDS))?,
             Scope::Pid(_) => {}
         }
         self.since[slot as usize] = (self.misses()?, self.preemptions()?);
@@ -550,7 +560,7 @@ impl Programs {
     pub fn release(&mut self, slot: u32) -> Result<(), LoadError> {
         self.run_limits
             .set(slot, RunLimit::default(), 0)
-            .map_err(map_err("RUN_LIMITS"))?;
+            .map_err(map_err(aet_common::maps::RUN_LIMITS))?;
         if let Some(s) = self.slots.get_mut(slot as usize) {
             *s = None;
         }
@@ -561,13 +571,13 @@ impl Programs {
     fn clear_slot(&mut self, slot: u32) -> Result<(), LoadError> {
         self.run_produced
             .set(slot, 0, 0)
-            .map_err(map_err("RUN_PRODUCED"))?;
+            .map_err(map_err(aet_common::maps::RUN_PRODUCED))?;
         let cpus = possible_cpus()? as usize;
         for c in 0..counter::COUNT {
             let zeros = PerCpuValues::try_from(vec![0u64; cpus]).map_err(LoadError::Cpus)?;
             self.counters
                 .set(slot * counter::COUNT + c, zeros, 0)
-                .map_err(map_err("COUNTERS"))?;
+                .map_err(map_err(aet_common::maps::COUNTERS))?;
         }
         Ok(())
     }
@@ -588,21 +598,21 @@ impl Programs {
         }
         self.scope_index
             .set(0, index, 0)
-            .map_err(map_err("SCOPE_INDEX"))
+            .map_err(map_err(aet_common::maps::SCOPE_INDEX))
     }
 
     /// Tells the programs how much of a run's records userspace has read.
     pub fn set_consumed(&mut self, slot: u32, consumed: u64, quota: u64) -> Result<(), LoadError> {
         self.run_limits
             .set(slot, RunLimit { consumed, quota }, 0)
-            .map_err(map_err("RUN_LIMITS"))
+            .map_err(map_err(aet_common::maps::RUN_LIMITS))
     }
 
     /// Adds a task to a run's tracked set (for a process tree, its threads and descendants).
     pub fn track(&mut self, slot: u32, tid: u32) -> Result<(), LoadError> {
         self.tracked
             .insert(tid, slot, 0)
-            .map_err(map_err("TRACKED"))?;
+            .map_err(map_err(aet_common::maps::TRACKED))?;
         self.write_index()
     }
 
@@ -626,7 +636,7 @@ impl Programs {
     pub fn produced(&self, slot: u32) -> Result<u64, LoadError> {
         self.run_produced
             .get(&slot, 0)
-            .map_err(map_err("RUN_PRODUCED"))
+            .map_err(map_err(aet_common::maps::RUN_PRODUCED))
     }
 
     /// Reads a run's kernel-side counters.
@@ -643,7 +653,7 @@ impl Programs {
             let values = self
                 .counters
                 .get(&(slot * counter::COUNT + idx), 0)
-                .map_err(map_err("COUNTERS"))?;
+                .map_err(map_err(aet_common::maps::COUNTERS))?;
             for (cpu, v) in values.iter().enumerate() {
                 if out.per_cpu.len() <= cpu {
                     out.per_cpu.push(vec![0; counter::COUNT as usize]);
@@ -732,4 +742,39 @@ fn take_map<T>(
 ) -> Result<T, LoadError> {
     let map = ebpf.take_map(name).ok_or(LoadError::MissingMap(name))?;
     convert(map).map_err(|source| LoadError::Map { name, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+    /// The maps the loader opens by name (`aet_common::maps`) are the built objects' maps:
+    /// a map renamed on one side fails here, not at a user's first run.
+    #[test]
+    fn the_maps_the_loader_names_are_in_the_objects() {
+        for (which, elf) in [
+            ("btf reads", super::EBPF_OBJECT),
+            ("helper reads", super::EBPF_OBJECT_HELPER_READS),
+        ] {
+            let file = object::File::parse(elf).unwrap_or_else(|e| panic!("{which}: {e}"));
+            let maps: Vec<&str> = file
+                .symbols()
+                .filter(|s| {
+                    s.section_index()
+                        .and_then(|i| file.section_by_index(i).ok())
+                        .and_then(|sec| sec.name().ok())
+                        .is_some_and(|n| n == "maps" || n == ".maps")
+                })
+                .filter_map(|s| s.name().ok())
+                .collect();
+            let missing: Vec<&&str> = aet_common::maps::ALL
+                .iter()
+                .filter(|m| !maps.contains(m))
+                .collect();
+            assert!(
+                missing.is_empty(),
+                "{which}: the object has no map {missing:?} (its maps: {maps:?})"
+            );
+        }
+    }
 }
