@@ -6,7 +6,7 @@ use arrow_array::{
     UInt64Array, cast::AsArray as _,
 };
 
-use aet_common::Syscall;
+use aet_common::{EventKind, Syscall};
 
 use super::reached::Reached;
 use aet_ledger::access::RowFields;
@@ -146,26 +146,88 @@ impl RowFields for ColFields<'_> {
     }
 }
 
-/// The columns a finding's first row is described with (read only for new findings).
-pub(super) struct Cols<'a> {
-    pub(super) seq: &'a UInt64Array,
-    pub(super) ts: &'a Int64Array,
-    pub(super) uid: &'a UInt32Array,
-    pub(super) comm: &'a BinaryArray,
-    pub(super) errno: &'a BinaryArray,
-}
-
-/// The row being classified.
+/// One row of a batch as the audit judges it: its batch and index, its process, its kind,
+/// whether it succeeded, the file it recorded by identity, and the path being judged (none,
+/// the row's first path or its second: [`RowRef::at_path`], [`RowRef::at_second`]).
 #[derive(Clone, Copy)]
 pub(super) struct RowRef<'a> {
-    pub(super) cols: &'a Cols<'a>,
+    pub(super) c: &'a BatchCols<'a>,
     pub(super) i: usize,
     pub(super) pid: u32,
+    /// `None` for a kind this aet does not know.
+    pub(super) kind: Option<EventKind>,
     pub(super) ok: bool,
+    /// The file's `(dev, ino)` as the row recorded it.
+    pub(super) file: Option<(u64, u64)>,
     pub(super) resolved: Option<&'a [u8]>,
     pub(super) raw: Option<&'a [u8]>,
     pub(super) host: Option<&'a [u8]>,
     pub(super) reached: Option<Reached>,
+}
+
+impl<'a> RowRef<'a> {
+    /// Row `i` of `c`, made by process `pid`: no path chosen, no file, not known how it was
+    /// reached.
+    pub(super) fn new(
+        c: &'a BatchCols<'a>,
+        i: usize,
+        pid: u32,
+        kind: Option<EventKind>,
+        ok: bool,
+    ) -> Self {
+        Self {
+            c,
+            i,
+            pid,
+            kind,
+            ok,
+            file: None,
+            resolved: None,
+            raw: None,
+            host: None,
+            reached: None,
+        }
+    }
+
+    /// The row judged at its first path: as the kernel resolved it and as the process passed
+    /// it.
+    pub(super) fn at_path(self) -> Self {
+        Self {
+            resolved: self.c.resolved.get(self.i),
+            raw: self.c.path.get(self.i),
+            host: None,
+            ..self
+        }
+    }
+
+    /// The row judged at its second path (a rename's or a link's target, a mount point).
+    pub(super) fn at_second(self) -> Self {
+        Self {
+            resolved: self.c.resolved2.get(self.i),
+            raw: self.c.path2.get(self.i),
+            host: None,
+            ..self
+        }
+    }
+
+    /// When the row was recorded.
+    #[inline]
+    pub(super) fn ts(&self) -> i64 {
+        self.c.ts.value(self.i)
+    }
+
+    /// The classifier's view of the row.
+    pub(super) fn fields(&self) -> ColFields<'a> {
+        let c = self.c;
+        ColFields {
+            i: self.i,
+            syscall: c.syscall,
+            flags: c.flags,
+            prot: c.prot,
+            bytes_read: c.bytes_read,
+            bytes_written: c.bytes_written,
+        }
+    }
 }
 
 pub(super) fn argv_at(list: &ListArray, i: usize) -> Option<Vec<String>> {
@@ -195,8 +257,8 @@ pub(super) struct BatchCols<'a> {
     pub(super) prot: &'a UInt32Array,
     pub(super) ret: &'a Int64Array,
     pub(super) errno: &'a BinaryArray,
-    /// What a finding takes from its row.
-    pub(super) cols: Cols<'a>,
+    pub(super) seq: &'a UInt64Array,
+    pub(super) uid: &'a UInt32Array,
     pub(super) argv: &'a ListArray,
     pub(super) child: &'a UInt32Array,
     pub(super) dev: &'a UInt64Array,
@@ -222,16 +284,13 @@ pub(super) struct BatchCols<'a> {
 
 impl<'a> BatchCols<'a> {
     pub(super) fn new(b: &'a RecordBatch) -> Self {
-        let errno = bin_col(b, col::ERRNO);
-        let comm = bin_col(b, col::COMM);
-        let ts = prim::<Int64Array>(b, col::TS_NS);
         Self {
             kind: bin_col(b, col::KIND),
             syscall: bin_col(b, col::SYSCALL),
             pid: prim::<UInt32Array>(b, col::PID),
             ppid: prim::<UInt32Array>(b, col::PPID),
-            comm,
-            ts,
+            comm: bin_col(b, col::COMM),
+            ts: prim::<Int64Array>(b, col::TS_NS),
             path: Bytes::new(b, col::PATH, col::PATH_RAW),
             resolved: Bytes::new(b, col::RESOLVED_PATH, col::RESOLVED_PATH_RAW),
             host: Bytes::new(b, col::HOST_PATH, col::HOST_PATH_RAW),
@@ -240,14 +299,9 @@ impl<'a> BatchCols<'a> {
             flags: prim::<UInt32Array>(b, col::FLAGS),
             prot: prim::<UInt32Array>(b, col::PROT),
             ret: prim::<Int64Array>(b, col::RET),
-            errno,
-            cols: Cols {
-                seq: prim::<UInt64Array>(b, col::SEQ),
-                ts,
-                uid: prim::<UInt32Array>(b, col::UID),
-                comm,
-                errno,
-            },
+            errno: bin_col(b, col::ERRNO),
+            seq: prim::<UInt64Array>(b, col::SEQ),
+            uid: prim::<UInt32Array>(b, col::UID),
             argv: b
                 .column_by_name(col::ARGV)
                 .expect("projected column")

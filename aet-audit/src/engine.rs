@@ -22,7 +22,7 @@ use aet_ledger::{
     reader::{Form, Ledger, ReadError},
 };
 
-use super::batch::{BatchCols, COLUMNS, ColFields, RowRef};
+use super::batch::{BatchCols, COLUMNS, RowRef};
 use super::finding::{Ancestor, Finding, Proc};
 use super::phases::Phases;
 use super::scanner::{Scanner, Tally};
@@ -295,36 +295,37 @@ pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: 
     if judged {
         argv_rules(e, c, i, p, kind);
     }
-    let Some(kind) = kind else {
+    let Some(known) = kind else {
         return;
     };
-    let ok = match kind {
+    let ok = match known {
         // Bytes moved: done.
         EventKind::Io => true,
         // Submitted: its result is not recorded.
         EventKind::IoUring => false,
         _ => ret.is_valid(i) && ret.value(i) >= 0,
     };
-    let row_ident = (dev.is_valid(i) && ino.is_valid(i)).then(|| (dev.value(i), ino.value(i)));
-    let reached = reached(w, c, i, p, kind, ok, row_ident);
+    let mut row = RowRef::new(c, i, p, kind, ok);
+    row.file = (dev.is_valid(i) && ino.is_valid(i)).then(|| (dev.value(i), ino.value(i)));
+    let reached = reached(w, &row);
     if let (Some(t), Some(phases)) = (w.prov.as_mut(), w.phases.as_ref()) {
-        t.row(e, c, i, p, kind, ok, phases.current(), row_ident);
+        t.row(e, &row, phases.current());
     }
     if !judged {
         return;
     }
-    outside(e, c, i, p, kind, ok);
-    if kind == EventKind::Net || kind == EventKind::Dns {
-        host(e, c, i, p, kind, ok);
+    outside(e, &row);
+    if known == EventKind::Net || known == EventKind::Dns {
+        host(e, &row);
     }
-    if kind == EventKind::Net {
-        net(e, c, i, p, ok);
+    if known == EventKind::Net {
+        net(e, &row);
         return;
     }
-    if kind == EventKind::Dns {
+    if known == EventKind::Dns {
         return;
     }
-    file_access(e, w, c, i, p, kind, ok, reached, row_ident);
+    file_access(e, w, &RowRef { reached, ..row });
 }
 
 /// Rules on what a process ran: its argument vector, joined with spaces (a failed exec ran
@@ -336,9 +337,7 @@ pub(super) fn argv_rules(
     p: u32,
     kind: Option<EventKind>,
 ) {
-    let BatchCols {
-        ret, cols, argv, ..
-    } = c;
+    let BatchCols { ret, argv, .. } = c;
     if kind == Some(EventKind::Exec)
         && !e.policy.argv_rules.is_empty()
         && argv.is_valid(i)
@@ -354,16 +353,7 @@ pub(super) fn argv_rules(
             }
             line.extend_from_slice(items.value(k));
         }
-        let row = RowRef {
-            cols,
-            i,
-            pid: p,
-            ok: true,
-            resolved: None,
-            raw: None,
-            host: None,
-            reached: None,
-        };
+        let row = RowRef::new(c, i, p, kind, true);
         for m in e.policy.argv_set.matches(&line).iter() {
             let r = e.policy.argv_rules[m];
             e.rule_hits[r] += 1;
@@ -373,43 +363,37 @@ pub(super) fn argv_rules(
 }
 
 /// How an fd-based row's process reached its file.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn reached(
-    w: &mut Walk,
-    c: &BatchCols<'_>,
-    i: usize,
-    p: u32,
-    kind: EventKind,
-    ok: bool,
-    row_ident: Option<(u64, u64)>,
-) -> Option<Reached> {
+pub(super) fn reached(w: &mut Walk, row: &RowRef<'_>) -> Option<Reached> {
+    let RowRef {
+        c, i, pid: p, file, ..
+    } = *row;
     let BatchCols {
         resolved,
         fdc,
         fd_origin,
         ..
     } = c;
-    match kind {
-        EventKind::Fd => {
+    match row.kind {
+        Some(EventKind::Fd) => {
             let origin = Reached::from_fd_origin(fd_origin.is_valid(i).then(|| fd_origin.value(i)));
-            if ok
+            if row.ok
                 && fdc.is_valid(i)
-                && let Some(id) = row_ident
+                && let Some(id) = file
             {
                 w.fd_origins.insert((p, fdc.value(i)), (origin, id));
                 w.ident_origins.entry(id).or_insert(origin);
             }
             Some(origin)
         }
-        EventKind::Io | EventKind::Mmap | EventKind::List => {
+        Some(EventKind::Io | EventKind::Mmap | EventKind::List) => {
             let by_fd = fdc
                 .is_valid(i)
                 .then(|| w.fd_origins.get(&(p, fdc.value(i))))
                 .flatten()
-                .filter(|(_, id)| Some(*id) == row_ident)
+                .filter(|(_, id)| Some(*id) == file)
                 .map(|(o, _)| *o);
             by_fd
-                .or_else(|| row_ident.and_then(|id| w.ident_origins.get(&id).copied()))
+                .or_else(|| file.and_then(|id| w.ident_origins.get(&id).copied()))
                 .or_else(|| {
                     // Named through an earlier row that saw the file by its path.
                     Some(if resolved.get(i).is_some() {
@@ -425,64 +409,30 @@ pub(super) fn reached(
 
 /// An access to files: the barrier's verdict on it, then the rules and allow-lists on each of
 /// its paths.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn file_access(
-    e: &mut Scanner<'_>,
-    w: &mut Walk,
-    c: &BatchCols<'_>,
-    i: usize,
-    p: u32,
-    kind: EventKind,
-    ok: bool,
-    reached: Option<Reached>,
-    row_ident: Option<(u64, u64)>,
-) {
-    let BatchCols {
-        syscall,
-        path,
-        resolved,
-        host,
-        path2,
-        resolved2,
-        flags,
-        prot,
-        ret,
-        errno,
-        cols,
-        bytes_read,
-        bytes_written,
-        ..
-    } = c;
-    let by_ident = !e.protected_ids.is_empty();
-    let fields = ColFields {
-        i,
-        syscall,
-        flags,
-        prot,
-        bytes_read,
-        bytes_written,
+pub(super) fn file_access(e: &mut Scanner<'_>, w: &mut Walk, row: &RowRef<'_>) {
+    let Some(kind) = row.kind else {
+        return;
     };
+    let RowRef {
+        c, i, pid: p, ok, ..
+    } = *row;
+    let BatchCols { ret, errno, .. } = c;
+    let fields = row.fields();
     let acc = classify(kind, &fields);
     let (a1, a2) = (acc.first.bits(), acc.second.bits());
     if a1 == 0 && a2 == 0 {
         return;
     }
     let row = RowRef {
-        cols,
-        i,
-        pid: p,
-        ok,
-        resolved: resolved.get(i),
-        raw: path.get(i),
-        host: host.get(i),
-        reached,
+        host: c.host.get(i),
+        ..row.at_path()
     };
-    let ident = row_ident.filter(|_| by_ident);
+    let second = row.at_second();
     if ok && let Some(wa) = w.watch.as_mut() {
         wa.row(
             e,
             &row,
-            resolved2.get(i).or(path2.get(i)),
+            second.resolved.or(second.raw),
             acc,
             kind,
             fields.syscall(),
@@ -540,42 +490,24 @@ pub(super) fn file_access(
             }
         }
         if a2 != 0
-            && let Some(p2) = resolved2.get(i).or(path2.get(i))
+            && let Some(p2) = second.resolved.or(second.raw)
         {
             let id = e.path_id(p2);
-            let row2 = RowRef {
-                resolved: resolved2.get(i),
-                raw: path2.get(i),
-                host: None,
-                ..row
-            };
             for a in Access::ALL {
                 if a2 & a.bit() != 0 {
-                    e.check_barrier(&row2, err, a, id, true);
+                    e.check_barrier(&second, err, a, id, true);
                 }
             }
         }
     }
-    judge(e, w, c, i, row, (a1, a2), reached, row_ident, ident);
+    judge(e, w, &row, (a1, a2));
 }
 
 /// The rules and allow-lists on each path of an access (`a1` of its first path, `a2` of its
 /// second).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn judge(
-    e: &mut Scanner<'_>,
-    w: &Walk,
-    c: &BatchCols<'_>,
-    i: usize,
-    row: RowRef<'_>,
-    (a1, a2): (u8, u8),
-    reached: Option<Reached>,
-    row_ident: Option<(u64, u64)>,
-    ident: Option<(u64, u64)>,
-) {
-    let BatchCols {
-        path2, resolved2, ..
-    } = c;
+pub(super) fn judge(e: &mut Scanner<'_>, w: &Walk, row: &RowRef<'_>, (a1, a2): (u8, u8)) {
+    // The file by its identity, when a protected file is.
+    let ident = row.file.filter(|_| !e.protected_ids.is_empty());
     if a1 != 0 {
         let mut ids = [u32::MAX; 3];
         let mut n = 0;
@@ -591,8 +523,8 @@ pub(super) fn judge(
             }
         }
         if n == 0
-            && reached == Some(Reached::Inherited)
-            && let Some(p1) = row_ident.and_then(|id| w.inherited_paths.get(&id))
+            && row.reached == Some(Reached::Inherited)
+            && let Some(p1) = row.file.and_then(|id| w.inherited_paths.get(&id))
         {
             // Bytes read through an fd the command started with: the path it had then.
             ids[0] = e.path_id(p1);
@@ -624,18 +556,13 @@ pub(super) fn judge(
             });
             for a in Access::ALL {
                 if a1 & a.bit() != 0 {
-                    e.classify(&row, a, &ids[..n], ident);
+                    e.classify(row, a, &ids[..n], ident);
                 }
             }
         }
     }
     if a2 != 0 {
-        let row2 = RowRef {
-            resolved: resolved2.get(i),
-            raw: path2.get(i),
-            host: None,
-            ..row
-        };
+        let row2 = row.at_second();
         let mut ids = [u32::MAX; 2];
         let mut n = 0;
         for cand in [row2.resolved, row2.raw].into_iter().flatten() {

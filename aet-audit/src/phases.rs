@@ -135,22 +135,7 @@ impl Phases {
         } else {
             Class::Warning
         };
-        let BatchCols {
-            cols,
-            path,
-            resolved,
-            ..
-        } = c;
-        let row = RowRef {
-            cols,
-            i,
-            pid,
-            ok: true,
-            resolved: resolved.get(i),
-            raw: path.get(i),
-            host: None,
-            reached: None,
-        };
+        let row = RowRef::new(c, i, pid, kind, true).at_path();
         let what = match (acts, kind) {
             (false, _) => "alive",
             (true, Some(k)) => k.name(),

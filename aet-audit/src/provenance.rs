@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 
 use aet_common::{EventKind, Syscall};
 
+use super::batch::RowRef;
 use super::batch::lossy;
-use super::batch::{BatchCols, RowRef};
 use super::finding::{Ancestor, Class, Finding, Outcome, ProvenanceDetail, Step};
 use super::scanner::Scanner;
 use crate::policy::{
@@ -228,29 +228,19 @@ impl Tracker {
     }
 
     /// A row of a process of the run (not aet's or a runtime's set-up), in phase `k`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn row(
-        &mut self,
-        e: &mut Scanner<'_>,
-        c: &BatchCols<'_>,
-        i: usize,
-        pid: u32,
-        kind: EventKind,
-        ok: bool,
-        k: usize,
-        ident: Option<(u64, u64)>,
-    ) {
-        if !ok {
-            return;
-        }
-        let fields = super::batch::ColFields {
+    pub(super) fn row(&mut self, e: &mut Scanner<'_>, row: &RowRef<'_>, k: usize) {
+        let RowRef {
+            c,
             i,
-            syscall: c.syscall,
-            flags: c.flags,
-            prot: c.prot,
-            bytes_read: c.bytes_read,
-            bytes_written: c.bytes_written,
+            pid,
+            ok,
+            file: ident,
+            ..
+        } = *row;
+        let Some(kind) = row.kind.filter(|_| ok) else {
+            return;
         };
+        let fields = row.fields();
         let p1 = c
             .resolved
             .get(i)
@@ -267,7 +257,7 @@ impl Tracker {
                         && c.flags.is_valid(i)
                         && c.flags.value(i) & libc::O_TRUNC as u32 != 0;
                     let how = if trunc { How::Truncated } else { How::Written };
-                    self.produce(e, c, i, pid, k, name, ident, how);
+                    self.produce(e, row, k, name, how);
                 } else if acc.first.contains(Access::Read) || acc.first.contains(Access::Exec) {
                     let raw = c
                         .path
@@ -286,12 +276,7 @@ impl Tracker {
                         },
                     );
                     if let (Some(q), Some(sec)) = (found, section) {
-                        let access = if kind == EventKind::Exec {
-                            "exec"
-                        } else {
-                            "read"
-                        };
-                        self.load(e, c, i, pid, k, sec, name, q, access);
+                        self.load(e, row, k, sec, name, q);
                     }
                 }
             }
@@ -306,7 +291,7 @@ impl Tracker {
                         .map(|&q| &self.producers[q as usize])
                         .is_some_and(|q| q.pid == pid && q.phase == k);
                     if !known {
-                        self.produce(e, c, i, pid, k, name, ident, How::Written);
+                        self.produce(e, row, k, name, How::Written);
                     }
                 }
             }
@@ -321,13 +306,12 @@ impl Tracker {
                 let name = e.path_id(p1);
                 match sc {
                     Some(Syscall::Truncate | Syscall::Ftruncate) => {
-                        self.produce(e, c, i, pid, k, name, ident, How::Truncated)
+                        self.produce(e, row, k, name, How::Truncated)
                     }
                     Some(Syscall::Rename | Syscall::Renameat | Syscall::Renameat2) => {
                         if let Some(dst) = p2 {
                             let origin = self.by_name.get(&name).copied();
-                            let q =
-                                self.push(c, i, pid, k, dst, How::Renamed { from: name }, origin);
+                            let q = self.push(row, k, dst, How::Renamed { from: name }, origin);
                             self.by_name.insert(dst, q);
                             self.replaced.insert(dst, q);
                         }
@@ -335,19 +319,18 @@ impl Tracker {
                     Some(Syscall::Link | Syscall::Linkat) => {
                         if let Some(dst) = p2 {
                             let origin = self.by_name.get(&name).copied();
-                            let q =
-                                self.push(c, i, pid, k, dst, How::Linked { from: name }, origin);
+                            let q = self.push(row, k, dst, How::Linked { from: name }, origin);
                             self.by_name.insert(dst, q);
                         }
                     }
                     Some(Syscall::Symlink | Syscall::Symlinkat) => {
                         if let Some(dst) = p2 {
-                            let q = self.push(c, i, pid, k, dst, How::Symlinked, None);
+                            let q = self.push(row, k, dst, How::Symlinked, None);
                             self.by_name.insert(dst, q);
                         }
                     }
                     Some(Syscall::Mknod | Syscall::Mknodat) => {
-                        self.produce(e, c, i, pid, k, name, ident, How::Written)
+                        self.produce(e, row, k, name, How::Written)
                     }
                     _ => {}
                 }
@@ -361,19 +344,17 @@ impl Tracker {
                     .filter(|p| p.starts_with(b"/"))
                     .map(|p| e.path_id(p))
                     .unwrap_or_else(|| e.path_id(p1));
-                let q = self.push(c, i, pid, k, target, How::Mounted, None);
+                let q = self.push(row, k, target, How::Mounted, None);
                 self.replaced.insert(target, q);
             }
             _ => {}
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Content at `path` made by `row` in phase `k`, `how`, from producer `origin`.
     fn push(
         &mut self,
-        c: &BatchCols<'_>,
-        i: usize,
-        pid: u32,
+        row: &RowRef<'_>,
         k: usize,
         path: u32,
         how: How,
@@ -381,9 +362,9 @@ impl Tracker {
     ) -> u32 {
         self.producers.push(Producer {
             phase: k,
-            pid,
-            seq: c.cols.seq.value(i),
-            ts_ns: c.ts.value(i),
+            pid: row.pid,
+            seq: row.c.seq.value(row.i),
+            ts_ns: row.ts(),
             path,
             how,
             origin,
@@ -391,20 +372,11 @@ impl Tracker {
         (self.producers.len() - 1) as u32
     }
 
-    /// Content written at `name` (identity `ident`): a copy of the process's last read when
-    /// that came from an earlier phase, bytecode of the source it just read, else its own.
-    #[allow(clippy::too_many_arguments)]
-    fn produce(
-        &mut self,
-        e: &mut Scanner<'_>,
-        c: &BatchCols<'_>,
-        i: usize,
-        pid: u32,
-        k: usize,
-        name: u32,
-        ident: Option<(u64, u64)>,
-        how: How,
-    ) {
+    /// Content `row` wrote at `name` (its file's identity: `row.file`): a copy of the
+    /// process's last read when that came from an earlier phase, bytecode of the source it just
+    /// read, else its own.
+    fn produce(&mut self, e: &mut Scanner<'_>, row: &RowRef<'_>, k: usize, name: u32, how: How) {
+        let pid = row.pid;
         let last = self.last_read.get(&pid).copied();
         let (how, origin) = match (self.compiled_from(e, pid, name), last) {
             (Some(src), _) => (How::Compiled { from: src }, self.by_name.get(&src).copied()),
@@ -417,9 +389,9 @@ impl Tracker {
             ) if self.producers[q as usize].phase < k => (How::Copied { from: path }, Some(q)),
             _ => (how, None),
         };
-        let q = self.push(c, i, pid, k, name, how, origin);
+        let q = self.push(row, k, name, how, origin);
         self.by_name.insert(name, q);
-        if let Some(id) = ident {
+        if let Some(id) = row.file {
             self.by_ident.insert(id, q);
         }
     }
@@ -461,20 +433,15 @@ impl Tracker {
         None
     }
 
-    /// A load in phase `k` of content producer `q` made: judged when an earlier phase made it.
-    #[allow(clippy::too_many_arguments)]
-    fn load(
-        &mut self,
-        e: &Scanner<'_>,
-        c: &BatchCols<'_>,
-        i: usize,
-        pid: u32,
-        k: usize,
-        sec: usize,
-        name: u32,
-        q: u32,
-        access: &'static str,
-    ) {
+    /// A load (`row`'s read or exec of `name`, judged by phase section `sec`) in phase `k` of
+    /// content producer `q` made: judged when an earlier phase made it.
+    fn load(&mut self, e: &Scanner<'_>, row: &RowRef<'_>, k: usize, sec: usize, name: u32, q: u32) {
+        let pid = row.pid;
+        let access = if row.kind == Some(EventKind::Exec) {
+            "exec"
+        } else {
+            "read"
+        };
         let phase = self.named[sec].0.clone();
         let phase = phase.as_str();
         // Back through what this phase itself moved or copied, to what an earlier phase made.
@@ -532,19 +499,10 @@ impl Tracker {
         };
         if let Some(&f) = self.index.get(&(pid, name)) {
             self.findings[f].count += 1;
-            self.findings[f].last_ts_ns = c.ts.value(i);
+            self.findings[f].last_ts_ns = row.ts();
             return;
         }
-        let row = RowRef {
-            cols: &c.cols,
-            i,
-            pid,
-            ok: true,
-            resolved: c.resolved.get(i),
-            raw: c.path.get(i),
-            host: None,
-            reached: None,
-        };
+        let row = row.at_path();
         let loaded = &e.path_bytes[name as usize];
         let mut f = e.finding(
             Class::from(sev),

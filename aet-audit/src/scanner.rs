@@ -138,17 +138,17 @@ impl<'p> Scanner<'p> {
             raw_path: None,
             host_path: None,
             errno: row
-                .cols
+                .c
                 .errno
                 .is_valid(row.i)
-                .then(|| lossy(row.cols.errno.value(row.i))),
+                .then(|| lossy(row.c.errno.value(row.i))),
             count: 1,
-            first_seq: row.cols.seq.value(row.i),
-            first_ts_ns: row.cols.ts.value(row.i),
-            last_ts_ns: row.cols.ts.value(row.i),
+            first_seq: row.c.seq.value(row.i),
+            first_ts_ns: row.ts(),
+            last_ts_ns: row.ts(),
             pid: row.pid,
-            uid: row.cols.uid.value(row.i),
-            comm: lossy(row.cols.comm.value(row.i)),
+            uid: row.c.uid.value(row.i),
+            comm: lossy(row.c.comm.value(row.i)),
             exe: p.and_then(|p| p.exe.clone()),
             argv: p.and_then(|p| p.argv.clone()),
             ancestry: Vec::new(),
@@ -171,7 +171,7 @@ impl<'p> Scanner<'p> {
         if let Some(&i) = self.argv_index.get(&key) {
             let f = &mut self.findings[i];
             f.count += 1;
-            f.last_ts_ns = row.cols.ts.value(row.i);
+            f.last_ts_ns = row.ts();
             return;
         }
         let f = Finding {
@@ -211,7 +211,7 @@ impl<'p> Scanner<'p> {
         if let Some(&i) = self.proc_index.get(&key) {
             let f = &mut self.findings[i];
             f.count += 1;
-            f.last_ts_ns = row.cols.ts.value(row.i);
+            f.last_ts_ns = row.ts();
             return;
         }
         let f = Finding {
@@ -330,7 +330,6 @@ impl<'p> Scanner<'p> {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn record(
         &mut self,
         class: Class,
@@ -344,7 +343,7 @@ impl<'p> Scanner<'p> {
         if let Some(&i) = self.index.get(&key) {
             let f = &mut self.findings[i];
             f.count += 1;
-            f.last_ts_ns = row.cols.ts.value(row.i);
+            f.last_ts_ns = row.ts();
             return;
         }
         let rule_name = if rule == self.oos_rule {
@@ -460,16 +459,13 @@ impl<'p> Scanner<'p> {
             let rule = &policy.rules[r as usize];
             self.rule_hits[r as usize] += 1;
             matched_rule |= rule.severity != Severity::Warn;
-            self.apply_rule(
-                r as u32,
-                rule.severity,
-                rule.access_mask,
-                rule.attempts,
-                access,
-                ok,
-                main,
-                row,
-            );
+            let applied = Applied {
+                index: r as u32,
+                severity: rule.severity,
+                mask: rule.access_mask,
+                attempts: rule.attempts,
+            };
+            self.apply_rule(applied, access, main, row);
         }
         // Protected files by identity: an alias (hard link, bind mount, /proc/self/fd) cannot
         // hide them.
@@ -480,17 +476,13 @@ impl<'p> Scanner<'p> {
                     matched_rule = true;
                     let rule = (policy.rules.len() + n) as u32;
                     self.rule_hits[rule as usize] += 1;
-                    let mask = Access::Read.bit() | Access::Write.bit() | Access::Exec.bit();
-                    self.apply_rule(
-                        rule,
-                        Severity::Cheat,
-                        mask,
-                        Attempts::Warn,
-                        access,
-                        ok,
-                        main,
-                        row,
-                    );
+                    let applied = Applied {
+                        index: rule,
+                        severity: Severity::Cheat,
+                        mask: Access::Read.bit() | Access::Write.bit() | Access::Exec.bit(),
+                        attempts: Attempts::Warn,
+                    };
+                    self.apply_rule(applied, access, main, row);
                 }
             }
         }
@@ -524,18 +516,21 @@ impl<'p> Scanner<'p> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Rule `rule` applied to one access of `row` at path `path_id`.
     pub(super) fn apply_rule(
         &mut self,
-        rule: u32,
-        sev: Severity,
-        mask: u8,
-        attempts: Attempts,
+        rule: Applied,
         access: Access,
-        ok: bool,
         path_id: u32,
         row: &RowRef<'_>,
     ) {
+        let Applied {
+            index: rule,
+            severity: sev,
+            mask,
+            attempts,
+        } = rule;
+        let ok = row.ok;
         let class = Class::from(sev);
         if mask & access.bit() != 0 {
             if ok {
@@ -565,6 +560,16 @@ impl<'p> Scanner<'p> {
             self.record(Class::Warning, rule, outcome, access, path_id, row);
         }
     }
+}
+
+/// A rule as it is applied to an access: its index (a policy rule's, or past them a protected
+/// file's), its severity, the accesses it covers and what a failed one is.
+#[derive(Clone, Copy)]
+pub(super) struct Applied {
+    pub(super) index: u32,
+    pub(super) severity: Severity,
+    pub(super) mask: u8,
+    pub(super) attempts: Attempts,
 }
 
 /// The rule index of barrier findings.

@@ -157,12 +157,3 @@ fn read_small(addr: u64, size: u32) -> u64 {
 pub(crate) fn rdonly_cast<const TYPE: i32>(addr: u64) -> KPtr {
     KPtr(addr as *const u8)
 }
-
-/// `*p += v`, atomically (the BPF `lock` add; core's atomics lack fetch_add on this target).
-#[inline(always)]
-pub(crate) unsafe fn atomic_add(p: *mut u64, v: u64) {
-    // SAFETY: p is a valid, 8-aligned map value field.
-    unsafe {
-        core::arch::asm!("lock *(u64 *)({p} + 0) += {v}", p = in(reg) p, v = in(reg) v);
-    }
-}

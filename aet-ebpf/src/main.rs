@@ -22,9 +22,12 @@
 //!   in its row;
 //! - no kernel struct offset is hard-coded: they come from the running kernel's BTF via `CONFIG`.
 //!
-//! Modules: [`maps`] (the maps, `CONFIG`, the counters), [`kernel`] (BTF pointers and reads),
-//! [`task`] (the current task, scope, files by fd, identity), [`record`] (building and sending a
-//! record), [`walk`] (the path walk), and [`probes`], one module per probe group.
+//! Modules, from the bottom up (each names only those below it; aet-monitor's test
+//! `the_kernel_programs_layers_point_one_way` checks it): [`maps`] (the maps, `CONFIG`, the
+//! counters, the scratch buffer's type), [`kernel`] (BTF pointers and reads), [`task`] (the
+//! current task, scope, files by fd, identity), [`record`] (building and sending a record),
+//! [`walk`] (the path walk), and [`probes`], one module per probe group over `probes::args`
+//! (what the `sys_exit` dispatcher hands them).
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]

@@ -4,15 +4,13 @@
 use core::ptr::read_volatile;
 
 use aet_common::{
-    Config, FileIo, Inflight, Offsets, RunLimit, ScopeIndex, counter,
+    Config, DATA_CAP, FileIo, HEADER_SIZE, Inflight, Offsets, RunLimit, ScopeIndex, counter,
     runs::{MAX_RUNS, MAX_SCOPES},
 };
 use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
-
-use crate::record::Scratch;
 
 /// Set by userspace before load (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
@@ -117,6 +115,17 @@ pub(crate) static FDMASK: HashMap<u32, u64> = HashMap::with_max_entries(1 << 14,
 #[map]
 pub(crate) static SYSCALLS: Array<u16> = Array::with_max_entries(aet_common::SYSCALL_TABLE_SIZE, 0);
 
+pub(crate) const SCRATCH_SIZE: usize = HEADER_SIZE + DATA_CAP;
+
+/// Where a record is built before it is copied into the ring buffer with its exact length.
+#[repr(C, align(8))]
+pub(crate) struct Scratch {
+    pub(crate) buf: [u8; SCRATCH_SIZE],
+    /// The task (`pid_tgid`) whose program last began to use this CPU's scratch
+    /// ([`crate::record::claim`]).
+    pub(crate) owner: u64,
+}
+
 /// One slot per CPU (indexed by CPU id; userspace sizes it to the number of possible CPUs). A
 /// plain array rather than a per-CPU one: per-CPU values are limited to 32 KiB.
 #[map]
@@ -151,6 +160,15 @@ pub(crate) fn count(run: u32, idx: u32) {
     if let Some(p) = COUNTERS.get_ptr_mut(run.wrapping_mul(counter::COUNT).wrapping_add(idx)) {
         // SAFETY: per-CPU slot, 8-aligned. Atomic: where programs can be preempted (7.x),
         // another task's program on this CPU may add to it between a load and a store.
-        unsafe { crate::kernel::atomic_add(p, 1) };
+        unsafe { atomic_add(p, 1) };
+    }
+}
+
+/// `*p += v`, atomically (the BPF `lock` add; core's atomics lack fetch_add on this target).
+#[inline(always)]
+pub(crate) unsafe fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: p is a valid, 8-aligned map value field.
+    unsafe {
+        core::arch::asm!("lock *(u64 *)({p} + 0) += {v}", p = in(reg) p, v = in(reg) v);
     }
 }

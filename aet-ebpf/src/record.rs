@@ -5,26 +5,18 @@
 use core::ffi::c_void;
 
 use aet_common::{
-    DATA_CAP, DATA_LIMIT, EventHeader, EventKind, HEADER_SIZE, PATH_CAP, counter, flags, runs,
-    section, uapi::AT_FDCWD,
+    DATA_LIMIT, EventHeader, EventKind, HEADER_SIZE, PATH_CAP, counter, flags, runs, section,
+    uapi::AT_FDCWD,
 };
 use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated};
 
 use crate::{
-    kernel::atomic_add,
-    maps::{EVENTS, PREEMPTIONS, RUN_LIMITS, RUN_PRODUCED, SCRATCH, cfg, count, offsets},
+    maps::{
+        EVENTS, PREEMPTIONS, RUN_LIMITS, RUN_PRODUCED, SCRATCH, SCRATCH_SIZE, Scratch, atomic_add,
+        cfg, count, offsets,
+    },
     task::{Identity, Task},
 };
-
-pub(crate) const SCRATCH_SIZE: usize = HEADER_SIZE + DATA_CAP;
-
-/// Where a record is built before it is copied into the ring buffer with its exact length.
-#[repr(C, align(8))]
-pub(crate) struct Scratch {
-    pub(crate) buf: [u8; SCRATCH_SIZE],
-    /// The task (`pid_tgid`) whose program last began to use this CPU's scratch ([`claim`]).
-    pub(crate) owner: u64,
-}
 
 pub(crate) const BPF_RB_NO_WAKEUP: u64 = 1;
 

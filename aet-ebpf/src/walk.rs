@@ -12,8 +12,8 @@ use aya_ebpf::{helpers::generated, macros::map, maps::Array};
 
 use crate::{
     kernel::{KPtr, mount_of, rdonly_cast},
-    maps::{CONFIG, cfg, count, offsets},
-    record::{SCRATCH_SIZE, Scratch, header, section_start},
+    maps::{CONFIG, SCRATCH_SIZE, Scratch, cfg, count, offsets},
+    record::{header, section_start},
     task::{FileRef, Task, fd_file, identity, set_identity},
 };
 

@@ -12,19 +12,12 @@ use super::super::targets::{endpoint, ptrace_access};
 use crate::policy::Access;
 
 /// Accesses to processes outside the run.
-pub(crate) fn outside(
-    e: &mut Scanner<'_>,
-    c: &BatchCols<'_>,
-    i: usize,
-    p: u32,
-    kind: EventKind,
-    ok: bool,
-) {
+pub(crate) fn outside(e: &mut Scanner<'_>, row: &RowRef<'_>) {
+    let RowRef { c, i, .. } = *row;
     let BatchCols {
         syscall,
         resolved,
         flags,
-        cols,
         target,
         target_in,
         preq,
@@ -39,15 +32,15 @@ pub(crate) fn outside(
             .is_valid(i)
             .then(|| syscall.value(i))
             .and_then(Syscall::from_name);
-        let access = match (kind, sc) {
-            (EventKind::Process, Some(Syscall::ProcessVmReadv)) => Some("read"),
-            (EventKind::Process, Some(Syscall::ProcessVmWritev)) => Some("write"),
-            (EventKind::Process, Some(Syscall::PidfdOpen)) => Some("pidfd"),
-            (EventKind::Process, Some(Syscall::Ptrace)) => {
+        let access = match (row.kind, sc) {
+            (Some(EventKind::Process), Some(Syscall::ProcessVmReadv)) => Some("read"),
+            (Some(EventKind::Process), Some(Syscall::ProcessVmWritev)) => Some("write"),
+            (Some(EventKind::Process), Some(Syscall::PidfdOpen)) => Some("pidfd"),
+            (Some(EventKind::Process), Some(Syscall::Ptrace)) => {
                 ptrace_access(preq.is_valid(i).then(|| preq.value(i)))
             }
-            (EventKind::Fd, Some(Syscall::PidfdGetfd)) => Some("copy_fd"),
-            (EventKind::Open, _) => Some(
+            (Some(EventKind::Fd), Some(Syscall::PidfdGetfd)) => Some("copy_fd"),
+            (Some(EventKind::Open), _) => Some(
                 match aet_ledger::access::open_accesses(if flags.is_valid(i) {
                     flags.value(i)
                 } else {
@@ -62,15 +55,11 @@ pub(crate) fn outside(
             _ => None,
         };
         if let Some(access) = access {
+            // The path as the kernel resolved it, for both.
             let row = RowRef {
-                cols,
-                i,
-                pid: p,
-                ok,
                 resolved: resolved.get(i),
                 raw: resolved.get(i),
-                host: None,
-                reached: None,
+                ..*row
             };
             e.record_process(sev, access, target.value(i), &row);
         }
@@ -80,14 +69,8 @@ pub(crate) fn outside(
 /// Host names: a `dns` row's question (done when it was answered `NOERROR`), a `net` row's
 /// host (done when the call or the proxy's forwarding was), against the host rules and
 /// `allow.hosts`.
-pub(crate) fn host(
-    e: &mut Scanner<'_>,
-    c: &BatchCols<'_>,
-    i: usize,
-    p: u32,
-    kind: EventKind,
-    ok: bool,
-) {
+pub(crate) fn host(e: &mut Scanner<'_>, row: &RowRef<'_>) {
+    let RowRef { c, i, .. } = *row;
     let Some(name) = c.host_name.get(i) else {
         return;
     };
@@ -101,16 +84,7 @@ pub(crate) fn host(
             _ => return,
         };
         let id = e.path_id(&aet_ledger::hosts::key(name));
-        let row = RowRef {
-            cols: &c.cols,
-            i,
-            pid: p,
-            ok: false,
-            resolved: None,
-            raw: None,
-            host: None,
-            reached: None,
-        };
+        let row = RowRef { ok: false, ..*row };
         e.record(
             Class::Barrier,
             BARRIER_RULE,
@@ -121,12 +95,12 @@ pub(crate) fn host(
         );
         return;
     }
-    let ok = match kind {
-        EventKind::Dns => c.dns_rcode.is_valid(i) && c.dns_rcode.value(i) == b"NOERROR",
+    let ok = match row.kind {
+        Some(EventKind::Dns) => c.dns_rcode.is_valid(i) && c.dns_rcode.value(i) == b"NOERROR",
         _ => {
             let refused = decision == Some(b"refused");
             let pending = c.errno.is_valid(i) && c.errno.value(i) == b"EINPROGRESS";
-            (ok || pending) && !refused
+            (row.ok || pending) && !refused
         }
     };
     let mut ids = vec![e.path_id(&aet_ledger::hosts::key(name))];
@@ -138,25 +112,15 @@ pub(crate) fn host(
         k.extend_from_slice(aet_ledger::hosts::UPSTREAM.as_bytes());
         ids.push(e.path_id(&k));
     }
-    let row = RowRef {
-        cols: &c.cols,
-        i,
-        pid: p,
-        ok,
-        resolved: None,
-        raw: None,
-        host: None,
-        reached: None,
-    };
-    e.classify(&row, Access::Host, &ids, None);
+    e.classify(&RowRef { ok, ..*row }, Access::Host, &ids, None);
 }
 
 /// Network endpoints: connects and addressed sends, by `ADDRESS:PORT`, `[ADDRESS]:PORT` or
 /// `unix:PATH`, against the rules and `allow.connect`.
-pub(crate) fn net(e: &mut Scanner<'_>, c: &BatchCols<'_>, i: usize, p: u32, ok: bool) {
+pub(crate) fn net(e: &mut Scanner<'_>, row: &RowRef<'_>) {
+    let RowRef { c, i, .. } = *row;
     let BatchCols {
         syscall,
-        cols,
         net_family,
         net_address,
         net_port,
@@ -179,16 +143,6 @@ pub(crate) fn net(e: &mut Scanner<'_>, c: &BatchCols<'_>, i: usize, p: u32, ok: 
         && let Some(ep) = endpoint(family, net_address.get(i), port)
     {
         let id = e.path_id(&ep);
-        let row = RowRef {
-            cols,
-            i,
-            pid: p,
-            ok,
-            resolved: None,
-            raw: None,
-            host: None,
-            reached: None,
-        };
-        e.classify(&row, Access::Connect, &[id], None);
+        e.classify(row, Access::Connect, &[id], None);
     }
 }

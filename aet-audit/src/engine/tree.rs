@@ -46,19 +46,18 @@ pub(super) fn track(
         resolved,
         ret,
         errno,
-        cols,
         argv,
         child,
         ..
     } = c;
     let p = pid.value(i);
     // The columns only a process's first row needs.
-    let (c, t) = (|| comm.value(i), || ts.value(i));
+    let (name, t) = (|| comm.value(i), || ts.value(i));
     if w.first {
         w.first = false;
         e.tally.root_pid = Some(p);
         e.tally.first_ts_ns = t();
-        let pr = e.proc_mut(p, ppid.value(i), c(), t());
+        let pr = e.proc_mut(p, ppid.value(i), name(), t());
         pr.setup = w.audit_setup;
         pr.seen_start = true;
     }
@@ -69,7 +68,7 @@ pub(super) fn track(
         let pp = ppid.value(i);
         w.last_pid = p;
         let new = !e.procs.contains_key(&p);
-        let pr = e.proc_mut(p, pp, c(), t());
+        let pr = e.proc_mut(p, pp, name(), t());
         if new && w.runtime_entries {
             // No process of the run forked it: it entered the run's cgroup from outside (a
             // container runtime's `runc init`, joining the container it sets up). Until its
@@ -85,7 +84,7 @@ pub(super) fn track(
             if child.is_valid(i) {
                 let ch = child.value(i);
                 let runtime = e.procs.get(&p).is_some_and(|x| x.runtime && x.setup);
-                let pr = e.proc_mut(ch, p, c(), t());
+                let pr = e.proc_mut(ch, p, name(), t());
                 pr.seen_start = true;
                 pr.setup = setup;
                 pr.runtime = runtime;
@@ -115,7 +114,7 @@ pub(super) fn track(
                 pr.seen_start = true;
                 pr.exe = Some(lossy(exe));
                 pr.argv = args;
-                pr.comm = lossy(c());
+                pr.comm = lossy(name());
                 pr.setup = stays_setup;
                 if p == w.last_pid {
                     w.last_setup = stays_setup;
@@ -141,16 +140,7 @@ pub(super) fn track(
             && errno.is_valid(i)
             && let Some(p1) = resolved.get(i).or(path.get(i))
         {
-            let row = RowRef {
-                cols,
-                i,
-                pid: p,
-                ok: false,
-                resolved: resolved.get(i),
-                raw: path.get(i),
-                host: None,
-                reached: None,
-            };
+            let row = RowRef::new(c, i, p, kind, false).at_path();
             let id = e.path_id(p1);
             e.check_barrier(&row, Some(errno.value(i)), Access::Exec, id, false);
         }

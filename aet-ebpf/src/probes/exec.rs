@@ -16,7 +16,7 @@ use aya_ebpf::{
     programs::{RawTracePointContext, TracePointContext},
 };
 
-use super::{fileio::fileio_flush, syscall::Args};
+use super::{args::Args, fileio::fileio_flush};
 use crate::{
     kernel::rdonly_cast,
     maps::{INFLIGHT, cfg, count, offsets},

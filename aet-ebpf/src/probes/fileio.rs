@@ -11,12 +11,11 @@ use aet_common::{
 use aya_ebpf::helpers::generated;
 
 use super::{
+    args::Args,
     handover::{fanotify_read, is_fanotify},
-    syscall::Args,
 };
 use crate::{
-    kernel::atomic_add,
-    maps::{FDMASK, FILEIO, count},
+    maps::{FDMASK, FILEIO, atomic_add, count},
     record::{fill_header, header, scratch, send},
     task::{FileRef, Task, fd_file, identity},
     walk::record_file,

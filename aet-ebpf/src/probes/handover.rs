@@ -8,7 +8,7 @@ use core::ffi::c_void;
 use aet_common::{EventKind, Syscall, counter, fd_origin};
 use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated};
 
-use super::syscall::Args;
+use super::args::Args;
 use crate::{
     kernel::{KPtr, kread},
     maps::{cfg, count, offsets},

@@ -1,5 +1,6 @@
 //! The programs, one module per probe group.
 
+pub(crate) mod args;
 pub(crate) mod exec;
 pub(crate) mod fileio;
 pub(crate) mod handover;

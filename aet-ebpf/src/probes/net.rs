@@ -8,7 +8,7 @@ use core::ffi::c_void;
 use aet_common::{EventKind, SOCKADDR_CAP, Syscall, flags, section};
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 
-use super::{fileio::fileio_entry, payload, syscall::Args};
+use super::{args::Args, fileio::fileio_entry, payload};
 use crate::{
     record::{fill_header, header, scratch, section_start, send, user_word},
     task::Task,

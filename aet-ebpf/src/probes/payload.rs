@@ -12,7 +12,7 @@ use aet_common::{
 };
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 
-use super::{fileio::fileio_key, syscall::Args};
+use super::{args::Args, fileio::fileio_key};
 use crate::{
     maps::{CONFIG, FILEIO, cfg, count},
     record::{fill_header, header, scratch, send, user_word},
