@@ -48,7 +48,7 @@ fn raw_request(socket: &Path, request: serde_json::Value) -> serde_json::Value {
         let mut r = BufReader::new(s.try_clone()?);
         let mut line = String::new();
         for req in [
-            serde_json::json!({"op": "hello", "version": aet::daemon::protocol::VERSION}),
+            serde_json::json!({"op": "hello", "version": aet_monitor::daemon::protocol::VERSION}),
             request,
         ] {
             s.write_all(format!("{req}\n").as_bytes())?;

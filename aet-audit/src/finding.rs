@@ -94,7 +94,7 @@ impl From<crate::policy::Severity> for Class {
         match s {
             Severity::Cheat => Self::Cheat,
             Severity::Contaminant => Self::Contaminant,
-            Severity::Warn => Self::Warning,
+            Severity::Warning => Self::Warning,
         }
     }
 }

@@ -166,7 +166,7 @@ fn build_report(
     let verdict = Verdict::of(
         disqualified,
         complete,
-        isolation_clean && warnings.is_empty() && said(Severity::Warn) == 0,
+        isolation_clean && warnings.is_empty() && said(Severity::Warning) == 0,
     );
     let mut report = Report {
         format: REPORT_FORMAT.into(),

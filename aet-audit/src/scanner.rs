@@ -203,7 +203,7 @@ impl<'p> Scanner<'p> {
             Outcome::Attempted
         };
         let class = match (sev, outcome) {
-            (_, Outcome::Attempted) | (Severity::Warn, _) => Class::Warning,
+            (_, Outcome::Attempted) | (Severity::Warning, _) => Class::Warning,
             (Severity::Cheat, _) => Class::Cheat,
             (Severity::Contaminant, _) => Class::Contaminant,
         };
@@ -458,7 +458,7 @@ impl<'p> Scanner<'p> {
         for &r in &rules {
             let rule = &policy.rules[r as usize];
             self.rule_hits[r as usize] += 1;
-            matched_rule |= rule.severity != Severity::Warn;
+            matched_rule |= rule.severity != Severity::Warning;
             let applied = Applied {
                 index: r as u32,
                 severity: rule.severity,
@@ -480,7 +480,7 @@ impl<'p> Scanner<'p> {
                         index: rule,
                         severity: Severity::Cheat,
                         mask: Access::Read.bit() | Access::Write.bit() | Access::Exec.bit(),
-                        attempts: Attempts::Warn,
+                        attempts: Attempts::Warning,
                     };
                     self.apply_rule(applied, access, main, row);
                 }
@@ -538,7 +538,7 @@ impl<'p> Scanner<'p> {
             } else {
                 match attempts {
                     Attempts::Ignore => {}
-                    Attempts::Warn => self.record(
+                    Attempts::Warning => self.record(
                         Class::Warning,
                         rule,
                         Outcome::Attempted,

@@ -157,7 +157,7 @@ pub fn render_text(r: &Report) -> String {
                     .join(", ")
             );
         }
-        for h in t.hits.iter().filter(|h| h.severity != Severity::Warn) {
+        for h in t.hits.iter().filter(|h| h.severity != Severity::Warning) {
             let c = &h.tool_call;
             let _ = writeln!(
                 s,

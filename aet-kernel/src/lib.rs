@@ -1,7 +1,9 @@
-//! What aet needs from the running kernel: BTF layouts, tracefs, cgroups, /proc.
+//! What aet needs from the running kernel: BTF layouts, tracefs, cgroups, /proc, and the guard
+//! process that kills (or thaws) a run's cgroup when the aet that ran it dies.
 pub mod bpffs;
 pub mod btf;
 pub mod cgroup;
+pub mod guard;
 pub mod mountinfo;
 pub mod procfs;
 pub mod tracefs;
@@ -24,7 +26,10 @@ pub fn wait_for_running_programs() {
 mod floors {
     /// The floors of this crate's modules, from the bottom up (what the crate root defines is
     /// below them all).
-    const FLOORS: &[&[&str]] = &[&["bpffs", "btf", "cgroup", "mountinfo", "procfs", "tracefs"]];
+    const FLOORS: &[&[&str]] = &[
+        &["bpffs", "btf", "cgroup", "mountinfo", "procfs", "tracefs"],
+        &["guard"],
+    ];
 
     #[test]
     fn layers_point_one_way() {

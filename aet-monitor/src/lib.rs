@@ -7,7 +7,9 @@
 //! - [`decode`] and [`rows`]: a record's bytes checked and split, then made a ledger row
 //!   ([`RowMaker`]), with paths from [`paths`] and notes of work handed outside the run;
 //! - [`overload`]: what a run that outpaces the consumer gets (freezes, or counted drops);
-//! - [`replay`]: the consumer's benchmark, fed from a dump of real records.
+//! - [`replay`]: the consumer's benchmark, fed from a dump of real records;
+//! - [`daemon`]: the resident monitor (`aet daemon`) that serves every run of a host from one
+//!   [`slots::Monitor`], its protocol and the errors it shares with its clients.
 //!
 //! The consumer never blocks the traced processes: the programs write without waking it
 //! (`BPF_RB_NO_WAKEUP`), and it polls the ring buffer, busy while there is data and sleeping
@@ -16,6 +18,7 @@
 
 pub mod build_id;
 pub mod consumer;
+pub mod daemon;
 pub mod decode;
 pub mod loader;
 pub mod names;
@@ -120,6 +123,7 @@ mod floors {
         &["consumer"],
         &["replay"],
         &["slots"],
+        &["daemon"],
     ];
 
     #[test]

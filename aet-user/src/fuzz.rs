@@ -499,7 +499,7 @@ pub fn proxy(data: &[u8]) {
 /// encodes back to a line that decodes to the same (compared as JSON values: a map's keys come
 /// out in any order).
 pub fn daemon_protocol(data: &[u8]) {
-    use crate::daemon::protocol::{Request, Response};
+    use aet_monitor::daemon::protocol::{Request, Response};
     let Ok(line) = std::str::from_utf8(data) else {
         return;
     };
@@ -509,7 +509,7 @@ pub fn daemon_protocol(data: &[u8]) {
 
 /// When `line` decodes as a `T`, its encoding decodes to the same.
 fn round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(line: &str) {
-    use crate::daemon::protocol::decode;
+    use aet_monitor::daemon::protocol::decode;
     let Ok(r) = decode::<T>(line) else { return };
     let once = serde_json::to_string(&r).expect("what decodes encodes");
     let again: T = decode(&once).expect("what was encoded decodes");

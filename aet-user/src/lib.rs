@@ -6,24 +6,23 @@
 //!
 //! - [`cli`]: the command line;
 //! - [`run`]: the life of a run (`aet run`, `aet monitor`), its launch, session and signing;
-//! - [`daemon`]: the resident monitor's process, which serves runs;
-//! - [`guard`]: the watchdog process that kills what a dead aet leaves behind;
+//! - [`daemon`]: the client of the resident monitor (`aet_monitor::daemon`), and the start of
+//!   one for a run that finds none;
 //! - [`version`]: which build this is;
 //! - [`fuzz`]: the bodies of the fuzz targets (every parser of the agent's bytes).
 pub mod cli;
 pub mod daemon;
 pub mod fuzz;
-pub mod guard;
 pub mod run;
 pub mod version;
 
 #[cfg(test)]
 mod tests {
-    /// The floors of this crate's modules, from the bottom up: `cli` → `run` → `daemon` →
-    /// `guard`. The crates below are named by their names, never re-exported here, so `crate::`
+    /// The floors of this crate's modules, from the top down: `cli` → `run` → `daemon` →
+    /// `version`. The crates below are named by their names, never re-exported here, so `crate::`
     /// names only this crate's modules.
     const FLOORS: &[&[&str]] = &[
-        &["guard", "version"],
+        &["version"],
         &["daemon"],
         &["run"],
         // The fuzz targets' bodies call into every floor.

@@ -31,8 +31,9 @@ use aet_ledger::hosts;
 pub enum Attempts {
     /// Not counted.
     Ignore,
-    /// A warning that says "attempted".
-    Warn,
+    /// A warning that says "attempted" (`"warn"` in a policy).
+    #[serde(rename = "warn")]
+    Warning,
     /// The same as a successful access.
     Same,
 }
@@ -45,8 +46,9 @@ pub enum Severity {
     Cheat,
     /// Flags the run: isolation is not clean.
     Contaminant,
-    /// For human review.
-    Warn,
+    /// For human review: its findings are warnings (`[warns]`, `"warn"` in a policy).
+    #[serde(rename = "warn")]
+    Warning,
 }
 
 impl Severity {
@@ -54,7 +56,7 @@ impl Severity {
         match self {
             Self::Cheat => "cheats",
             Self::Contaminant => "contaminants",
-            Self::Warn => "warns",
+            Self::Warning => "warns",
         }
     }
 }
@@ -230,7 +232,7 @@ fn defaults(sev: Severity) -> (Vec<Access>, Attempts) {
                 Access::Connect,
                 Access::Host,
             ],
-            Attempts::Warn,
+            Attempts::Warning,
         ),
         Severity::Contaminant => (
             vec![
@@ -242,7 +244,7 @@ fn defaults(sev: Severity) -> (Vec<Access>, Attempts) {
             ],
             Attempts::Ignore,
         ),
-        Severity::Warn => (Access::ALL.to_vec(), Attempts::Same),
+        Severity::Warning => (Access::ALL.to_vec(), Attempts::Same),
     }
 }
 
@@ -493,7 +495,7 @@ impl Policy {
         let mut top = compile(text, &spec, path, aet_ledger::metadata::FIRST_PHASE, "")?;
         top.protected = protected_of(text, &spec)?;
         let processes = spec.processes.unwrap_or_default();
-        top.processes_outside = severity_of(text, "outside", processes.outside, Severity::Warn)?;
+        top.processes_outside = severity_of(text, "outside", processes.outside, Severity::Warning)?;
         top.lingering = severity_of(text, "lingering", processes.lingering, Severity::Cheat)?;
         top.phases = phases;
         top.watches = watch::compile(text, &spec.watch)?;
@@ -584,7 +586,7 @@ fn compile_rules(text: &str, spec: &PolicySpec, prefix: &str) -> Result<Compiled
     for (sev, table) in [
         (Severity::Cheat, &spec.cheats),
         (Severity::Contaminant, &spec.contaminants),
-        (Severity::Warn, &spec.warns),
+        (Severity::Warning, &spec.warns),
     ] {
         for (name, r) in table {
             let full = format!("{prefix}{}.{name}", sev.key());
@@ -766,7 +768,7 @@ fn severity_of(
     Ok(match value {
         None => Some(default),
         Some(v) => match v.get_ref().as_str() {
-            "warn" => Some(Severity::Warn),
+            "warn" => Some(Severity::Warning),
             "contaminant" => Some(Severity::Contaminant),
             "cheat" => Some(Severity::Cheat),
             "ignore" => None,

@@ -168,7 +168,7 @@ fn class(
     match v.get_ref().as_str() {
         "cheat" => Ok(Some(Severity::Cheat)),
         "contaminant" => Ok(Some(Severity::Contaminant)),
-        "warn" => Ok(Some(Severity::Warn)),
+        "warn" => Ok(Some(Severity::Warning)),
         "allow" => Ok(None),
         other => Err(format!(
             "{}: provenance.{key} = {other:?}: expected \"cheat\", \"contaminant\", \"warn\" or \
@@ -262,7 +262,7 @@ pub(super) fn compile(text: &str, s: &ProvenanceSpec) -> Result<Provenance, Stri
             s.repository.as_ref(),
             Some(Severity::Cheat),
         )?,
-        new: class(text, "new", s.new.as_ref(), Some(Severity::Warn))?,
+        new: class(text, "new", s.new.as_ref(), Some(Severity::Warning))?,
         outside: class(text, "outside", s.outside.as_ref(), Some(Severity::Cheat))?,
     })
 }
@@ -294,7 +294,7 @@ mod tests {
         assert_eq!(p.place(Path::new("/tmp/ok/x"), None), Some(Place::Allowed));
         assert_eq!(p.place(Path::new("/venv/x.py"), None), Some(Place::Outside));
         assert_eq!(p.severity(Place::Repository), Some(Severity::Cheat));
-        assert_eq!(p.severity(Place::New), Some(Severity::Warn));
+        assert_eq!(p.severity(Place::New), Some(Severity::Warning));
         assert_eq!(p.severity(Place::Outside), Some(Severity::Cheat));
         assert_eq!(p.severity(Place::Solution), None);
         // Without a record of what was tracked, globs still place a file; the rest cannot be

@@ -151,7 +151,7 @@ mod endpoint_tests {
         )
         .unwrap();
         assert_eq!(p.phase, "agent");
-        assert_eq!(p.lingering, Some(Severity::Warn));
+        assert_eq!(p.lingering, Some(Severity::Warning));
         let g = p.for_phase("grading").expect("a section");
         assert_eq!(g.phase, "grading");
         assert_eq!(g.rules[0].name, "phases.grading.cheats.results");

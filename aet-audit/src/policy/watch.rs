@@ -53,7 +53,9 @@ pub enum Outside {
     Allow,
     Cheat,
     Contaminant,
-    Warn,
+    /// A warning (`"warn"` in a policy).
+    #[serde(rename = "warn")]
+    Warning,
 }
 
 impl Outside {
@@ -62,7 +64,7 @@ impl Outside {
         match self {
             Self::Cheat => Some(Severity::Cheat),
             Self::Contaminant => Some(Severity::Contaminant),
-            Self::Warn => Some(Severity::Warn),
+            Self::Warning => Some(Severity::Warning),
             Self::Inconclusive | Self::Allow => None,
         }
     }
@@ -136,7 +138,7 @@ pub(super) fn compile(
             Some(v) => match v.get_ref().as_str() {
                 "cheat" => Severity::Cheat,
                 "contaminant" => Severity::Contaminant,
-                "warn" => Severity::Warn,
+                "warn" => Severity::Warning,
                 other => {
                     problems.push(format!(
                         "{}: watch.{name}.change = {other:?}: expected \"cheat\", \
@@ -154,7 +156,7 @@ pub(super) fn compile(
                 "allow" => Outside::Allow,
                 "cheat" => Outside::Cheat,
                 "contaminant" => Outside::Contaminant,
-                "warn" => Outside::Warn,
+                "warn" => Outside::Warning,
                 other => {
                     problems.push(format!(
                         "{}: watch.{name}.outside = {other:?}: expected \"inconclusive\", \

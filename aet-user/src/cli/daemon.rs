@@ -2,7 +2,10 @@
 use std::path::PathBuf;
 
 use super::Exit;
-use crate::daemon::{self, DaemonOptions, protocol::Response};
+use crate::daemon;
+use aet_monitor::daemon::{
+    self as resident, DaemonError, DaemonOptions, protocol::Response, serve::serve,
+};
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -17,7 +20,7 @@ pub struct Args {
     pub ringbuf_bytes: u32,
     /// Most runs served at once; each may fill the ring buffer's size divided by this, so one busy
     /// run never makes another lose events.
-    #[arg(long, default_value_t = daemon::DEFAULT_MAX_RUNS, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, default_value_t = resident::DEFAULT_MAX_RUNS, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub max_runs: u32,
     /// Leave after this many seconds with no run and no connection (default: stay). A daemon
     /// a run started leaves after 300 s ($AET_DAEMON_IDLE_EXIT).
@@ -62,7 +65,7 @@ pub enum Command {
 pub fn run(a: Args) -> anyhow::Result<u8> {
     match a.command {
         Some(Command::Stop { socket }) => {
-            let socket = socket.unwrap_or_else(daemon::default_socket);
+            let socket = socket.unwrap_or_else(resident::default_socket);
             match daemon::start::stop(&socket, std::time::Duration::from_secs(60))? {
                 Some(pid) => {
                     eprintln!("aet: daemon {pid} at {} stopped", socket.display());
@@ -75,7 +78,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             }
         }
         Some(Command::Status { socket, json }) => {
-            let socket = socket.unwrap_or_else(daemon::default_socket);
+            let socket = socket.unwrap_or_else(resident::default_socket);
             match daemon::status(&socket)? {
                 Some(Response::Status {
                     pid,
@@ -124,8 +127,8 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                     "aet daemon needs root (it loads eBPF programs and serves root only)"
                 );
             }
-            match daemon::serve(DaemonOptions {
-                socket: a.socket.unwrap_or_else(daemon::default_socket),
+            match serve(DaemonOptions {
+                socket: a.socket.unwrap_or_else(resident::default_socket),
                 ringbuf_bytes: a.ringbuf_bytes,
                 max_runs: a.max_runs,
                 quiet: a.quiet,
@@ -134,7 +137,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
             }) {
                 Ok(()) => Ok(Exit::Success.code()),
                 // Not a failure of this daemon: one already serves (a run started it first).
-                Err(e @ daemon::DaemonError::Running(_)) => {
+                Err(e @ DaemonError::Running(_)) => {
                     eprintln!("aet: {e}");
                     Ok(Exit::Negative.code())
                 }

@@ -145,9 +145,9 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         }
         Err(e) => checks.push(check("cgroup v2", false, e.to_string())),
     }
-    let socket = crate::daemon::default_socket();
+    let socket = aet_monitor::daemon::default_socket();
     match crate::daemon::status(&socket) {
-        Ok(Some(crate::daemon::protocol::Response::Status { pid, runs, max_runs, .. })) => {
+        Ok(Some(aet_monitor::daemon::protocol::Response::Status { pid, runs, max_runs, .. })) => {
             checks.push(note(
                 "monitor",
                 format!(

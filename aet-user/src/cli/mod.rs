@@ -22,6 +22,7 @@ mod watch;
 use std::{io::Write as _, process::ExitCode};
 
 use aet_audit::Verdict;
+use aet_kernel::guard;
 use clap::{Parser, Subcommand};
 
 /// Every exit code aet chooses itself (`aet run` otherwise exits with its command's status).
@@ -262,9 +263,17 @@ pub fn main() -> ExitCode {
         Command::Key(c) => (verify::key(c), Exit::Usage.code()),
         Command::Daemon(a) => (daemon::run(a), Exit::AetFailed.code()),
         Command::Generate(c) => (generate::run(c), Exit::Usage.code()),
-        Command::Guard { cgroup } => (crate::guard::guard_main(&cgroup).map(|()| 0), 1),
-        Command::GuardDaemon { state } => (crate::daemon::guard_main(&state).map(|()| 0), 1),
-        Command::GuardThaw { dir } => (crate::guard::thaw_main(&dir).map(|()| 0), 1),
+        Command::Guard { cgroup } => (
+            guard::guard_main(&cgroup).map(|()| 0).map_err(Into::into),
+            1,
+        ),
+        Command::GuardDaemon { state } => (
+            aet_monitor::daemon::serve::guard_main(&state)
+                .map(|()| 0)
+                .map_err(Into::into),
+            1,
+        ),
+        Command::GuardThaw { dir } => (guard::thaw_main(&dir).map(|()| 0).map_err(Into::into), 1),
         Command::Replay { dump, ledger } => (
             aet_monitor::replay::replay(&dump, &ledger)
                 .map(|r| {
@@ -404,7 +413,7 @@ impl MonitorArgs {
         let socket = self
             .socket
             .clone()
-            .unwrap_or_else(crate::daemon::default_socket);
+            .unwrap_or_else(aet_monitor::daemon::default_socket);
         crate::run::session::Mode::choose(socket, self.standalone, self.daemon)
             .map_err(anyhow::Error::msg)
     }

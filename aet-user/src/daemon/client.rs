@@ -12,11 +12,11 @@ use std::{
     time::Duration,
 };
 
-use super::{
+use crate::version::BUILD_ID;
+use aet_monitor::daemon::{
     DaemonError,
     protocol::{Request, Response, VERSION},
 };
-use crate::version::BUILD_ID;
 
 /// How long a request may take before the daemon is taken as unresponsive (a `Stop` drains
 /// the run's records, which can take seconds on a loaded host).
@@ -165,7 +165,8 @@ impl Client {
             let _ = self.stream.set_read_timeout(Some(POLL));
             let mut said = String::new();
             if self.reader.read_line(&mut said).is_ok()
-                && let Ok(Response::Error { message }) = super::protocol::decode::<Response>(&said)
+                && let Ok(Response::Error { message }) =
+                    aet_monitor::daemon::protocol::decode::<Response>(&said)
             {
                 return Err(DaemonError::Refused {
                     socket: self.socket.clone(),
@@ -213,7 +214,7 @@ impl Client {
                 socket: self.socket.clone(),
             });
         }
-        match super::protocol::decode::<Response>(&answer) {
+        match aet_monitor::daemon::protocol::decode::<Response>(&answer) {
             Ok(Response::Error { message }) => Err(DaemonError::Refused {
                 socket: self.socket.clone(),
                 message,

@@ -4,14 +4,15 @@
 //! second waits for the first's, then connects to it.
 
 use std::{
-    fs::File,
     os::unix::process::CommandExt as _,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use super::{DaemonError, client::Client};
+use aet_monitor::daemon::{DaemonError, Started, lock, log_path, protocol::Request, refused_path};
+
+use super::client::Client;
 
 /// How long an automatic daemon stays with no connection (`AET_DAEMON_IDLE_EXIT`, seconds,
 /// overrides it).
@@ -22,30 +23,6 @@ pub const IDLE_EXIT_ENV: &str = "AET_DAEMON_IDLE_EXIT";
 
 /// How long a run waits for the daemon it started to answer.
 const START_LIMIT: Duration = Duration::from_secs(60);
-
-/// The log of a daemon started for a run.
-pub fn log_path(socket: &Path) -> PathBuf {
-    super::sibling(socket, "log")
-}
-
-/// The lock that one daemon start at a time holds.
-pub fn lock_path(socket: &Path) -> PathBuf {
-    super::sibling(socket, "lock")
-}
-
-/// The start lock, held until dropped; `None` when it cannot be taken (no such directory, a
-/// read-only one): starts are then not serialised, and the second daemon finds the first's socket
-/// answering and leaves. `create`: make the lock file if none is there (a run about to start a
-/// daemon); a leaving daemon takes the lock only when runs ever used one.
-pub(crate) fn lock(socket: &Path, create: bool) -> Option<nix::fcntl::Flock<File>> {
-    let f = std::fs::OpenOptions::new()
-        .create(create)
-        .truncate(false)
-        .write(true)
-        .open(lock_path(socket))
-        .ok()?;
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).ok()
-}
 
 /// The idle time of an automatic daemon: `AET_DAEMON_IDLE_EXIT` seconds, else 300.
 pub fn auto_idle_exit() -> Result<Duration, String> {
@@ -58,13 +35,6 @@ pub fn auto_idle_exit() -> Result<Duration, String> {
             .map(Duration::from_secs_f64)
             .ok_or_else(|| format!("{IDLE_EXIT_ENV}={v}: not a positive number of seconds")),
     }
-}
-
-/// Where a daemon that could not load the programs on this kernel says why (`SOCKET.refused`).
-pub fn refused_path(socket: &Path) -> PathBuf {
-    let mut p = socket.as_os_str().to_owned();
-    p.push(".refused");
-    PathBuf::from(p)
 }
 
 /// Connects to the daemon at `socket`, starting one first when none answers.
@@ -175,9 +145,9 @@ pub fn stop(socket: &Path, limit: Duration) -> Result<Option<u32>, DaemonError> 
     let pid = c.daemon_pid();
     // systemd keeps an activated daemon's socket: a connection would start it again, so its
     // leaving is seen in its process instead (`systemctl stop aet.socket` ends both).
-    let activated = c.started == super::Started::Socket.name();
+    let activated = c.started == Started::Socket.name();
     c.closing();
-    c.call(&super::protocol::Request::Leave)?;
+    c.call(&Request::Leave)?;
     drop(c);
     let started = Instant::now();
     let here = |pid| Path::new(&format!("/proc/{pid}")).exists();

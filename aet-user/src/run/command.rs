@@ -74,8 +74,8 @@ fn command_text(cmd: &[OsString]) -> Vec<String> {
 
 /// Processes of the tracked set (thread ids mapped to their processes) that still exist and are
 /// not in `cg`.
-fn tracked_outside(monitor: &mut Session, cg: Option<&Path>) -> Vec<u32> {
-    let mut pids: Vec<u32> = monitor
+fn tracked_outside(session: &mut Session, cg: Option<&Path>) -> Vec<u32> {
+    let mut pids: Vec<u32> = session
         .tracked()
         .into_iter()
         .filter_map(|tid| {
@@ -131,7 +131,7 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
     let run_started = std::time::SystemTime::now() - Duration::from_secs(1);
     let name = format!("run-{}-{}", std::process::id(), aet_ledger::util::now_ns());
     let cg = RunCgroup::create(&name)?;
-    let guard = crate::guard::Guard::start(cg.path()).map_err(RunError::Guard)?;
+    let guard = aet_kernel::guard::Guard::start(cg.path()).map_err(RunError::Guard)?;
     let (relative, level) = cgroup::relative(cg.path())?;
     let scope = Scope::Cgroup {
         path: cg.path().to_owned(),
@@ -141,7 +141,7 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
     let mut head = opts.head.clone();
     head.set_json(meta::COMMAND, &command_text(&opts.command));
     head.set_json(meta::INHERITED_FDS, &inherited_fds());
-    let mut monitor = Session::start(
+    let mut session = Session::start(
         &opts.mode,
         &scope,
         &ledger,
@@ -156,7 +156,7 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
             "monitoring in {} -> {}{}",
             scope.describe(),
             ledger.display(),
-            match monitor.daemon_pid() {
+            match session.daemon_pid() {
                 Some(pid) => format!(" (aet daemon {pid})"),
                 None => String::new(),
             }
@@ -182,7 +182,7 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
         &opts,
         &cg,
         &relative,
-        &mut monitor,
+        &mut session,
         control.as_mut(),
         Held {
             socket: hold,
@@ -205,9 +205,9 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
             // aet failed while the command ran: nothing of the run may go on unmonitored.
             eprintln!("aet: error: {e}; stopping the run");
             let _ = cg.kill_all();
-            if monitor.failed() && monitor.mode() == "daemon" {
+            if session.failed() && session.mode() == "daemon" {
                 // The daemon is gone, and the ledger with it: nothing more can be written.
-                drop(monitor);
+                drop(session);
                 drop(cg);
                 guard.release();
                 return Err(RunError::DaemonGone(ledger));
@@ -218,7 +218,7 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
             (Err(e), Vec::new())
         }
     };
-    if monitor.failed() {
+    if session.failed() {
         reasons.push(Incomplete::ConsumerStopped);
     }
     let mut end = status
@@ -257,11 +257,11 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
         extra.set(meta::EXIT_STATUS, code);
     }
     extra.set_json(meta::KILLED, &killed);
-    let report = match monitor.stop(extra, reasons) {
+    let report = match session.stop(extra, reasons) {
         Ok(r) => r,
         // The daemon died as the command ended (its guard kills the runs it served, so the
         // command may be seen to end before the connection is): the ledger is its, unfinished.
-        Err(SessionError::Daemon(crate::daemon::DaemonError::Gone { .. })) => {
+        Err(SessionError::Daemon(aet_monitor::daemon::DaemonError::Gone { .. })) => {
             drop(cg);
             guard.release();
             return Err(RunError::DaemonGone(ledger));
@@ -441,7 +441,7 @@ async fn drive(
     opts: &RunOptions,
     cg: &RunCgroup,
     relative: &Path,
-    monitor: &mut Session,
+    session: &mut Session,
     mut control: Option<&mut super::control::Control>,
     mut held: Held<'_>,
     sigterm: io::Result<tokio::signal::unix::Signal>,
@@ -510,7 +510,7 @@ async fn drive(
             };
             let mut interrupts = 0;
             let mut views = held.socket.as_ref().and_then(receive_view);
-            let lost = monitor.lost();
+            let lost = session.lost();
             tokio::pin!(lost);
             let mut reporter = crate::run::progress::Reporter::new(opts.progress);
             let mut ticks = tokio::time::interval(crate::run::progress::INTERVAL);
@@ -522,7 +522,7 @@ async fn drive(
             let status = loop {
                 tokio::select! {
                     _ = health.tick(), if unrecorded.is_none() => {
-                        if let Some(e) = monitor.unrecorded() {
+                        if let Some(e) = session.unrecorded() {
                             reporter.clear();
                             eprintln!(
                                 "aet: error: the run can no longer be recorded ({e}): \
@@ -536,14 +536,14 @@ async fn drive(
                         let status = crate::run::progress::Status::new(
                             started.elapsed(),
                             crate::run::progress::processes(cg.path()),
-                            monitor.progress(),
+                            session.progress(),
                         );
                         reporter.show(&status);
                     }
                     () = &mut lost => {
                         let _ = cg.kill_all();
                         return Err(RunError::Session(SessionError::Daemon(
-                            crate::daemon::DaemonError::Gone {
+                            aet_monitor::daemon::DaemonError::Gone {
                                 socket: match &opts.mode {
                                     Mode::Auto(s) | Mode::Daemon(s) => s.clone(),
                                     Mode::Standalone => PathBuf::new(),
@@ -556,7 +556,7 @@ async fn drive(
                             Some(c) => c.next().await,
                             None => std::future::pending().await,
                         }
-                    } => req.answer(monitor, held.watch.as_deref_mut()),
+                    } => req.answer(session, held.watch.as_deref_mut()),
                     Some(view) = async {
                         match views.as_mut() {
                             Some(v) => v.recv().await,
@@ -577,7 +577,7 @@ async fn drive(
                             let _ = s.write_all(if ok { &[aet_ledger::plan::HOLD_GO] } else { b"n" });
                         }
                     }
-                    Some(ev) = proxy_rx.recv() => monitor.proxy_event(ev),
+                    Some(ev) = proxy_rx.recv() => session.proxy_event(ev),
                     st = child.wait() => {
                         fault("wait").map_err(RunError::Wait)?;
                         break st.map_err(RunError::Wait)?
@@ -600,7 +600,7 @@ async fn drive(
             };
             drop(reporter);
             while let Ok(ev) = proxy_rx.try_recv() {
-                monitor.proxy_event(ev);
+                session.proxy_event(ev);
             }
             if let Some(e) = unrecorded {
                 return Err(RunError::Unrecorded(e));
@@ -617,7 +617,7 @@ async fn drive(
         }
     };
 
-    let (killed, kill_error) = teardown(opts, cg, monitor).await?;
+    let (killed, kill_error) = teardown(opts, cg, session).await?;
     Ok(Driven {
         status,
         killed,
@@ -631,7 +631,7 @@ async fn drive(
 async fn teardown(
     opts: &RunOptions,
     cg: &RunCgroup,
-    monitor: &mut Session,
+    session: &mut Session,
 ) -> Result<(Vec<ProcessRef>, Option<String>), RunError> {
     fault("teardown").map_err(|e| {
         RunError::Cgroup(CgroupError::Io {
@@ -646,7 +646,7 @@ async fn teardown(
     let mut killed = Vec::new();
     let mut kill_error = None;
     let mut leftovers = cg.procs()?;
-    leftovers.extend(tracked_outside(monitor, Some(cg.path())));
+    leftovers.extend(tracked_outside(session, Some(cg.path())));
     leftovers.sort_unstable();
     leftovers.dedup();
     if !leftovers.is_empty() {
@@ -680,7 +680,7 @@ async fn teardown(
         );
         // Let the killed processes' exits reach the ring buffer.
         for _ in 0..100 {
-            if tracked_outside(monitor, None).is_empty() {
+            if tracked_outside(session, None).is_empty() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

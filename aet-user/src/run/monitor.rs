@@ -142,16 +142,16 @@ fn presence(scope: &Scope) -> Presence {
 
 /// Is the monitored work gone? `seen` says whether it has had processes since the monitor
 /// started (an idle cgroup or uid is waited for until it has had some).
-fn target_gone(scope: &Scope, seen: &mut bool, monitor: &mut Session) -> bool {
+fn target_gone(scope: &Scope, seen: &mut bool, session: &mut Session) -> bool {
     let now = presence(scope);
     // Drop tracked tasks that are gone without an exit seen (exited before the attach).
-    let tracked = monitor.tracked();
+    let tracked = session.tracked();
     let mut live = 0;
     for tid in tracked {
         if procfs::exists(tid) {
             live += 1;
         } else {
-            monitor.untrack(tid);
+            session.untrack(tid);
         }
     }
     if now == Presence::Running || live > 0 {
@@ -189,7 +189,7 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
     head.set_json(meta::COMMAND, &Vec::<String>::new());
     let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
-    let mut monitor = Session::start(
+    let mut session = Session::start(
         &opts.mode,
         &scope,
         &ledger,
@@ -218,7 +218,7 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
         });
     }
     let tracked = match scope {
-        Scope::Pid(pid) => track_tree(&mut monitor, pid),
+        Scope::Pid(pid) => track_tree(&mut session, pid),
         _ => Ok(()),
     };
     if let Err(e) = &tracked {
@@ -226,7 +226,7 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
         reasons.push(Incomplete::AetFailed {
             error: e.to_string(),
         });
-    } else if target_gone(&scope, &mut seen, &mut monitor) {
+    } else if target_gone(&scope, &mut seen, &mut session) {
         // Nothing to wait for: the target ended before or while the programs were loaded.
         let target = match &opts.target {
             Target::Container(c) => format!("container {c} ({})", scope.describe()),
@@ -249,10 +249,10 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
                 _ = sigterm.recv() => { reason = "SIGTERM"; break; }
                 _ = sigint.recv() => { reason = "SIGINT"; break; }
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                    if target_gone(&scope, &mut seen, &mut monitor) {
+                    if target_gone(&scope, &mut seen, &mut session) {
                         break;
                     }
-                    if monitor.failed() {
+                    if session.failed() {
                         reason = "the monitor stopped recording";
                         break;
                     }
@@ -261,10 +261,10 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
         }
         note(opts.quiet, format_args!("stopping: {reason}"));
     }
-    if monitor.failed() {
+    if session.failed() {
         reasons.push(Incomplete::ConsumerStopped);
     }
-    let report = monitor.stop(MetaMap::new(), reasons)?;
+    let report = session.stop(MetaMap::new(), reasons)?;
     report_end(&report, opts.quiet);
     tracked?;
     Ok(report)
@@ -272,14 +272,14 @@ pub async fn monitor(opts: MonitorOptions) -> Result<MonitorReport, RunError> {
 
 /// Processes the target started before the attach: tracks them and their threads. Twice, for
 /// anything forked while the first pass ran.
-fn track_tree(monitor: &mut Session, pid: u32) -> Result<(), RunError> {
+fn track_tree(session: &mut Session, pid: u32) -> Result<(), RunError> {
     fault("track").map_err(RunError::Track)?;
     for _ in 0..2 {
         let tids: Vec<u32> = procfs::descendants(pid)
             .into_iter()
             .flat_map(procfs::threads)
             .collect();
-        monitor.track(&tids)?;
+        session.track(&tids)?;
     }
     Ok(())
 }

@@ -10,9 +10,9 @@ use std::{
     },
 };
 
-use crate::daemon::{
+use crate::daemon::client::Client;
+use aet_monitor::daemon::{
     DaemonError,
-    client::Client,
     protocol::{Request, Response},
 };
 
@@ -95,7 +95,7 @@ pub enum Session {
         monitor: Monitor,
         slot: u32,
         /// The guard that thaws what this aet froze if it dies, and its marker directory.
-        thaw: Option<(crate::guard::Guard, PathBuf)>,
+        thaw: Option<(aet_kernel::guard::Guard, PathBuf)>,
     },
     Remote {
         client: Client,
@@ -107,7 +107,7 @@ pub enum Session {
 }
 
 /// A marker directory for this aet's freezes and the guard that thaws what they name.
-fn thaw_guard() -> Result<(crate::guard::Guard, PathBuf), SessionError> {
+fn thaw_guard() -> Result<(aet_kernel::guard::Guard, PathBuf), SessionError> {
     let io = SessionError::ThawGuard;
     let dir = aet_sandbox::runtime_dir().map_err(io)?.join(format!(
         "frozen-{}-{}",
@@ -115,7 +115,7 @@ fn thaw_guard() -> Result<(crate::guard::Guard, PathBuf), SessionError> {
         aet_ledger::util::now_ns()
     ));
     std::fs::create_dir(&dir).map_err(io)?;
-    let guard = crate::guard::Guard::start_thaw(&dir).map_err(io)?;
+    let guard = aet_kernel::guard::Guard::start_thaw(&dir).map_err(io)?;
     Ok((guard, dir))
 }
 

@@ -5,13 +5,13 @@ use std::{collections::HashMap, path::PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use aet_monitor::loader::Scope;
-
 use aet_ledger::metadata::Reasons;
-use aet_monitor::{MonitorReport, consumer::Progress, slots::RunStatus};
+
+use crate::loader::Scope;
+use crate::{MonitorReport, consumer::Progress, slots::RunStatus};
 
 /// Version of the protocol; a client and a daemon of different versions refuse each other, and
-/// so do two builds ([`crate::version::BUILD_ID`]) that speak the same version.
+/// so do two builds ([`crate::build_id::BUILD_ID`]) that speak the same version.
 pub const VERSION: u32 = 4;
 
 /// A request.
@@ -33,7 +33,7 @@ pub enum Request {
         owned: bool,
         /// What the run does when the record cannot keep up.
         #[serde(default)]
-        on_overload: aet_monitor::overload::OnOverload,
+        on_overload: crate::overload::OnOverload,
     },
     /// Add tasks to the run's tracked set.
     Track { tids: Vec<u32> },

@@ -5,7 +5,7 @@
 
 use std::{io, path::Path, time::Duration};
 
-use aet_kernel::cgroup;
+use crate::cgroup;
 
 /// A watchdog process for a run's cgroup. `aet run` starts it before the command and holds the
 /// write end of its stdin; if `aet run` dies (even by SIGKILL) the pipe closes and the guard kills
@@ -35,7 +35,7 @@ impl Guard {
         Self::spawn("__guard", cgroup)
     }
 
-    /// Starts `aet __guard-daemon DIR` for a daemon (see `daemon::guard_main`).
+    /// Starts `aet __guard-daemon DIR` for a daemon (see `aet_monitor::daemon::serve::guard_main`).
     pub fn start_for_daemon(state: &Path) -> io::Result<Self> {
         Self::spawn("__guard-daemon", state)
     }
@@ -55,13 +55,13 @@ impl Guard {
 
 /// The guard process: waits for its stdin to close, then kills and removes the cgroup if it is
 /// still there.
-pub fn guard_main(cgroup: &Path) -> anyhow::Result<()> {
+pub fn guard_main(cgroup: &Path) -> io::Result<()> {
     wait_for_stdin_close()?;
     if !cgroup.exists() {
         return Ok(());
     }
-    if cgroup::populated(cgroup)? {
-        let pids = cgroup::procs(cgroup)?;
+    if cgroup::populated(cgroup).map_err(io::Error::other)? {
+        let pids = cgroup::procs(cgroup).map_err(io::Error::other)?;
         // Thawed first: a run aet froze is never left frozen, whatever happens next.
         cgroup::thaw(cgroup);
         std::fs::write(cgroup.join("cgroup.kill"), b"1")?;
@@ -71,7 +71,7 @@ pub fn guard_main(cgroup: &Path) -> anyhow::Result<()> {
             cgroup.display()
         );
         for _ in 0..500 {
-            if !cgroup::populated(cgroup)? {
+            if !cgroup::populated(cgroup).map_err(io::Error::other)? {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -88,7 +88,7 @@ pub fn guard_main(cgroup: &Path) -> anyhow::Result<()> {
 
 /// The thaw guard: waits for its stdin to close, then thaws every cgroup a marker in `dir` names
 /// (a freeze the aet it guarded had not undone) and removes `dir`.
-pub fn thaw_main(dir: &Path) -> anyhow::Result<()> {
+pub fn thaw_main(dir: &Path) -> io::Result<()> {
     wait_for_stdin_close()?;
     let n = cgroup::thaw_marked(dir);
     if n > 0 {
@@ -100,7 +100,7 @@ pub fn thaw_main(dir: &Path) -> anyhow::Result<()> {
 
 /// A guard's wait: ignores the signals a terminal or a harness sends to a whole process group,
 /// and returns when its stdin closes (the process it guards is gone).
-pub fn wait_for_stdin_close() -> anyhow::Result<()> {
+pub fn wait_for_stdin_close() -> io::Result<()> {
     use nix::sys::signal::{SigHandler, SigSet, Signal, signal};
     // A guard started by a daemon inherits its blocked signals: unblock them to ignore them.
     SigSet::all().thread_unblock()?;
