@@ -8,10 +8,7 @@ use crate::{
     engine,
     finding::Class,
     policy::{Policy, Severity, Target},
-    report::{
-        Counts, REPORT_FORMAT, REPORT_VERSION, Report, RunInfo, TranscriptHit, TranscriptPath,
-        Transcripts, Verdict,
-    },
+    report::{Report, TranscriptHit, TranscriptPath, Transcripts, Verdict},
     transcript::{self, ToolCall},
 };
 
@@ -84,33 +81,10 @@ pub(super) fn transcripts_only(
     let isolation_clean = said(Some(&t), Severity::Contaminant) == 0;
     let verdict = Verdict::of(disqualified, false, false);
     Report {
-        format: REPORT_FORMAT.into(),
-        version: REPORT_VERSION,
-        aet_version: aet_ledger::version::get().into(),
-        ledger: ledger.to_owned(),
-        policy: policy.path.clone(),
-        verdict,
-        exit_code: verdict.exit_code(),
-        disqualified,
-        isolation_clean,
-        complete: false,
         incomplete_reasons: vec![NO_RECORD.into()],
-        run: RunInfo::default(),
-        counts: Counts::default(),
-        cheat_hits: Vec::new(),
-        contaminant_hits: Vec::new(),
-        out_of_scope: Vec::new(),
-        warnings: Vec::new(),
-        barrier: None,
-        blocked: Vec::new(),
         unused_rules,
-        policy_warnings: policy.warnings(),
-        processes: Vec::new(),
         transcripts: Some(t),
-        phases: Vec::new(),
-        watched: None,
-        groups: Vec::new(),
-        provenance: Vec::new(),
+        ..Report::new(ledger, policy, verdict, isolation_clean)
     }
 }
 

@@ -427,8 +427,8 @@ pub(super) fn file_access(e: &mut Scanner<'_>, w: &mut Walk, row: &RowRef<'_>) {
         host: c.host.get(i),
         ..row.at_path()
     };
-    let second = row.at_second();
     if ok && let Some(wa) = w.watch.as_mut() {
+        let second = row.at_second();
         wa.row(
             e,
             &row,
@@ -489,13 +489,14 @@ pub(super) fn file_access(e: &mut Scanner<'_>, w: &mut Walk, row: &RowRef<'_>) {
                 e.check_barrier(&row, err, a, id, change);
             }
         }
-        if a2 != 0
-            && let Some(p2) = second.resolved.or(second.raw)
-        {
-            let id = e.path_id(p2);
-            for a in Access::ALL {
-                if a2 & a.bit() != 0 {
-                    e.check_barrier(&second, err, a, id, true);
+        if a2 != 0 {
+            let second = row.at_second();
+            if let Some(p2) = second.resolved.or(second.raw) {
+                let id = e.path_id(p2);
+                for a in Access::ALL {
+                    if a2 & a.bit() != 0 {
+                        e.check_barrier(&second, err, a, id, true);
+                    }
                 }
             }
         }

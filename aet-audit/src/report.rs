@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     finding::{Finding, Proc},
     groups, phases,
-    policy::Severity,
+    policy::{Policy, Severity},
     provenance, transcript, watched,
 };
 
@@ -23,6 +23,48 @@ pub enum Verdict {
     Flagged,
     Disqualified,
     Inconclusive,
+}
+
+impl Report {
+    /// A report of `ledger` under `policy` with `verdict` and nothing found yet: where the
+    /// audit of a record and the audit of transcripts alone both start. Incomplete until the
+    /// caller says the record is complete.
+    pub(crate) fn new(
+        ledger: &Path,
+        policy: &Policy,
+        verdict: Verdict,
+        isolation_clean: bool,
+    ) -> Self {
+        Self {
+            format: REPORT_FORMAT.into(),
+            version: REPORT_VERSION,
+            aet_version: aet_ledger::version::get().into(),
+            ledger: ledger.to_owned(),
+            policy: policy.path.clone(),
+            verdict,
+            exit_code: verdict.exit_code(),
+            disqualified: verdict == Verdict::Disqualified,
+            isolation_clean,
+            complete: false,
+            incomplete_reasons: Vec::new(),
+            run: RunInfo::default(),
+            counts: Counts::default(),
+            cheat_hits: Vec::new(),
+            contaminant_hits: Vec::new(),
+            out_of_scope: Vec::new(),
+            warnings: Vec::new(),
+            barrier: None,
+            blocked: Vec::new(),
+            unused_rules: Vec::new(),
+            policy_warnings: policy.warnings(),
+            processes: Vec::new(),
+            transcripts: None,
+            phases: Vec::new(),
+            watched: None,
+            groups: Vec::new(),
+            provenance: Vec::new(),
+        }
+    }
 }
 
 impl Verdict {

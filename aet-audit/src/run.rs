@@ -13,7 +13,7 @@ use crate::{
     finding::{Class, Finding, Outcome},
     groups,
     policy::{Policy, PolicyError, Severity},
-    report::{BarrierInfo, Counts, REPORT_FORMAT, REPORT_VERSION, Report, RunInfo, Verdict},
+    report::{BarrierInfo, Counts, Report, RunInfo, Verdict},
     transcript,
 };
 
@@ -169,15 +169,6 @@ fn build_report(
         isolation_clean && warnings.is_empty() && said(Severity::Warning) == 0,
     );
     let mut report = Report {
-        format: REPORT_FORMAT.into(),
-        version: REPORT_VERSION,
-        aet_version: aet_ledger::version::get().into(),
-        ledger: ledger.to_owned(),
-        policy: policy.path.clone(),
-        verdict,
-        exit_code: verdict.exit_code(),
-        disqualified,
-        isolation_clean,
         complete,
         incomplete_reasons: reasons.texts(),
         run: RunInfo::of(m),
@@ -196,13 +187,12 @@ fn build_report(
         barrier: m.barrier.as_ref().map(BarrierInfo::of),
         blocked,
         unused_rules,
-        policy_warnings: policy.warnings(),
         processes: scan.processes,
         transcripts,
         phases: phase_infos,
         watched: scan.watch.take(),
-        groups: Vec::new(),
         provenance: std::mem::take(&mut scan.provenance),
+        ..Report::new(ledger, policy, verdict, isolation_clean)
     };
     report.groups = groups::group(&report.finding_lists());
     report

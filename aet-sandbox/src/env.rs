@@ -217,4 +217,39 @@ mod tests {
         ]));
         assert_eq!(e.names(), ["LC_ALL", "PATH"]);
     }
+
+    /// The Python harness's container identity (`aet.container(..., identity=)`) keeps the
+    /// same variables as `aet run --identity`, and starts at the same uid: its copy in
+    /// `python/src/aet/container.py` is checked here, so the two cannot drift apart.
+    #[test]
+    fn the_python_harness_allows_the_same_variables_and_uid() {
+        let py = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../python/src/aet/container.py"
+        );
+        let text = std::fs::read_to_string(py).unwrap();
+        let tuple = text
+            .split_once("AGENT_ENV_ALLOW = (")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .map(|(t, _)| t)
+            .unwrap_or_else(|| panic!("{py}: no AGENT_ENV_ALLOW tuple"));
+        let names: Vec<&str> = tuple
+            .split(',')
+            .map(|w| w.trim().trim_matches('"'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        assert_eq!(
+            names, ALLOW,
+            "{py}: AGENT_ENV_ALLOW differs from aet_sandbox::env::ALLOW"
+        );
+        let uid = text
+            .lines()
+            .find_map(|l| l.strip_prefix("DEFAULT_AGENT_ID = "))
+            .unwrap_or_else(|| panic!("{py}: no DEFAULT_AGENT_ID"));
+        assert_eq!(
+            uid.trim().parse::<u32>().ok(),
+            Some(crate::identity::DEFAULT_POOL.0),
+            "{py}: DEFAULT_AGENT_ID is not the first uid of the identity pool"
+        );
+    }
 }

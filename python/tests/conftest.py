@@ -40,6 +40,8 @@ def _rootfs(tmp: Path) -> Path:
     (root / "data/inside.txt").write_text("the container's own file\n")
     (root / "tests/test_answer.sh").write_text("#!/bin/sh\necho grading\n")
     (root / "grader").mkdir()
+    # A link to the workdir: a grader root named through it is still inside the workdir.
+    os.symlink("work", root / "jobs")
     (root / "grader/expected.txt").write_text("the grader's expected output\n")
     return root
 

@@ -176,8 +176,10 @@ def test_an_agent_identity_that_cannot_be_made_as_specified_starts_nothing(
         aet.container(docker_image, out=tmp_path / "r1", grader_root="/grader")
     # A grader root inside what the agent is granted, or not root's 0700 without the fix.
     for root, workdir, why in (("/work/grader", "/work", "inside /work"),
+                               ("/jobs", "/work", r"inside /work, .*\(resolved: /work and /work\)"),
+                               ("/work", "/jobs", r"inside /jobs, .*\(resolved: /work and /work\)"),
                                ("/grader", "/work", "not drwx------")):
-        c = aet.container(docker_image, out=tmp_path / f"r-{why[:3]}", workdir=workdir,
+        c = aet.container(docker_image, out=tmp_path / f"r-{root[1:4]}-{workdir[1:]}", workdir=workdir,
                           identity=True, grader_root=root)
         with pytest.raises(aet.ContainerError, match=why):
             c.start()

@@ -21,6 +21,52 @@ use super::{
 /// Inspect AI's eval logs.
 pub struct Inspect;
 
+/// Most bytes the sample members of one `.eval` archive may hold uncompressed, in all: they are
+/// read whole, and a small archive can say (or hold) far more than it weighs. A larger one is
+/// an error naming the member where the limit was passed, never a part of it read.
+pub const EVAL_UNZIPPED_LIMIT: u64 = 1 << 30;
+
+/// The sample members of a `.eval` archive (`samples/*.json`), in name order, with their text:
+/// at most `limit` bytes uncompressed in all, whatever the archive's headers say.
+fn samples(data: &[u8], limit: u64) -> Result<Vec<(String, String)>, String> {
+    let mut zip = zip::ZipArchive::new(Cursor::new(data))
+        .map_err(|e| format!("not a readable .eval (zip) log: {e}"))?;
+    let mut names: Vec<String> = zip
+        .file_names()
+        .filter_map(Result::ok)
+        .filter(|n| n.starts_with("samples/") && n.ends_with(".json"))
+        .map(|n| n.into_owned())
+        .collect();
+    names.sort();
+    let too_big = |name: &str| {
+        format!(
+            "{name}: the archive's samples hold more than {} MiB uncompressed (read whole, so \
+             refused rather than cut)",
+            limit >> 20
+        )
+    };
+    let mut used = 0u64;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let member = zip.by_name(&name).map_err(|e| format!("{name}: {e}"))?;
+        let left = limit - used;
+        if member.size() > left {
+            return Err(too_big(&name));
+        }
+        let mut text = String::new();
+        member
+            .take(left + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| format!("{name}: {e}"))?;
+        if text.len() as u64 > left {
+            return Err(too_big(&name));
+        }
+        used += text.len() as u64;
+        out.push((name, text));
+    }
+    Ok(out)
+}
+
 /// A tool call of Inspect's standard tools.
 fn call(function: &str, args: &Value) -> ToolCall {
     let mut c = ToolCall {
@@ -132,27 +178,60 @@ impl TranscriptFormat for Inspect {
                 .flat_map(|s| sample(file, s, &mut pos))
                 .collect());
         }
-        let mut zip = zip::ZipArchive::new(Cursor::new(data))
-            .map_err(|e| format!("not a readable .eval (zip) log: {e}"))?;
-        let mut names: Vec<String> = zip
-            .file_names()
-            .filter_map(Result::ok)
-            .filter(|n| n.starts_with("samples/") && n.ends_with(".json"))
-            .map(|n| n.into_owned())
-            .collect();
-        names.sort();
         let mut out = Vec::new();
-        for name in names {
-            let mut text = String::new();
-            zip.by_name(&name)
-                .map_err(|e| format!("{name}: {e}"))?
-                .read_to_string(&mut text)
-                .map_err(|e| format!("{name}: {e}"))?;
+        for (name, text) in samples(data, EVAL_UNZIPPED_LIMIT)? {
             let s: Value = serde_json::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
             // A call in an archive is named by the archive and its member.
             let member = PathBuf::from(format!("{}#{name}", file.display()));
             out.extend(sample(&member, &s, &mut Some(Lines::new(&text))));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::samples;
+
+    /// A zip of `members` (name, bytes), deflated.
+    fn zip_of(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        for (name, bytes) in members {
+            w.start_file(*name, opts).unwrap();
+            w.write_all(bytes).unwrap();
+        }
+        w.finish().unwrap().into_inner()
+    }
+
+    #[test]
+    fn an_eval_archive_past_the_unzipped_limit_is_refused_naming_the_member() {
+        let big = vec![b' '; 3 << 20];
+        let data = zip_of(&[
+            ("samples/1_epoch_1.json", b"{}"),
+            ("samples/2_epoch_1.json", &big),
+            ("header.json", &big),
+        ]);
+        assert!(data.len() < 64 << 10, "deflated to {} bytes", data.len());
+        let err = samples(&data, 2 << 20).unwrap_err();
+        assert!(
+            err.starts_with("samples/2_epoch_1.json: the archive's samples hold more than 2 MiB"),
+            "{err}"
+        );
+        // The limit counts every sample together, not each one alone.
+        let two = zip_of(&[
+            ("samples/1_epoch_1.json", &big[..(3 << 19)]),
+            ("samples/2_epoch_1.json", &big[..(3 << 19)]),
+        ]);
+        let err = samples(&two, 2 << 20).unwrap_err();
+        assert!(err.starts_with("samples/2_epoch_1.json:"), "{err}");
+        // Within it, every sample is read whole, in name order; other members are not read.
+        let got = samples(&data, 4 << 20).unwrap();
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["samples/1_epoch_1.json", "samples/2_epoch_1.json"]);
+        assert_eq!(got[1].1.len(), 3 << 20);
     }
 }

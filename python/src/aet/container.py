@@ -388,6 +388,14 @@ class Container:
         if wrong:
             raise ContainerError("the agent identity is not as specified: " + "; ".join(wrong))
 
+    def _physical(self, path: str) -> Optional[str]:
+        """The directory ``path`` as the container resolves it, every link followed (the
+        shell's own ``cd -P``, so no tool of the image is needed); ``None`` when it is no
+        directory there."""
+        r = self._exec(["sh", "-c", 'cd -P -- "$1" && pwd -P', "sh", path], user="0:0")
+        out = r.stdout.decode(errors="replace").strip()
+        return out if r.exit_status == 0 and out.startswith("/") else None
+
     def _check_grader_root(self, path: str) -> dict[str, object]:
         """The grader root checked (as the container's root): a directory, not a link, outside
         the workdir, root's and 0700 (made so with ``fix_grader_root``)."""
@@ -396,11 +404,18 @@ class Container:
 
         norm = posixpath.normpath(path)
         if self.workdir:
-            w = posixpath.normpath(self.workdir)
-            if norm == w or norm.startswith(w.rstrip("/") + "/"):
-                raise err(f"is inside {self.workdir}, which the agent is granted")
-            if w.startswith(norm.rstrip("/") + "/"):
-                raise err(f"contains {self.workdir}, which the agent is granted")
+            # As written and as the container resolves them: a link in either path's parents
+            # (``/jobs -> /work``) cannot put the grader root inside what the agent is granted.
+            real, wreal = self._physical(path), self._physical(self.workdir)
+            for g, w in ((norm, posixpath.normpath(self.workdir)), (real, wreal)):
+                if g is None or w is None:
+                    continue
+                via = "" if (g, w) == (norm, posixpath.normpath(self.workdir)) else \
+                    f" (resolved: {g} and {w})"
+                if g == w or g.startswith(w.rstrip("/") + "/"):
+                    raise err(f"is inside {self.workdir}, which the agent is granted{via}")
+                if w.startswith(g.rstrip("/") + "/"):
+                    raise err(f"contains {self.workdir}, which the agent is granted{via}")
         r = self._exec(["ls", "-ldn", path], user="0:0")
         if r.exit_status != 0:
             raise err(r.stderr.decode(errors="replace").strip() or "cannot be listed")
