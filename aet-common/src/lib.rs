@@ -36,3 +36,29 @@ mod pod {
     unsafe impl aya::Pod for super::RunLimit {}
     unsafe impl aya::Pod for super::ScopeIndex {}
 }
+
+#[cfg(test)]
+mod floors {
+    extern crate std;
+
+    /// The floors of this crate's modules, from the bottom up: the records, the configuration,
+    /// the counters, the kernel's constants, the run slots and the map names, then the syscall
+    /// table over the event kinds. The root re-exports them all for both sides; inside the
+    /// crate a module is named by its own path.
+    const FLOORS: &[&[&str]] = &[
+        &[
+            "config",
+            "counters",
+            "events",
+            "kernel",
+            "maps",
+            "run_slots",
+        ],
+        &["syscalls"],
+    ];
+
+    #[test]
+    fn layers_point_one_way() {
+        aet_checks::layers::assert_floors(env!("CARGO_MANIFEST_DIR"), FLOORS);
+    }
+}

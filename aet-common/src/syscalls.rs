@@ -2,7 +2,7 @@
 //! argument shape (which argument is a path, a dirfd, flags...), and the table that maps an
 //! architecture's numbers to them.
 
-use crate::{EventKind, io, obj};
+use crate::events::{EventKind, io, obj};
 
 /// How the programs decode one syscall's arguments. Argument indexes are 0..5; -1 means none.
 #[repr(C)]

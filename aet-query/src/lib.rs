@@ -317,3 +317,16 @@ fn strict_or_sql(e: DataFusionError, problems: &Problems, strict: bool) -> Query
 pub fn discover(args: &[PathBuf]) -> Result<Vec<RunRef>, runs::RunsError> {
     runs::discover(args)
 }
+
+#[cfg(test)]
+mod floors {
+    /// The floors of this crate's modules, from the bottom up (what the crate root defines,
+    /// `Problem` and `Problems`, is below them all): the object-storage client and the output
+    /// formats, then the `events` table over the ledgers.
+    const FLOORS: &[&[&str]] = &[&["output", "remote"], &["events"]];
+
+    #[test]
+    fn layers_point_one_way() {
+        aet_checks::layers::assert_floors(env!("CARGO_MANIFEST_DIR"), FLOORS);
+    }
+}
