@@ -665,3 +665,85 @@ fn a_cheat_given_as_the_commands_stdin_is_a_cheat() {
         "{a:#}"
     );
 }
+
+/// The stdout and stderr a run is started with are the launcher's channel (`aet run ... >
+/// agent.log`): bytes written through them are not judged by `[allow] write`, and the report
+/// lists them. A cheat given as the output is still a cheat.
+#[test]
+fn output_redirected_to_a_file_is_the_launchers_and_a_cheat_given_as_output_is_still_one() {
+    let f = Fixture::new();
+    let policy = f.root.join("channel-policy.toml");
+    fs::write(
+        &policy,
+        "[allow]\nread = [\"/\"]\nwrite = [\"/dev\"]\n\n[cheats]\ngolden = 'secret/golden'\n",
+    )
+    .unwrap();
+    let run = |name: &str, fd: i32, file: fs::File, script: &str| {
+        let out = f.root.join(format!("{name}-run"));
+        let mut c = aet();
+        c.args(["run", "-q", "--policy"])
+            .arg(&policy)
+            .arg("--out")
+            .arg(&out)
+            .args(["--", "sh", "-c", script]);
+        match fd {
+            1 => c.stdout(file),
+            _ => c.stderr(file),
+        };
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let a: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(out.join("audit.json")).unwrap()).unwrap();
+        a
+    };
+    for (name, fd, want) in [("stdout", 1, "out\nchild\n"), ("stderr", 2, "err\n")] {
+        let log = f.root.join(format!("{name}.log"));
+        let script = "echo out; echo err >&2; sh -c 'echo child'";
+        let a = run(name, fd, fs::File::create(&log).unwrap(), script);
+        assert_eq!(fs::read_to_string(&log).unwrap(), want);
+        assert_eq!(a["verdict"], "clean", "{name}: {a:#}");
+        assert_eq!(a["out_of_scope"].as_array().unwrap().len(), 0, "{a:#}");
+        let channels = a["run"]["output_channels"].as_array().unwrap();
+        assert!(
+            channels.iter().any(|c| c["fd"] == fd
+                && c["kind"] == "file"
+                && c["path"] == log.to_str().unwrap()),
+            "{name}: {channels:?}"
+        );
+    }
+    // The same file opened by the command itself is the command's write, judged.
+    let log = f.root.join("opened.log");
+    let a = run(
+        "opened",
+        1,
+        fs::File::create(&log).unwrap(),
+        &format!("echo again >> {}", log.display()),
+    );
+    assert_eq!(a["verdict"], "flagged", "{a:#}");
+    assert!(
+        a["out_of_scope"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["path"] == log.to_str().unwrap() && c["access"] == "write"),
+        "{a:#}"
+    );
+    let golden = f.root.join("secret/golden.yaml");
+    let a = run(
+        "golden",
+        1,
+        fs::OpenOptions::new().append(true).open(&golden).unwrap(),
+        "echo out",
+    );
+    assert_eq!(a["verdict"], "disqualified", "{a:#}");
+    assert!(
+        a["cheat_hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["path"] == golden.to_str().unwrap()
+                && c["access"] == "write"
+                && c["reached"] == "inherited"),
+        "{a:#}"
+    );
+}

@@ -596,3 +596,78 @@ fn concurrent_runs_get_their_own_uids_and_never_touch_each_other() {
     let (status, stderr) = hold.wait();
     assert!(status.success(), "{stderr}");
 }
+
+/// Without a sandbox the agent reaches its home through the host's directories: the default
+/// home under the run directory works (written by the agent, entered by no other pool uid),
+/// also when the run directory was made private beforehand; a private directory above the
+/// workspace is named and nothing runs.
+#[test]
+fn without_a_sandbox_the_agent_writes_its_own_home_and_no_other_uid_enters_it() {
+    let f = Fixture::new();
+    let script = "ls -ld \"$HOME\" >/dev/null && touch \"$HOME/x\" && echo home-ok";
+    let (out, run) = f.run(None, &[], script);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "home-ok", "{}", text(&out.stderr));
+    let home = run.join("agent-home");
+    let uid = pool_uid(&run);
+    let m = fs::metadata(home.join("x")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (uid, uid));
+    // Searchable by others, listable by none.
+    assert_eq!(fs::metadata(&run).unwrap().mode() & 0o007, 0o001);
+    let other = uid + 1;
+    let peek = Command::new("setpriv")
+        .args(["--reuid", &other.to_string(), "--regid", &other.to_string()])
+        .args(["--clear-groups", "--", "ls"])
+        .arg(&home)
+        .output()
+        .unwrap();
+    assert!(
+        !peek.status.success(),
+        "uid {other} listed {}",
+        home.display()
+    );
+    assert!(
+        text(&peek.stderr).contains("Permission denied"),
+        "{}",
+        text(&peek.stderr)
+    );
+
+    // A run directory made 0700 before the run.
+    let pre = f.p("private-run");
+    fs::create_dir(&pre).unwrap();
+    fs::set_permissions(&pre, fs::Permissions::from_mode(0o700)).unwrap();
+    let o = aet()
+        .args(["run", "-q", "--identity", "--workspace"])
+        .arg(f.p("ws"))
+        .arg("--out")
+        .arg(&pre)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(text(&o.stdout).trim(), "home-ok", "{}", text(&o.stderr));
+
+    // A workspace under a directory the agent cannot pass through.
+    let locked = f.p("locked");
+    fs::create_dir_all(locked.join("ws")).unwrap();
+    fs::set_permissions(&locked, fs::Permissions::from_mode(0o700)).unwrap();
+    // Where the agent could leave a mark, had it run.
+    fs::create_dir(f.p("drop")).unwrap();
+    fs::set_permissions(f.p("drop"), fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = f.p("drop/ran");
+    let o = aet()
+        .args(["run", "-q", "--identity", "--workspace"])
+        .arg(locked.join("ws"))
+        .arg("--out")
+        .arg(f.p("locked-run"))
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    let e = text(&o.stderr);
+    assert!(
+        e.contains(&format!("{} is mode 0700", locked.display())) && e.contains("--sandbox"),
+        "{e}"
+    );
+    assert!(!marker.exists(), "the command ran");
+}

@@ -87,7 +87,7 @@ fn the_seed_example_view_holds_from_inside() {
             ),
             (
                 "no_stage_left",
-                "test ! -s /.aet/aet && test -z \"$(ls -A /.aet/run)\"".into(),
+                "test ! -s /.aet/bin/aet && test -z \"$(ls -A /.aet/run)\"".into(),
             ),
         ],
     );

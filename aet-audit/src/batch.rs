@@ -163,6 +163,9 @@ pub(super) struct RowRef<'a> {
     pub(super) raw: Option<&'a [u8]>,
     pub(super) host: Option<&'a [u8]>,
     pub(super) reached: Option<Reached>,
+    /// Bytes moved through an fd the command was started with (the launcher's channel, as
+    /// `aet run ... > FILE` makes it): its writes are not judged by `[allow] write`.
+    pub(super) channel: bool,
 }
 
 impl<'a> RowRef<'a> {
@@ -186,6 +189,7 @@ impl<'a> RowRef<'a> {
             raw: None,
             host: None,
             reached: None,
+            channel: false,
         }
     }
 

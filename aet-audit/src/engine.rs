@@ -78,6 +78,9 @@ pub(super) struct Walk {
     /// The files the command started with, by identity, with the path aet saw them by: path
     /// rules are matched against it when the run reads through such an fd (`< answers/key.txt`).
     inherited_paths: FxHashMap<(u64, u64), Vec<u8>>,
+    /// The files the command started with as fds (its stdout and stderr redirected to a file,
+    /// say), by identity: the launcher's channels.
+    channels: Vec<(u64, u64)>,
     /// The policy's protected files by path, with their index.
     protected_paths: Vec<(Vec<u8>, usize)>,
     first: bool,
@@ -249,6 +252,7 @@ pub(super) fn start<'p>(
         fd_paths: FxHashMap::default(),
         ident_origins: FxHashMap::default(),
         inherited_paths: FxHashMap::default(),
+        channels: Vec::new(),
         protected_paths: policy
             .protected
             .iter()
@@ -265,6 +269,9 @@ pub(super) fn start<'p>(
         runtime_entries: !meta.command.is_empty(),
     };
     for f in &meta.inherited_fds {
+        if f.kind == "file" {
+            w.channels.push((f.dev, f.ino));
+        }
         if f.kind == "file" || f.kind == "directory" {
             w.ident_origins.insert((f.dev, f.ino), Reached::Inherited);
             if let Some(p) = &f.path {
@@ -423,8 +430,14 @@ pub(super) fn file_access(e: &mut Scanner<'_>, w: &mut Walk, row: &RowRef<'_>) {
     if a1 == 0 && a2 == 0 {
         return;
     }
+    // Bytes moved through the launcher's channel (an fd the command was started with, not one
+    // the run opened: those rows are judged at their open).
+    let channel = kind == EventKind::Io
+        && row.reached == Some(Reached::Inherited)
+        && row.file.is_some_and(|f| w.channels.contains(&f));
     let row = RowRef {
         host: c.host.get(i),
+        channel,
         ..row.at_path()
     };
     if ok && let Some(wa) = w.watch.as_mut() {

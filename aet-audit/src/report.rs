@@ -101,6 +101,11 @@ pub struct RunInfo {
     /// How the run met overload: how often and how long it was frozen (a harness that times
     /// agents can subtract it).
     pub overload: Option<aet_ledger::metadata::OverloadRecord>,
+    /// The launcher's channels: the fds the command was started with (`aet run ... > FILE`),
+    /// with what they named. Bytes written through one that is a file are the launcher's
+    /// output, not judged by `[allow] write` (rules and protected files still apply).
+    #[serde(default)]
+    pub output_channels: Vec<aet_ledger::metadata::InheritedFd>,
 }
 
 /// Counts.
@@ -302,6 +307,7 @@ impl RunInfo {
             sandbox_verified: m.sandbox.as_ref().map(|s| s.verified),
             identity_uid: m.identity.as_ref().map(|i| i.uid),
             overload: m.overload.clone(),
+            output_channels: m.inherited_fds.clone(),
         }
     }
 }

@@ -426,14 +426,21 @@ impl<'p> Scanner<'p> {
     ) {
         // Most accesses match no rule and are allowed (or failed): nothing to record.
         if ident.is_none() && ids.iter().all(|&i| self.infos[i as usize].rules.is_empty()) {
-            let allowed = ids
-                .iter()
-                .any(|&i| self.infos[i as usize].allowed & access.bit() != 0);
+            let allowed = self.allowed(row, access, ids);
             if !row.ok || self.policy.allow.is_none() || allowed {
                 return;
             }
         }
         self.classify_rules(row, access, ids, ident);
+    }
+
+    /// Whether the allow-list allows `access` of `row` at any of its paths `ids`. A write
+    /// through the launcher's channel is the launcher's output, never the agent's choice.
+    fn allowed(&self, row: &RowRef<'_>, access: Access, ids: &[u32]) -> bool {
+        (row.channel && access == Access::Write)
+            || ids
+                .iter()
+                .any(|&i| self.infos[i as usize].allowed & access.bit() != 0)
     }
 
     pub(super) fn classify_rules(
@@ -491,9 +498,7 @@ impl<'p> Scanner<'p> {
             && let Some(allow) = &policy.allow
         {
             let info = &self.infos[main as usize];
-            let allowed = ids
-                .iter()
-                .any(|&i| self.infos[i as usize].allowed & access.bit() != 0);
+            let allowed = self.allowed(row, access, ids);
             let counts = match access {
                 Access::Read | Access::Write | Access::Exec => true,
                 Access::Probe | Access::List => allow.probe.is_some(),

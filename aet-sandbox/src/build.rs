@@ -24,8 +24,9 @@ use aet_ledger::{
 
 use super::spec::{Base, Role, SandboxSpec};
 
-/// Where the stage binary is bound inside the sandbox.
-pub const STAGE_BIN: &str = "/.aet/aet";
+/// Where the stage binary is bound inside the sandbox: one level below [`libs::STAGE_ROOT`], so
+/// that a run path of `$ORIGIN/../NAME` (the wheel's bundled libraries) stays inside it.
+pub const STAGE_BIN: &str = "/.aet/bin/aet";
 /// Where the stage's private directory is bound inside the sandbox: aet writes the plan there,
 /// the stage its report; the stage removes it from the view before the agent starts.
 pub const STAGE_DIR: &str = "/.aet/run";
@@ -136,6 +137,18 @@ pub struct StageFiles {
     pub aet: PathBuf,
     /// A private directory bound at [`STAGE_DIR`], holding the plan and the stage's report.
     pub dir: PathBuf,
+    /// The binary's own library directories (its `$ORIGIN` run path), bound read-only where
+    /// the loader looks for them from [`STAGE_BIN`].
+    pub libs: Vec<libs::LibDir>,
+}
+
+impl StageFiles {
+    /// The stage of the binary `aet` with its private directory `dir`, and the library
+    /// directories the binary's run path names.
+    pub fn new(aet: PathBuf, dir: PathBuf) -> Self {
+        let libs = libs::lib_dirs(&aet, Path::new(STAGE_BIN));
+        Self { aet, dir, libs }
+    }
 }
 
 /// How to build.
@@ -701,24 +714,22 @@ impl View {
             emit(
                 &mut args,
                 &Mount {
-                    dst: "/.aet".into(),
+                    dst: libs::STAGE_ROOT.into(),
                     op: Op::Dir,
                     rank: 7,
                 },
             );
-            for (dst, op) in [
-                (STAGE_BIN, Op::RoBind(st.aet.clone())),
-                (STAGE_DIR, Op::Bind(st.dir.clone())),
-            ] {
-                emit(
-                    &mut args,
-                    &Mount {
-                        dst: dst.into(),
-                        op,
-                        rank: 7,
-                    },
-                );
-                unmount.push(PPath(dst.into()));
+            let own = [
+                (PathBuf::from(STAGE_BIN), Op::RoBind(st.aet.clone())),
+                (PathBuf::from(STAGE_DIR), Op::Bind(st.dir.clone())),
+            ];
+            let libs = st
+                .libs
+                .iter()
+                .map(|l| (l.view.clone(), Op::RoBind(l.host.clone())));
+            for (dst, op) in own.into_iter().chain(libs) {
+                unmount.push(PPath(dst.clone()));
+                emit(&mut args, &Mount { dst, op, rank: 7 });
             }
             self.writable.push(PathBuf::from(STAGE_DIR).into());
         }
@@ -739,5 +750,6 @@ impl View {
     }
 }
 
+pub mod libs;
 #[cfg(test)]
 mod tests;

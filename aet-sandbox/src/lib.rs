@@ -164,10 +164,7 @@ impl Prepared {
         let mut built = build::build(
             &spec,
             &BuildOptions {
-                stage: Some(StageFiles {
-                    aet,
-                    dir: stage_dir.path().to_owned(),
-                }),
+                stage: Some(StageFiles::new(aet, stage_dir.path().to_owned())),
                 command: opts.command,
                 env_prefix: opts.env_prefix,
                 mode: opts.mode,

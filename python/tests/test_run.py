@@ -89,3 +89,30 @@ def test_query_over_runs_is_a_table(aet_bin: str, tmp_path: Path) -> None:
     with pytest.raises(aet.AetError) as e:
         aet.query("select nothing from nowhere", tmp_path / "runs")
     assert e.value.exit_code == 4 and "nowhere" in e.value.message
+
+
+def test_an_identity_run_without_a_sandbox_writes_its_own_home(aet_bin: str,
+                                                                tmp_path: Path) -> None:
+    import os
+    import tempfile
+
+    # pytest's tmp_path sits under a 0700 directory: the agent could not pass through it.
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        base = Path(d)
+        base.chmod(0o755)
+        ws = base / "ws"
+        ws.mkdir()
+        out = base / "run"
+        r = aet.run(["sh", "-c", 'touch "$HOME/state" && id -u'], out=out, identity=True,
+                    aet_args=["--workspace", str(ws)])
+        assert r.exit_status == 0, r.stderr
+        uid = int(r.stdout.decode().strip())
+        assert uid != 0
+        st = (out / "agent-home" / "state").stat()
+        assert (st.st_uid, st.st_gid) == (uid, uid)
+        assert os.stat(out / "agent-home").st_mode & 0o777 == 0o700
+    # A workspace the agent cannot reach is refused, naming the directory in the way.
+    (tmp_path / "ws").mkdir()
+    with pytest.raises(aet.AetError, match="is mode 0700"):
+        aet.run(["true"], out=tmp_path / "r", identity=True,
+                aet_args=["--workspace", str(tmp_path / "ws")])

@@ -209,6 +209,7 @@ fn wheel(a: &Artefacts, version: &str, host_version: &str) -> anyhow::Result<()>
         "aet.run: {ran:?} (want clean, served by a daemon the first run started, of build {build})"
     );
     println!("ok   aet.run(['true']): complete; under a policy: clean");
+    isolated_run(&dir, &user(&aet), &user(&python))?;
 
     // With Inspect AI: the package's own Inspect tests, against the installed copy.
     pip(&format!("{}[inspect]", a.wheel.display()))?;
@@ -222,6 +223,86 @@ fn wheel(a: &Artefacts, version: &str, host_version: &str) -> anyhow::Result<()>
         .arg(&dir)
         .arg(root().join("python/tests/test_inspect.py")))?;
     println!("ok   aet[inspect]: the Inspect tests pass against the wheel");
+    Ok(())
+}
+
+/// What a pip user's harness does first: a sandboxed run as the agent identity, recorded and
+/// judged by a policy, with the wheel's `aet` (its stage must load the libraries the wheel
+/// bundles inside the view), then the seed's `wrap_command(..., record=RUN)` snippet.
+fn isolated_run(dir: &Path, aet: &Command, python: &Command) -> anyhow::Result<()> {
+    let with = |c: &Command| {
+        let mut n = Command::new(c.get_program());
+        n.args(c.get_args()).current_dir(dir);
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => n.env(k, v),
+                None => n.env_remove(k),
+            };
+        }
+        n
+    };
+    let (ws, inputs) = (dir.join("ws"), dir.join("inputs"));
+    std::fs::create_dir_all(&ws)?;
+    std::fs::create_dir_all(&inputs)?;
+    std::fs::write(inputs.join("task.txt"), "the task\n")?;
+    let run = dir.join("runs/isolated");
+    std::fs::write(
+        dir.join("sandbox.toml"),
+        format!("workspace = {ws:?}\nallow = [{inputs:?}]\n"),
+    )?;
+    std::fs::write(
+        dir.join("isolated.toml"),
+        format!(
+            "[allow]\nread = [\"/\"]\nwrite = [\"/dev\", {ws:?}, {:?}]\n",
+            run.join("agent-home")
+        ),
+    )?;
+    let out = output(
+        with(aet)
+            .args(["run", "-q", "--standalone", "--out"])
+            .arg(&run)
+            .args(["--sandbox", "sandbox.toml", "--identity"])
+            .args(["--policy", "isolated.toml", "--", "sh", "-c"])
+            .arg(format!(
+                "id -u; cat {}; echo done > result.txt; touch \"$HOME/state\"",
+                inputs.join("task.txt").display()
+            )),
+    )?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    let uid: u32 = said.lines().next().unwrap_or_default().parse().unwrap_or(0);
+    ensure!(
+        uid != 0 && said.contains("the task"),
+        "the sandboxed run as the agent printed {said:?} (want a uid other than root's and the \
+         task)\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(
+        std::fs::read_to_string(ws.join("result.txt"))? == "done\n"
+            && run.join("agent-home/state").exists(),
+        "the agent's writes to its workspace and home are missing"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("audit.json"))?)?;
+    ensure!(
+        report["verdict"] == "clean" && report["complete"] == true,
+        "the sandboxed run's audit: {report}"
+    );
+    println!("ok   aet run --sandbox --identity --policy: the wheel's stage ran, uid {uid}, clean");
+    let script = format!(
+        "import subprocess, pathlib\n\
+         from aet.isolation import SandboxSpec, wrap_command, file_access_ledger\n\
+         spec = SandboxSpec(workspace=pathlib.Path({ws:?}), allow=[pathlib.Path({inputs:?})])\n\
+         cmd = wrap_command('cat {task}', spec, record=pathlib.Path('runs/wrapped'))\n\
+         p = subprocess.run(['bash', '-c', cmd], capture_output=True, text=True)\n\
+         assert p.returncode == 0 and p.stdout == 'the task\\n', (p.returncode, p.stdout, p.stderr)\n\
+         led = file_access_ledger('runs/wrapped')\n\
+         assert led['complete'] and {task:?} in led['files_read'], led\n\
+         print('recorded', len(led['events']))\n",
+        task = inputs.join("task.txt").display(),
+    );
+    let said = stdout(with(python).args(["-c", &script]))?;
+    ensure!(said.starts_with("recorded "), "wrap_command: {said:?}");
+    println!("ok   aet.isolation.wrap_command(..., record=RUN): {said} events");
     Ok(())
 }
 

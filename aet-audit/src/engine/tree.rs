@@ -11,8 +11,11 @@ use super::super::{batch::lossy, scanner::Scanner};
 use super::Walk;
 use crate::policy::Access;
 
+/// aet's stage: the binary bound at `/.aet/bin/aet` (at `/.aet/aet` before 0.2), run as
+/// `aet __stage`.
 fn is_stage(exe: &[u8], argv: Option<&[String]>) -> bool {
-    exe == b"/.aet/aet" || argv.is_some_and(|a| a.get(1).is_some_and(|x| x == "__stage"))
+    matches!(exe, b"/.aet/bin/aet" | b"/.aet/aet")
+        || argv.is_some_and(|a| a.get(1).is_some_and(|x| x == "__stage"))
 }
 
 /// Whether an exec is a container runtime re-executing itself to set the container up (`runc

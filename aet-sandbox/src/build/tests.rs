@@ -60,10 +60,7 @@ fn a_missing_deny_under_a_read_only_grant_is_checked_absent() {
     sp.allow = vec![d.path().join("in")];
     sp.deny = vec![d.path().join("in/answers"), d.path().join("ws/answers")];
     let mut o = opts();
-    o.stage = Some(StageFiles {
-        aet: "/proc/self/exe".into(),
-        dir: "/tmp".into(),
-    });
+    o.stage = Some(StageFiles::new("/proc/self/exe".into(), "/tmp".into()));
     let b = build(&sp, &o).unwrap();
     let plan = b.plan.unwrap();
     let find = |p: PathBuf| {

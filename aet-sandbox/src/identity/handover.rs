@@ -201,21 +201,111 @@ fn walk(
     Ok(())
 }
 
-/// Creates the agent's home (0700) if missing and hands it over.
+/// Creates the agent's home (0700) if missing and hands it over. Directories created above it
+/// (the run directory, for the default home) are 0711: the identity can pass through them to
+/// its home, and list nothing there.
 pub fn prepare_home(home: &Path, uid: u32, gid: u32) -> Result<HandOver, IdentityError> {
     use std::os::unix::fs::DirBuilderExt as _;
-    match fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(home)
-    {
+    let fail = |source| IdentityError::HandOver {
+        path: home.to_owned(),
+        source,
+    };
+    if let Some(parent) = home.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(parent)
+            .map_err(fail)?;
+    }
+    match fs::DirBuilder::new().mode(0o700).create(home) {
         Ok(()) => {}
-        Err(source) => {
-            return Err(IdentityError::HandOver {
-                path: home.to_owned(),
-                source,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && home.is_dir() => {}
+        Err(e) => return Err(fail(e)),
+    }
+    hand_over(home, uid, gid)
+}
+
+/// Makes `dir` searchable (never listable) by every identity, as a run directory holding the
+/// default home must be for the agent to reach its home without a sandbox.
+pub fn open_for_search(dir: &Path) -> Result<(), IdentityError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fail = |source| IdentityError::HandOver {
+        path: dir.to_owned(),
+        source,
+    };
+    let mode = fs::symlink_metadata(dir).map_err(fail)?.mode() & 0o7777;
+    if mode & 0o001 == 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o001)).map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// Whether `uid`/`gid` (with no supplementary groups, as the agent runs) can reach `path`:
+/// every directory above it searchable by that identity. The first that is not, with why.
+pub fn reachable(path: &Path, uid: u32, gid: u32) -> Result<(), IdentityError> {
+    for dir in path.ancestors().skip(1) {
+        let m = match fs::metadata(dir) {
+            Ok(m) => m,
+            Err(e) => {
+                return Err(IdentityError::Unreachable {
+                    path: path.to_owned(),
+                    uid,
+                    problem: format!("{}: {e}", dir.display()),
+                });
+            }
+        };
+        let mode = m.mode();
+        let bit = if m.uid() == uid {
+            0o100
+        } else if m.gid() == gid {
+            0o010
+        } else {
+            0o001
+        };
+        if mode & bit == 0 {
+            return Err(IdentityError::Unreachable {
+                path: path.to_owned(),
+                uid,
+                problem: format!(
+                    "{} is mode {:04o}, owned by uid {} gid {}, and the agent cannot pass \
+                     through it",
+                    dir.display(),
+                    mode & 0o7777,
+                    m.uid(),
+                    m.gid()
+                ),
             });
         }
     }
-    hand_over(home, uid, gid)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    #[test]
+    fn a_directory_the_agent_cannot_search_is_named() {
+        let d = tempfile::tempdir().unwrap();
+        let home = d.path().join("run/agent-home");
+        fs::create_dir_all(&home).unwrap();
+        fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(d.path().join("run"), fs::Permissions::from_mode(0o700)).unwrap();
+        let owner = fs::metadata(d.path()).unwrap().uid();
+        let (uid, gid) = (owner + 4321, owner + 4321);
+        let e = reachable(&home, uid, gid).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{}/run is mode 0700", d.path().display())),
+            "{e}"
+        );
+        open_for_search(&d.path().join("run")).unwrap();
+        let mode = fs::metadata(d.path().join("run")).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o701, "searchable, not listable");
+        reachable(&home, uid, gid).unwrap();
+        // Its owner passes through it on the owner's bits alone.
+        fs::set_permissions(d.path().join("run"), fs::Permissions::from_mode(0o700)).unwrap();
+        reachable(&home, owner, owner).unwrap();
+    }
 }

@@ -23,7 +23,7 @@ mod handover;
 mod lease;
 mod teardown;
 
-pub use handover::{check_grader_root, hand_over, prepare_home};
+pub use handover::{check_grader_root, hand_over, open_for_search, prepare_home, reachable};
 pub use lease::{DEFAULT_POOL, LEASE_SUBDIR, UidLease, lease_from_pool, lease_uid};
 pub use teardown::{leftovers, reap_uid};
 
@@ -119,6 +119,15 @@ pub enum IdentityError {
         path: PathBuf,
         #[source]
         source: io::Error,
+    },
+    #[error(
+        "{path} cannot be reached by the agent's uid {uid} without a sandbox: {problem} \
+         (put it under a directory others can search, or run with --sandbox, whose view binds it)"
+    )]
+    Unreachable {
+        path: PathBuf,
+        uid: u32,
+        problem: String,
     },
     #[error("identity pool {0:?}: expected FIRST-LAST, two uids above 0")]
     Pool(String),

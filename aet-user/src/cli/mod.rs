@@ -485,4 +485,35 @@ mod docs {
         let reference = reference.replace("\n# ", "\n## ").replacen("# ", "## ", 1);
         docgen::check(&f, "reference", &reference);
     }
+
+    /// Every `aet …` line the README's fenced blocks show is one the CLI accepts (its
+    /// subcommands, flags and values as clap parses them).
+    #[test]
+    fn the_readme_commands_are_ones_the_cli_accepts() {
+        use clap::Parser as _;
+        let readme = docgen::workspace_root().join("README.md");
+        let text = std::fs::read_to_string(&readme).unwrap();
+        let commands = aet_checks::links::aet_commands(&text);
+        assert!(commands.len() >= 5, "{commands:?}");
+        let refused: Vec<String> = commands
+            .iter()
+            .filter_map(|words| {
+                super::Cli::try_parse_from(words)
+                    .err()
+                    .filter(|e| {
+                        !matches!(
+                            e.kind(),
+                            clap::error::ErrorKind::DisplayHelp
+                                | clap::error::ErrorKind::DisplayVersion
+                        )
+                    })
+                    .map(|e| format!("{}: {}", words.join(" "), e.kind()))
+            })
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "README.md shows commands aet refuses:\n{}",
+            refused.join("\n")
+        );
+    }
 }

@@ -106,9 +106,11 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
             let built = build::build(
                 &s,
                 &BuildOptions {
-                    stage: stage.then(|| StageFiles {
-                        aet: std::env::current_exe().unwrap_or_else(|_| "aet".into()),
-                        dir: PathBuf::from(aet_sandbox::RUNTIME_DIR).join("stage-XXXXXX"),
+                    stage: stage.then(|| {
+                        StageFiles::new(
+                            std::env::current_exe().unwrap_or_else(|_| "aet".into()),
+                            PathBuf::from(aet_sandbox::RUNTIME_DIR).join("stage-XXXXXX"),
+                        )
                     }),
                     command,
                     env_prefix,

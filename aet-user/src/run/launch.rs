@@ -294,6 +294,18 @@ fn prepare_identity(
     };
     let workspace_handover = identity::hand_over(&workspace, uid, gid)?;
     let home_handover = identity::prepare_home(&home, uid, gid)?;
+    if spec.is_none() {
+        // No view binds them: the agent reaches its workspace and home through the host's
+        // directories. The run directory holding the default home is aet's to open for
+        // search (never for listing); anything else in the way is named, and nothing runs.
+        if c.home.is_none()
+            && let Some(run_dir) = home.parent()
+        {
+            identity::open_for_search(run_dir)?;
+        }
+        identity::reachable(&workspace, uid, gid)?;
+        identity::reachable(&home, uid, gid)?;
+    }
     let mut rw_binds_handover = Vec::new();
     if let Some(s) = spec {
         for rw in &s.rw_binds {

@@ -319,7 +319,7 @@ def file_access_ledger(run_dir: PathLike,
         if kind == "exec" and ok and setup.get(pid, False):
             exe = cols["resolved_path"][i] or cols["path"][i] or ""
             argv0 = cols["argv"][i] or []
-            setup[pid] = exe.endswith("/bwrap") or exe == "/.aet/aet" or argv0[1:2] == ["__stage"]
+            setup[pid] = exe.endswith("/bwrap") or exe in ("/.aet/bin/aet", "/.aet/aet") or argv0[1:2] == ["__stage"]
         if not ok or setup.get(pid, False):
             continue
         path = cols["resolved_path"][i] or cols["host_path"][i] or cols["path"][i]
