@@ -28,6 +28,24 @@ if [ -d "$out/standalone" ]; then
   sed 's/^/AET-KERNEL log daemon-b /' "$out/daemon-b.log"
   "$aet" daemon stop >/dev/null 2>&1
 fi
+if [ -d "$out/standalone" ]; then
+  # Under load: two CPU-bound loops and a loop starting short processes beside six runs served
+  # by one daemon, each reading 80 small files twelve times and listing a sysfs tree.
+  lw="$base/load"; mkdir -p "$lw"
+  i=0; while [ $i -lt 80 ]; do echo "file $i" >"$lw/f$i"; i=$((i+1)); done
+  (while :; do :; done) & s1=$!
+  (while :; do :; done) & s2=$!
+  (while :; do ls / >/dev/null; done) & s3=$!
+  pids=""
+  for n in 1 2 3 4 5 6; do
+    "$aet" run --out "$out/load-$n" -- sh -c "r=0; while [ \$r -lt 12 ]; do cat $lw/f* >/dev/null; r=\$((r+1)); done; ls -R /sys/kernel/mm >/dev/null 2>&1; true" >"$out/load-$n.log" 2>&1 &
+    pids="$pids $!"
+  done
+  n=1; for p in $pids; do wait $p; echo "AET-KERNEL exit load-$n $?"; n=$((n+1)); done
+  kill $s1 $s2 $s3 2>/dev/null
+  "$aet" daemon stop >/dev/null 2>&1
+  for n in 1 2 3 4 5 6; do sed "s/^/AET-KERNEL log load-$n /" "$out/load-$n.log"; done
+fi
 if [ -d "$out/standalone" ] && command -v bwrap >/dev/null; then
   ws="$base/isolated"; secret="$base/secret"
   mkdir -p "$ws" "$secret"; echo key >"$secret/key.txt"
@@ -205,10 +223,68 @@ pub(super) fn judge(aet: &Path, text: &str, out: &Path, base: &Path, expect: Exp
             check(&format!("{run}: {name}"), result);
         }
     }
+    under_load(aet, &exits, &log_of, out, base, &mut check);
     isolated(aet, &exits, &log_of("isolated"), out, base, &mut check);
     barrier(aet, &exits, &log_of("barrier"), out, base, &mut check);
     o
 }
+
+/// The runs made beside busy tasks ([`LOAD_RUNS`] of them, served by one daemon): each ends 0,
+/// complete with nothing lost, and holds every one of its workload's opens (12 × 80).
+fn under_load(
+    aet: &Path,
+    exits: &BTreeMap<String, String>,
+    log_of: &impl Fn(&str) -> String,
+    out: &Path,
+    base: &Path,
+    check: &mut impl FnMut(&str, Result<(), String>),
+) {
+    let lw = base.join("load").display().to_string();
+    for n in 1..=LOAD_RUNS {
+        let run = format!("load-{n}");
+        let code = exits.get(&run).cloned().unwrap_or_else(|| "none".into());
+        let dir = out.join(&run);
+        let sql = format!(
+            "SELECT SUM(CASE WHEN kind = 'open' AND resolved_path LIKE '{lw}/f%' AND ret >= 0 \
+             THEN 1 ELSE 0 END) AS opens, COUNT(*) AS n FROM events"
+        );
+        // complete, lost, and whether the loss is only of the kind a preemptible kernel causes.
+        let status = "SELECT CAST(complete AS INT) AS c, CAST(lost AS BIGINT) AS l, \
+             CAST(strpos(incomplete_reasons, 'skipped') > 0 \
+                  OR strpos(incomplete_reasons, 'preempted') > 0 AS INT) AS p FROM runs";
+        check(
+            &format!("{LOAD_CHECK}{run}: ends 0, complete, nothing lost, all 960 opens"),
+            if code != "0" {
+                Err(format!("exit {code}: {}", tail(&log_of(&run), 12)))
+            } else {
+                match (query(aet, status, &dir), query(aet, &sql, &dir)) {
+                    (Ok(s), Ok(r)) if s[..2] == [1, 0] && r.first() == Some(&960) => Ok(()),
+                    // Rows missing from a record that says it is complete: never allowed.
+                    (Ok(s), Ok(r)) if s[0] == 1 => Err(format!(
+                        "complete, lost: {:?}, yet opens of the workload, rows: {r:?}: a silent loss",
+                        &s[..2]
+                    )),
+                    (Ok(s), Ok(r)) => Err(format!(
+                        "complete, lost: {:?}; opens of the workload, rows: {r:?}{}",
+                        &s[..2],
+                        if s.get(2) == Some(&1) {
+                            format!("; {PREEMPTION_LOSS}")
+                        } else {
+                            String::new()
+                        }
+                    )),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                }
+            },
+        );
+    }
+}
+
+/// How many runs the load check makes at once.
+const LOAD_RUNS: usize = 6;
+
+/// How each load check's name starts.
+pub(super) const LOAD_CHECK: &str = "under load, ";
 
 /// The sandboxed run as the agent identity (where the image has bwrap): the workload's record
 /// as in the other runs, the agent's uid on its rows, the denied directory empty to it.

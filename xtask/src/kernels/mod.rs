@@ -70,6 +70,10 @@ struct Kernel {
 /// kernel's skips or preemptions), never its exit, another loss, or a missing row in a record
 /// that says it is complete.
 fn preemption_check(f: &str) -> bool {
+    if let Some(rest) = f.strip_prefix(checks::LOAD_CHECK) {
+        // Under load: ended 0, and incomplete by the kernel's skips or preemptions alone.
+        return rest.contains(checks::PREEMPTION_LOSS) && !rest.contains("exit ");
+    }
     checks::RUNS
         .iter()
         .any(|r| f.starts_with(&format!("{r}: ")))
@@ -361,6 +365,18 @@ mod tests {
             "daemon-a: the record is complete, nothing lost: complete, lost: [1, 0]"
         ));
         assert!(!preemption_check("daemon-b: the run ends 0: exit 1"));
+        let load = format!(
+            "{}load-3: ends 0, complete, nothing lost, all 960 opens: ",
+            checks::LOAD_CHECK
+        );
+        assert!(preemption_check(&format!(
+            "{load}complete, lost: [0, 12]; opens of the workload, rows: [940, 2100]; {}",
+            checks::PREEMPTION_LOSS
+        )));
+        assert!(!preemption_check(&format!(
+            "{load}complete, lost: [1, 0]; opens of the workload, rows: [940, 2100]"
+        )));
+        assert!(!preemption_check(&format!("{load}exit 1: aet: error")));
         assert!(preemption_check(
             "standalone: open by dirfd: 0 matching rows"
         ));
