@@ -402,16 +402,28 @@ fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
     // is then built once, not once per profile (it is most of a cold build).
     println!("== unit tests");
     steps.run("unit tests (release build)", || {
-        sh(cargo().args(["test", "--release"]).args(UNIT_PACKAGES))
+        sh(cargo().args([
+            "test",
+            "--release",
+            "--workspace",
+            "--exclude",
+            "aet-ledger",
+            "--exclude",
+            "aet-audit",
+            "--exclude",
+            "aet-checks",
+            "--exclude",
+            "aet-tests",
+            "--exclude",
+            "aet-ebpf",
+        ]))
     })?;
     // Every fuzz target on its corpus for a few seconds: the targets build, and what once crashed
     // them (replayed by the unit tests above) still does not.
     steps.run("fuzz targets (5 s each, unoptimised build)", || {
         fuzz::run(&fuzz::Args::short(5))
     })?;
-    let aet = steps.run("build the aet binary", || {
-        e2e::binary_for_tests(&binary_of_the_unit_build()?)
-    })?;
+    let aet = steps.run("build the aet binary", || e2e::binary_for_tests(&build()?))?;
     let mut extra = Vec::new();
     if filter.is_none() {
         extra.extend(python_jobs(&aet));
@@ -454,61 +466,6 @@ fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
     })?;
     steps.print("cargo xtask test");
     Ok(())
-}
-
-/// The packages of the unit tests' build, which the end-to-end tests' binary shares: all but
-/// those tested on stable Rust alone, the end-to-end tests and the eBPF programs (built for
-/// their own target by aet-monitor's build script).
-const UNIT_PACKAGES: &[&str] = &[
-    "--workspace",
-    "--exclude",
-    "aet-ledger",
-    "--exclude",
-    "aet-audit",
-    "--exclude",
-    "aet-checks",
-    "--exclude",
-    "aet-tests",
-    "--exclude",
-    "aet-ebpf",
-];
-
-/// The `aet` binary built as the unit tests' build is: `cargo test --release` builds in the
-/// `bench` profile with the features every selected package and its dev-dependencies ask for
-/// (tokio's `fs`, arrow's `chrono-tz`, hyper's `http2`, ...). `cargo build --release -p
-/// aet-user` differs in both, so it compiled DataFusion and everything else a second time (about
-/// ten minutes of a cold suite); this build reuses every crate the tests built and links the
-/// binary. Its path comes from cargo's own account of the artifacts.
-fn binary_of_the_unit_build() -> anyhow::Result<PathBuf> {
-    let out = cargo()
-        .args(["build", "--profile", "bench"])
-        .args(UNIT_PACKAGES)
-        .args([
-            "--all-targets",
-            "--message-format",
-            "json-render-diagnostics",
-        ])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .context("cargo build")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "cargo build (the unit tests' build): {}",
-        out.status
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| {
-            v["reason"] == "compiler-artifact"
-                && v["target"]["name"] == "aet"
-                && v["target"]["kind"]
-                    .as_array()
-                    .is_some_and(|k| k.iter().any(|k| k == "bin"))
-                && v["profile"]["test"] == false
-        })
-        .and_then(|v| v["executable"].as_str().map(PathBuf::from))
-        .context("cargo build named no `aet` executable")
 }
 
 fn lints() -> anyhow::Result<()> {
