@@ -605,9 +605,33 @@ fn concurrent_runs_get_their_own_uids_and_never_touch_each_other() {
 fn without_a_sandbox_the_agent_writes_its_own_home_and_no_other_uid_enters_it() {
     let f = Fixture::new();
     let script = "ls -ld \"$HOME\" >/dev/null && touch \"$HOME/x\" && echo home-ok";
-    let (out, run) = f.run(None, &[], script);
+    // The agent passes through the run directory to its home, and reads none of aet's files
+    // there (the ledger being written, a file an earlier phase left).
+    let peek = "cat \"$HOME/../ledger.arrow\" >/dev/null 2>&1 && echo read-ledger; \
+                cat \"$HOME/../notes.txt\" >/dev/null 2>&1 && echo read-notes; \
+                ls \"$HOME/..\" >/dev/null 2>&1 && echo listed-run; exit 0";
+    let script_and_peek = format!("{script}; {peek}");
+    let run = f.p("run-home");
+    fs::create_dir(&run).unwrap();
+    fs::write(run.join("notes.txt"), "aet's").unwrap();
+    fs::set_permissions(run.join("notes.txt"), fs::Permissions::from_mode(0o644)).unwrap();
+    let out = aet()
+        .args(["run", "-q", "--identity", "--workspace"])
+        .arg(f.p("ws"))
+        .arg("--out")
+        .arg(&run)
+        .arg("--grader-root")
+        .arg(f.p("grader"))
+        .args(["--", "sh", "-c", &script_and_peek])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "home-ok", "{}", text(&out.stderr));
+    assert_eq!(
+        fs::metadata(run.join("ledger.arrow")).unwrap().mode() & 0o007,
+        0,
+        "the ledger is closed to others"
+    );
     let home = run.join("agent-home");
     let uid = pool_uid(&run);
     let m = fs::metadata(home.join("x")).unwrap();

@@ -35,6 +35,18 @@ pub fn audit_beside(ledger: &Path) -> PathBuf {
     ledger.parent().unwrap_or(Path::new(".")).join(AUDIT)
 }
 
+/// The mode a file aet writes into `dir` is created with: `0644`, or `0640` when `dir` lets
+/// others search it but not list it (a run directory holding the default home of an agent
+/// identity that runs without a sandbox): the agent, which passes through to its home, cannot
+/// open aet's files by name.
+pub fn file_mode(dir: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt as _;
+    match std::fs::metadata(dir) {
+        Ok(m) if m.mode() & 0o005 == 0o001 => 0o640,
+        _ => 0o644,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,5 +62,15 @@ mod tests {
             audit_beside(Path::new("ledger.arrow")),
             Path::new("audit.json")
         );
+    }
+
+    #[test]
+    fn a_directory_others_may_only_search_keeps_its_files_from_them() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(file_mode(d.path()), 0o644);
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        assert_eq!(file_mode(d.path()), 0o640);
     }
 }

@@ -10,6 +10,7 @@ use std::{
     collections::HashMap,
     fs::{File, OpenOptions},
     io::{self, BufWriter},
+    os::unix::fs::OpenOptionsExt as _,
     path::{Path, PathBuf},
 };
 
@@ -73,9 +74,11 @@ impl LedgerWriter {
             path: path.to_owned(),
             source,
         };
+        let mode = crate::run_dir::file_mode(path.parent().unwrap_or(Path::new(".")));
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(mode)
             .open(path)
             .map_err(create)?;
         let mut head = metadata;

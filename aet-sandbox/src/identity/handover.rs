@@ -226,16 +226,34 @@ pub fn prepare_home(home: &Path, uid: u32, gid: u32) -> Result<HandOver, Identit
 }
 
 /// Makes `dir` searchable (never listable) by every identity, as a run directory holding the
-/// default home must be for the agent to reach its home without a sandbox.
-pub fn open_for_search(dir: &Path) -> Result<(), IdentityError> {
+/// default home must be for the agent to reach its home without a sandbox. What the directory
+/// already holds, other than `keep` (the home), is closed to other users, and others lose the
+/// right to list or write the directory: the agent reaches its home and nothing of aet's by
+/// name (aet's writers create their files there without access for others, see
+/// `aet_ledger::run_dir::file_mode`).
+pub fn open_for_search(dir: &Path, keep: &Path) -> Result<(), IdentityError> {
     use std::os::unix::fs::PermissionsExt as _;
-    let fail = |source| IdentityError::HandOver {
-        path: dir.to_owned(),
+    let fail = |path: &Path, source| IdentityError::HandOver {
+        path: path.to_owned(),
         source,
     };
-    let mode = fs::symlink_metadata(dir).map_err(fail)?.mode() & 0o7777;
-    if mode & 0o001 == 0 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o001)).map_err(fail)?;
+    let mode = fs::symlink_metadata(dir).map_err(|e| fail(dir, e))?.mode() & 0o7777;
+    let searchable = (mode | 0o001) & !0o006;
+    if searchable != mode {
+        fs::set_permissions(dir, fs::Permissions::from_mode(searchable))
+            .map_err(|e| fail(dir, e))?;
+    }
+    for entry in fs::read_dir(dir).map_err(|e| fail(dir, e))? {
+        let path = entry.map_err(|e| fail(dir, e))?.path();
+        if path == keep {
+            continue;
+        }
+        let m = fs::symlink_metadata(&path).map_err(|e| fail(&path, e))?;
+        if m.file_type().is_symlink() || m.mode() & 0o007 == 0 {
+            continue;
+        }
+        fs::set_permissions(&path, fs::Permissions::from_mode(m.mode() & 0o7770))
+            .map_err(|e| fail(&path, e))?;
     }
     Ok(())
 }
@@ -300,7 +318,7 @@ mod tests {
             e.contains(&format!("{}/run is mode 0700", d.path().display())),
             "{e}"
         );
-        open_for_search(&d.path().join("run")).unwrap();
+        open_for_search(&d.path().join("run"), &d.path().join("run/agent-home")).unwrap();
         let mode = fs::metadata(d.path().join("run")).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o701, "searchable, not listable");
         reachable(&home, uid, gid).unwrap();

@@ -301,7 +301,7 @@ fn prepare_identity(
         if c.home.is_none()
             && let Some(run_dir) = home.parent()
         {
-            identity::open_for_search(run_dir)?;
+            identity::open_for_search(run_dir, &home)?;
         }
         identity::reachable(&workspace, uid, gid)?;
         identity::reachable(&home, uid, gid)?;
