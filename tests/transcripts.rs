@@ -126,9 +126,25 @@ fn a_run_with_transcripts_and_no_record_gets_a_verdict_that_says_what_it_rests_o
     assert_eq!(v["transcripts"]["hits"][0]["rule"], "cheats.oracle");
     assert_eq!(v["unused_rules"], serde_json::json!(["warns.peek"]));
 
-    // Without transcripts, no record is an error, as before.
+    // Not named: the run directory's own transcripts are read, the same verdict.
+    let (out, v) = audit(&run, &policy, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(
+        v["transcripts"]["source"],
+        dir.to_str().unwrap(),
+        "{}",
+        v["transcripts"]
+    );
+
+    // Neither a record nor a transcript: an error naming the run.
+    fs::remove_dir_all(&dir).unwrap();
     let (out, _) = audit(&run, &policy, &[]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no kernel record (ledger.arrow) and no transcripts"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// A transcript of `cmds` run in `cwd`, in `format`, as that agent writes it: the file's name, its
@@ -338,6 +354,45 @@ fn every_agents_transcript_names_the_tool_call_each_flagged_access_came_from() {
             "{format}: {}",
             text(&out.stdout)
         );
+        // Both commands ran. A transcript without times is matched by command: no call is
+        // unrun, and the shell that ran both, the harness's, is a process no call started.
+        // OpenHands' times, without a zone, place nothing. Codex's fixture has times days
+        // before the run, with results: it claims both ran when the kernel saw neither, each
+        // call listed by time, and nothing of the run is in a call's window. Gemini's calls
+        // have times and no results: still running as far as the transcript says, so every
+        // exec after them is in their window.
+        let unrun: Vec<(String, String)> = v["transcripts"]["unrun_calls"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|u| {
+                        (
+                            u["missing"][0].as_str().unwrap().to_owned(),
+                            u["matched_by"].as_str().unwrap().to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let expect: Vec<(String, String)> = if format == "codex" {
+            vec![
+                ("cat".into(), "time".into()),
+                ("head".into(), "time".into()),
+            ]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(unrun, expect, "{format}: {}", v["transcripts"]);
+        let unaccounted: Vec<&str> = v["transcripts"]["unaccounted"]
+            .as_array()
+            .map(|a| a.iter().map(|p| p["argv"][0].as_str().unwrap()).collect())
+            .unwrap_or_default();
+        let expect: &[&str] = match format {
+            "gemini" => &[],
+            "codex" => &["sh", "cat", "head"],
+            _ => &["sh"],
+        };
+        assert_eq!(unaccounted, expect, "{format}: {}", v["transcripts"]);
     }
 }
 
@@ -423,4 +478,172 @@ fn transcripts_are_correlated_and_the_unmentioned_read_is_the_headline() {
     assert_eq!(seen(&f.s("task/README.md")), Some(true));
     assert_eq!(seen(&f.s("task/never-opened.md")), Some(false));
     assert!(text(&out.stdout).contains("HEADLINE"));
+}
+
+/// A Claude Code transcript of Bash calls, each at a time and with the result it says it got.
+fn timed_transcript(dir: &Path, calls: &[(&str, i64, i64, &str)]) {
+    fs::create_dir_all(dir).unwrap();
+    let at = |ns: i64| {
+        let secs = ns.div_euclid(1_000_000_000);
+        let frac = ns.rem_euclid(1_000_000_000);
+        let days = secs.div_euclid(86_400);
+        let rem = secs.rem_euclid(86_400);
+        // Civil date from days since the epoch (Howard Hinnant's algorithm).
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        let y = yoe + era * 400 + i64::from(m <= 2);
+        format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:09}Z",
+            rem / 3600,
+            rem / 60 % 60,
+            rem % 60,
+            frac
+        )
+    };
+    let mut s = String::new();
+    for (i, (cmd, start, end, result)) in calls.iter().enumerate() {
+        let call = serde_json::json!({"type": "assistant", "timestamp": at(*start), "message":
+            {"content": [{"type": "tool_use", "id": format!("t{i}"), "name": "Bash",
+                          "input": {"command": cmd}}]}});
+        let answer = serde_json::json!({"type": "user", "timestamp": at(*end), "message":
+            {"content": [{"type": "tool_result", "tool_use_id": format!("t{i}"),
+                          "content": result}]}});
+        s.push_str(&format!("{call}\n{answer}\n"));
+    }
+    fs::write(dir.join("session.jsonl"), s).unwrap();
+}
+
+#[test]
+fn a_call_that_never_ran_and_a_process_no_call_started_are_listed_and_a_policy_judges_them() {
+    let t = Tree::new();
+    t.dirs(&["task"])
+        .file("task/README.md", "the task\n")
+        .file("task/late.txt", "read after every call had returned\n");
+    let run = t.p("run");
+    let script = format!(
+        "cat {} >/dev/null; sleep 3; cat {} >/dev/null",
+        t.s("task/README.md"),
+        t.s("task/late.txt")
+    );
+    let r = run_in(&run, &[], &["sh", "-c", &script]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let rows = r.rows();
+    let cat = rows
+        .iter()
+        .find(|x| x.kind == "exec" && x.ret == Some(0) && x.comm == "cat")
+        .expect("the first cat's exec");
+    let t0 = cat.ts_ns;
+    // The agent says it read the task, then ran the tests and saw them pass: the tests never
+    // ran. The second cat ran three seconds later, when no call was running.
+    let dir = run.join("agent/rounds/1");
+    timed_transcript(
+        &dir,
+        &[
+            (
+                &format!("cat {}", t.s("task/README.md")),
+                t0 - 50_000_000,
+                t0 + 50_000_000,
+                "the task",
+            ),
+            (
+                "cd /task && pytest -q tests/",
+                t0 + 100_000_000,
+                t0 + 150_000_000,
+                "5 passed in 0.12s",
+            ),
+        ],
+    );
+    let policy = t.p("policy.toml");
+    fs::write(&policy, "[warns]\nnothing = 'never-named'\n").unwrap();
+    // Found in the run directory by content, no --transcripts.
+    let (out, v) = audit(&run, &policy, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "listed, not judged: {}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stdout).contains("NEVER RAN     pytest (the Bash call at ")
+            && text(&out.stdout).contains("which says it returned \"5 passed in 0.12s\""),
+        "{}",
+        text(&out.stdout)
+    );
+    let tr = &v["transcripts"];
+    assert_eq!(tr["tool_calls"], 2, "{tr}");
+    let unrun = tr["unrun_calls"].as_array().expect("unrun calls");
+    assert_eq!(unrun.len(), 1, "{unrun:?}");
+    assert_eq!(unrun[0]["missing"], serde_json::json!(["pytest"]));
+    assert_eq!(unrun[0]["result"], "5 passed in 0.12s");
+    assert_eq!(unrun[0]["matched_by"], "time");
+    assert_eq!(unrun[0]["tool_call"]["line"], 3, "{}", unrun[0]);
+    let late: Vec<&serde_json::Value> = tr["unaccounted"]
+        .as_array()
+        .expect("unaccounted processes")
+        .iter()
+        .filter(|p| p["argv"][1] == t.s("task/late.txt"))
+        .collect();
+    assert_eq!(late.len(), 1, "{}", tr["unaccounted"]);
+    assert!(
+        late[0]["sample"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| *s == t.s("task/late.txt")),
+        "what it touched: {}",
+        late[0]
+    );
+    assert!(
+        late[0]["ancestry"][0].as_str().unwrap().ends_with(" sh"),
+        "{}",
+        late[0]
+    );
+    // The first cat and the sleep started while the first call ran: accounted for.
+    assert!(
+        !tr["unaccounted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["argv"][1] == t.s("task/README.md")),
+        "{}",
+        tr["unaccounted"]
+    );
+
+    // A policy makes either a finding.
+    fs::write(
+        &policy,
+        "[transcripts]\nunrun = 'warn'\nunaccounted = 'contaminant'\n",
+    )
+    .unwrap();
+    let (out, v) = audit(&run, &policy, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert_eq!(v["verdict"], "flagged");
+    let warn = &v["warnings"][0];
+    assert_eq!(warn["rule"], "transcripts.unrun", "{warn}");
+    assert_eq!(warn["path"], "pytest");
+    assert_eq!(warn["tool_call"]["line"], 3, "{warn}");
+    assert!(
+        v["contaminant_hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["rule"] == "transcripts.unaccounted" && f["argv"][1] == t.s("task/late.txt")),
+        "{}",
+        v["contaminant_hits"]
+    );
+    // A bad level is named.
+    fs::write(&policy, "[transcripts]\nunrun = 'maybe'\n").unwrap();
+    let (out, _) = audit(&run, &policy, &[]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(
+        text(&out.stderr).contains("transcripts.unrun = \"maybe\": expected"),
+        "{}",
+        text(&out.stderr)
+    );
 }

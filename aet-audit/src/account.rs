@@ -76,6 +76,7 @@ pub(super) fn transcripts_only(
         unrecognized: read.unrecognized,
         unmentioned_findings: 0,
         headline: None,
+        claims: Default::default(),
     };
     let disqualified = said(Some(&t), Severity::Cheat) > 0;
     let isolation_clean = said(Some(&t), Severity::Contaminant) == 0;
@@ -153,6 +154,9 @@ pub(super) fn correlate(
             .or_else(|| naming.map(|c| attributed(c, "path")))
             .or_else(|| running(true).map(|c| attributed(c, "time")));
     }
+    let claims = crate::claims::compare(calls, &scan.seen, &scan.processes);
+    scan.findings
+        .extend(crate::claims::findings(&claims, policy));
     let headline = (unmentioned > 0).then(|| {
             format!(
                 "{unmentioned} flagged access(es) by processes at paths no tool call in the transcripts names: \
@@ -168,6 +172,7 @@ pub(super) fn correlate(
         unrecognized: read.unrecognized,
         unmentioned_findings: unmentioned,
         headline,
+        claims,
     }
 }
 

@@ -49,6 +49,8 @@ pub struct Scan {
     pub watch_reasons: Vec<aet_ledger::metadata::Incomplete>,
     /// Each phase's provenance: what it loaded that an earlier phase wrote, by place.
     pub provenance: Vec<super::provenance::PhaseProvenance>,
+    /// Every exec and what each process touched, for the transcript's claims.
+    pub seen: super::claims::Seen,
 }
 
 /// How an fd arrived, with its file's identity.
@@ -297,6 +299,7 @@ pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: 
     let Some(p) = p else {
         return;
     };
+    e.seen.row(c, i, p, kind);
     let BatchCols { ret, dev, ino, .. } = c;
     let judged = c.phase(i) == w.judges.as_slice();
     if judged {
@@ -639,6 +642,7 @@ pub(super) fn finish(mut e: Scanner<'_>) -> Scan {
         rule_hits: e.rule_hits,
         processes: procs,
         paths: e.path_texts,
+        seen: e.seen,
         ..Scan::default()
     }
 }

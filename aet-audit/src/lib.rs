@@ -5,7 +5,8 @@
 //!    plan;
 //! 2. [`finding`], [`batch`], [`targets`], [`reached`], [`groups`]: what a finding is, the
 //!    ledger's columns as one judged row, the targets a policy names;
-//! 3. [`scanner`], [`provenance`], [`watched`], [`phases`]: the checks made on each row;
+//! 3. [`claims`]: what a transcript's shell calls claim ran, held against the execs seen;
+//!    [`scanner`], [`provenance`], [`watched`], [`phases`]: the checks made on each row;
 //! 4. [`engine`]: one pass over the ledger's columns, each distinct path classified once;
 //! 5. [`transcript`], [`account`]: an agent's own account of its tool calls, correlated with the
 //!    record;
@@ -23,6 +24,7 @@
 
 pub mod account;
 pub mod batch;
+pub mod claims;
 pub mod draft;
 pub mod engine;
 pub mod finding;
@@ -57,6 +59,7 @@ mod tests {
     const FLOORS: &[&[&str]] = &[
         &["policy", "reached", "targets", "transcript"],
         &["finding", "batch"],
+        &["claims"],
         &["scanner", "groups"],
         &["phases", "provenance", "watched"],
         &["engine"],

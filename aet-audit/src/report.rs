@@ -156,6 +156,10 @@ pub struct Transcripts {
     /// only the kernel's record shows.
     pub unmentioned_findings: usize,
     pub headline: Option<String>,
+    /// The transcript held against what ran: shell calls whose programs never ran in their
+    /// window, and processes no tool call accounts for.
+    #[serde(default, flatten)]
+    pub claims: crate::claims::Claims,
 }
 
 /// The report format's name (`format` of `audit.json`).

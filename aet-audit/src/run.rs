@@ -28,6 +28,11 @@ pub enum AuditError {
     Transcripts { path: PathBuf, message: String },
     #[error("unknown transcript format {0:?} (known: {known})", known = transcript::format_names().join(", "))]
     Format(String),
+    #[error(
+        "{0}: no kernel record (ledger.arrow) and no transcripts to audit (no file in it is a \
+         transcript of a format aet knows)"
+    )]
+    Nothing(PathBuf),
 }
 
 /// Audit options.
@@ -48,9 +53,14 @@ pub fn audit_with(
     policy: &Policy,
     opts: &Options<'_>,
 ) -> Result<Report, AuditError> {
+    let run = ledger;
     let ledger = aet_ledger::run_dir::ledger_of(ledger);
     let calls = match opts.transcripts {
-        None => None,
+        // None named: those the run directory holds, wherever in it (`transcripts/` first).
+        None => transcript::in_run(run).map_err(|message| AuditError::Transcripts {
+            path: run.to_owned(),
+            message,
+        })?,
         Some(dir) => {
             let fmt = match opts.transcript_format {
                 "auto" | "" => None,
@@ -71,6 +81,9 @@ pub fn audit_with(
     {
         // No kernel record: the agent's own account is all there is.
         return Ok(account::transcripts_only(&ledger, policy, source, read));
+    }
+    if !ledger.exists() && run.is_dir() {
+        return Err(AuditError::Nothing(run.to_owned()));
     }
     let (scan, read) = engine::scan(&ledger, policy)?;
     Ok(build_report(&ledger, policy, scan, &read, calls))

@@ -89,6 +89,8 @@ pub(super) struct Scanner<'p> {
     /// The hosts of the task repositories' upstreams (from `aet.sandbox`), normalized: what
     /// `{ host = "@upstream" }` names.
     pub(super) upstream: Vec<Vec<u8>>,
+    /// Every exec and what each process touched, for the transcript's claims.
+    pub(super) seen: crate::claims::Seen,
 }
 
 impl<'p> Scanner<'p> {
@@ -113,6 +115,7 @@ impl<'p> Scanner<'p> {
             argv_index: FxHashMap::default(),
             barrier: None,
             upstream: Vec::new(),
+            seen: crate::claims::Seen::default(),
         }
     }
 

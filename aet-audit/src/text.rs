@@ -145,6 +145,37 @@ pub fn render_text(r: &Report) -> String {
             t.paths.len(),
             t.paths.iter().filter(|p| !p.seen_by_kernel).count()
         );
+        for u in &t.claims.unrun_calls {
+            let _ = writeln!(
+                s,
+                "NEVER RAN     {} (the {} call at {}:{}{})",
+                u.missing.join(", "),
+                u.tool_call.tool,
+                u.tool_call.file.display(),
+                u.tool_call.line,
+                u.result
+                    .as_deref()
+                    .map(|r| format!(
+                        ", which says it returned {:?}",
+                        r.lines().next().unwrap_or("")
+                    ))
+                    .unwrap_or_default()
+            );
+        }
+        let n = t.claims.unaccounted.len() + t.claims.unaccounted_more;
+        if n > 0 {
+            let _ = writeln!(
+                s,
+                "NO CALL RAN   {n} process(es) no tool call accounts for: {}",
+                t.claims
+                    .unaccounted
+                    .iter()
+                    .take(5)
+                    .map(|p| format!("{} {}", p.pid, p.exe.as_deref().unwrap_or("?")))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if !t.unrecognized.is_empty() {
             let _ = writeln!(
                 s,

@@ -37,7 +37,6 @@ pub struct Offsets {
     pub mm_arg_end: u32,
     /// `mm_struct.exe_file`.
     pub mm_exe_file: u32,
-    pub bprm_filename: u32,
     /// `task_struct.files`, `files_struct.fdt`, `files_struct.fd_array`, `fdtable.fd`,
     /// `fdtable.max_fds`.
     pub task_files: u32,
@@ -112,8 +111,8 @@ pub struct Offsets {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Config {
-    /// 1 when `sched_process_exit` passes `group_dead` as its second argument.
-    pub exit_has_group_dead: u32,
+    /// Where the classic tracepoints' records keep what the programs read (their `format`).
+    pub fields: RecordFields,
     /// Bit of `thread_info.status` set during a compat syscall (`TS_COMPAT`); 0 when the
     /// architecture has no compat ABI.
     pub compat_mask: u32,
@@ -125,8 +124,30 @@ pub struct Config {
     pub no_payload: u32,
 }
 
-const _: () = assert!(size_of::<Offsets>() == 312);
-const _: () = assert!(size_of::<Config>() == 328);
+const _: () = assert!(size_of::<Offsets>() == 308);
+const _: () = assert!(size_of::<Config>() == 352);
+
+/// Offsets in the records of the classic tracepoints the programs attach to, read from each
+/// one's `format` file at load (they differ between kernels). The programs run there with
+/// preemption off on every kernel, where a raw tracepoint's run preemptibly since 7.0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordFields {
+    /// `task:task_newtask`: the new task's thread id (`pid`) and its `clone_flags` (8 bytes).
+    pub newtask_pid: u32,
+    pub newtask_flags: u32,
+    /// `sched:sched_process_exit`: `group_dead` (1 byte), or 0 where the record has none (the
+    /// leader's end is then the process's).
+    pub exit_group_dead: u32,
+    /// `sched:sched_process_exec`: the `filename` (a `__data_loc`) and `old_pid`.
+    pub exec_filename: u32,
+    pub exec_old_pid: u32,
+    /// `io_uring:io_uring_submit_req` (`_sqe` before 6.4): the request (`req`, a pointer).
+    pub io_req: u32,
+    pub _pad: [u32; 2],
+}
+
+const _: () = assert!(size_of::<RecordFields>() == 32);
 
 /// An exec's entry, kept until `sched_process_exec` or the exec's failure (keyed by thread id).
 #[repr(C)]

@@ -13,14 +13,12 @@ pub mod kfunc {
     pub const TYPE_DENTRY: i32 = 0x7ae7_0102;
     pub const TYPE_FILE: i32 = 0x7ae7_0103;
     pub const TYPE_TASK: i32 = 0x7ae7_0104;
-    pub const TYPE_BPRM: i32 = 0x7ae7_0105;
     /// Every marker type id and its struct's name.
-    pub const TYPES: [(i32, &str); 5] = [
+    pub const TYPES: [(i32, &str); 4] = [
         (TYPE_MOUNT, "mount"),
         (TYPE_DENTRY, "dentry"),
         (TYPE_FILE, "file"),
         (TYPE_TASK, "task_struct"),
-        (TYPE_BPRM, "linux_binprm"),
     ];
 }
 

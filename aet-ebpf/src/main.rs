@@ -1,11 +1,14 @@
 //! aet's eBPF programs: follow a run's process tree and record every way it touches a file.
 //!
-//! Programs attach to the raw syscall-exit tracepoint (`raw_syscalls:sys_exit`, one program for
-//! every recorded syscall, native or compat, which tail-calls one program per syscall family so
-//! that each is verified apart), to `syscalls:sys_enter_execve(at)`, to the
-//! scheduler's raw tracepoints (`sched_process_fork` / `exec` / `exit`) and to io_uring's request
-//! submission. fentry, LSM and kprobes are not used: they are not available on every kernel aet
-//! must run on.
+//! Programs attach to classic (perf) tracepoints: the syscall exit (`raw_syscalls:sys_exit`, one
+//! program for every recorded syscall, native or compat, which tail-calls one program per
+//! syscall family so that each is verified apart), a new task (`task:task_newtask`), an exec and
+//! a task's end (`sched:sched_process_exec` / `exit`), an exec's entry
+//! (`syscalls:sys_enter_execve(at)`) and io_uring's request submission; a cgroup move to the
+//! raw tracepoint `cgroup_attach_task` (it builds no record). A classic
+//! tracepoint runs its programs with preemption off on every kernel, where since 7.0 a raw
+//! tracepoint's may be preempted mid-record (docs/kernels.md). fentry, LSM and kprobes are not
+//! used: they are not available on every kernel aet must run on.
 //!
 //! Rules every program here keeps:
 //! - scope first: a task outside the run costs a helper call and one map lookup, and produces

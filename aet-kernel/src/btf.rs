@@ -164,23 +164,6 @@ impl KernelBtf {
         Ok(total)
     }
 
-    /// Number of arguments a raw tracepoint passes (its `TP_PROTO`), from the
-    /// `btf_trace_<name>` typedef; `None` if the kernel does not describe it.
-    pub fn raw_tracepoint_args(&self, name: &str) -> Option<usize> {
-        let typedef = format!("btf_trace_{name}");
-        for ty in self.btf.resolve_types_by_name(&typedef).ok()? {
-            let Type::Typedef(td) = ty else { continue };
-            let Ok(Type::Ptr(ptr)) = self.btf.resolve_chained_type(&td) else {
-                continue;
-            };
-            if let Ok(Type::FuncProto(proto)) = self.btf.resolve_chained_type(&ptr) {
-                // The first parameter is the tracepoint's private `void *`.
-                return Some(proto.parameters.len().saturating_sub(1));
-            }
-        }
-        None
-    }
-
     /// The first of `names` that `strukt` has.
     fn offset_of_any(&self, strukt: &str, names: &[&str]) -> Result<u32, BtfError> {
         let mut last = None;
@@ -239,7 +222,6 @@ impl KernelBtf {
             mm_arg_start: o("mm_struct", "arg_start")?,
             mm_arg_end: o("mm_struct", "arg_end")?,
             mm_exe_file: o("mm_struct", "exe_file")?,
-            bprm_filename: o("linux_binprm", "filename")?,
             task_files: o("task_struct", "files")?,
             files_fdt: o("files_struct", "fdt")?,
             files_fd_array: o("files_struct", "fd_array")?,
@@ -351,11 +333,5 @@ mod tests {
             btf.offset_of("no_such_struct", "x"),
             Err(BtfError::NoStruct(_))
         ));
-    }
-
-    #[test]
-    fn sched_process_fork_has_two_args() {
-        let Some(btf) = btf() else { return };
-        assert_eq!(btf.raw_tracepoint_args("sched_process_fork"), Some(2));
     }
 }

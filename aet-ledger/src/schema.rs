@@ -74,10 +74,12 @@ meta_keys! {
     /// `dispatch_failed` (a syscall `sys_exit` could not hand to its family's program),
     /// `preempted` (a program was preempted mid-record and another task's program took the
     /// CPU's scratch buffer: the record was dropped, or may be mixed if it was taken while being
-    /// copied out; kernels that run tracepoint programs preemptibly, 7.x), `undecodable`,
-    /// `skipped` (runs of a program the kernel skipped because the program was already running
-    /// on that CPU, its `recursion_misses`; counted for every run served meanwhile, since the
-    /// kernel does not say whose syscall it was).
+    /// copied out; a raw tracepoint's program on a kernel that runs them preemptibly, 7.x: aet's
+    /// record-building programs are classic tracepoint programs, which run with preemption off),
+    /// `undecodable`, `skipped` (runs of a program the kernel skipped because it was already
+    /// running on that CPU, or, for a classic tracepoint's, because something on that CPU held
+    /// the kernel's BPF mark: its `recursion_misses`; counted for every run served meanwhile,
+    /// since the kernel does not say whose syscall it was).
     EVENTS_LOST_BY_REASON = "aet.events_lost_by_reason";
     /// Lost events per CPU, a JSON array indexed by CPU.
     EVENTS_LOST_PER_CPU = "aet.events_lost_per_cpu";

@@ -209,3 +209,53 @@ def test_a_run_with_only_transcripts_is_audited_from_them_never_clean(
     r = audit_run(run, seed_policy())
     assert r["verdict"] == "inconclusive" and r["complete"] is False
     assert "own account" in r["incomplete_reasons"][0]
+
+
+def test_transcripts_anywhere_in_the_run_directory_are_audited_and_give_the_seeds_ledger(
+        aet_bin: str, tmp_path: Path) -> None:
+    """The seed's ``audit_run(Path("runs/agent_01"), policy)`` and ``file_access_ledger`` on a
+    run directory that holds the agent's round transcripts directly, or in folders of any name,
+    with no kernel record."""
+    import aet
+
+    def tool(i: int, name: str, **inp: str) -> str:
+        return json.dumps({"type": "assistant", "cwd": "/repo", "message": {"content": [
+            {"type": "tool_use", "id": f"t{i}", "name": name, "input": inp}]}}) + "\n"
+
+    for layout in ("round-1.jsonl", "agent/rounds/1/session.jsonl"):
+        run = tmp_path / layout.replace("/", "_") / "runs/agent_01"
+        transcript = run / layout
+        transcript.parent.mkdir(parents=True)
+        transcript.write_text(
+            tool(1, "Read", file_path="/repo/inputs/task.md")
+            + tool(2, "Bash", command="cat /other/projects/p1/notes.txt && make")
+            + tool(3, "Write", file_path="/repo/out.txt", content="four")
+            + tool(4, "Read", file_path="/repo/inputs/golden.yaml"))
+        # A JSON file of the harness's own, which is no transcript, beside it.
+        (run / "meta.json").write_text('{"task": 7}')
+
+        r = audit_run(run, seed_policy())
+        assert r["kernel_record"] is False
+        assert r["verdict"] == "disqualified", r
+        assert ("golden", "transcript") in [(h["rule"], h["source"]) for h in r["cheat_hits"]]
+        assert r["report"]["transcripts"]["tool_calls"] == 4
+
+        L = file_access_ledger(run, classify=lambda p: "out_of_scope" if p.startswith("/other")
+                               else "in_scope")
+        assert L["source"] == "transcripts" and L["complete"] is False
+        assert "own account" in L["account"]
+        assert L["files_read"] == {"/repo/inputs/task.md": 0, "/repo/inputs/golden.yaml": 0}
+        assert L["files_written"] == {"/repo/out.txt": 4}
+        assert L["n_bash"] == 1
+        shell = [e for e in L["events"] if e["op"] == "exec"]
+        assert [e["command"] for e in shell] == ["cat /other/projects/p1/notes.txt && make"]
+        assert "/other/projects/p1/notes.txt" in shell[0]["paths"]
+        assert [e["op"] for e in L["out_of_scope_events"]] == ["exec"]
+        assert all(e["file"] == str(transcript) for e in L["events"])
+
+    # Nothing to audit: said, naming the run.
+    empty = tmp_path / "runs/empty"
+    empty.mkdir(parents=True)
+    (empty / "meta.json").write_text('{"task": 7}')
+    with pytest.raises(aet.AetError, match="no kernel record .* and no transcripts"):
+        audit_run(empty, seed_policy())

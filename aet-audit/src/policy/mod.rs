@@ -92,11 +92,24 @@ struct ProcessesSpec {
     lingering: Option<Spanned<String>>,
 }
 
+/// `[transcripts]`: what a claim the record does not bear out counts as (listed only, by
+/// default).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TranscriptsSpec {
+    #[serde(default)]
+    unrun: Option<Spanned<String>>,
+    #[serde(default)]
+    unaccounted: Option<Spanned<String>>,
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PolicySpec {
     #[serde(default)]
     processes: Option<ProcessesSpec>,
+    #[serde(default)]
+    transcripts: Option<TranscriptsSpec>,
     #[serde(default)]
     allow: Option<AllowSpec>,
     #[serde(default)]
@@ -193,6 +206,11 @@ pub struct Policy {
     /// (`[processes] lingering`, a cheat by default; one that is only still alive is a
     /// warning); `None`: not reported.
     pub lingering: Option<Severity>,
+    /// What a shell call whose programs never ran counts as (`[transcripts] unrun`), and a
+    /// process no tool call accounts for (`[transcripts] unaccounted`); `None` (the default):
+    /// listed in the report, not a finding.
+    pub unrun_calls: Option<Severity>,
+    pub unaccounted_processes: Option<Severity>,
     /// `[phases.NAME]`: the policy each later phase is judged by, its rules named
     /// `phases.NAME.cheats.x`. The top-level rules judge the `agent` phase; a phase without a
     /// section is recorded and reported, not judged.
@@ -453,6 +471,7 @@ impl Policy {
             let nested = [
                 ("protected", !section.protected.is_empty()),
                 ("processes", section.processes.is_some()),
+                ("transcripts", section.transcripts.is_some()),
                 ("phases", !section.phases.is_empty()),
                 ("watch", !section.watch.is_empty()),
                 ("limits", section.limits.is_some()),
@@ -495,8 +514,25 @@ impl Policy {
         let mut top = compile(text, &spec, path, aet_ledger::metadata::FIRST_PHASE, "")?;
         top.protected = protected_of(text, &spec)?;
         let processes = spec.processes.unwrap_or_default();
-        top.processes_outside = severity_of(text, "outside", processes.outside, Severity::Warning)?;
-        top.lingering = severity_of(text, "lingering", processes.lingering, Severity::Cheat)?;
+        top.processes_outside = severity_of(
+            text,
+            "processes.outside",
+            processes.outside,
+            Severity::Warning,
+        )?;
+        top.lingering = severity_of(
+            text,
+            "processes.lingering",
+            processes.lingering,
+            Severity::Cheat,
+        )?;
+        let claims = spec.transcripts.unwrap_or_default();
+        let listed = |key, v: Option<Spanned<String>>| match v {
+            None => Ok(None),
+            v => severity_of(text, key, v, Severity::Warning),
+        };
+        top.unrun_calls = listed("transcripts.unrun", claims.unrun)?;
+        top.unaccounted_processes = listed("transcripts.unaccounted", claims.unaccounted)?;
         top.phases = phases;
         top.watches = watch::compile(text, &spec.watch)?;
         top.watch_limits = watch::limits(spec.limits.as_ref())?;
@@ -557,6 +593,8 @@ fn compile(
         protected: Vec::new(),
         processes_outside: None,
         lingering: None,
+        unrun_calls: None,
+        unaccounted_processes: None,
         phases: BTreeMap::new(),
         phase: phase.to_owned(),
         watches: Vec::new(),
@@ -774,7 +812,7 @@ fn severity_of(
             "ignore" => None,
             other => {
                 return Err(format!(
-                    "{}: processes.{key} = {other:?}: expected \"warn\", \"contaminant\", \"cheat\" or \"ignore\"",
+                    "{}: {key} = {other:?}: expected \"warn\", \"contaminant\", \"cheat\" or \"ignore\"",
                     LineOf(text, v.span())
                 ));
             }

@@ -102,6 +102,8 @@ enum Item {
     ToolResult {
         #[serde(default)]
         tool_use_id: Text,
+        #[serde(default)]
+        content: Value,
     },
     #[serde(other)]
     Other,
@@ -120,6 +122,9 @@ struct ToolInput {
     notebook_path: Text,
     #[serde(default)]
     pattern: Text,
+    /// A `Write`'s new content.
+    #[serde(default)]
+    content: Text,
 }
 
 /// The kind of a Claude Code tool.
@@ -180,6 +185,9 @@ impl Calls {
                     .collect();
                     let id = id.0.unwrap_or_default();
                     let tool = name.0.unwrap_or_else(|| "?".into());
+                    let bytes = (kind(&tool) == Kind::Write)
+                        .then(|| input.content.get().map(|c| c.len() as u64))
+                        .flatten();
                     self.by_id.insert(id.clone(), self.calls.len());
                     self.calls.push(
                         ToolCall {
@@ -193,13 +201,19 @@ impl Calls {
                             cwd: cwd.clone(),
                             started_ns: ts,
                             ended_ns: None,
+                            bytes,
+                            result: None,
                         }
                         .finish(),
                     );
                 }
-                Item::ToolResult { tool_use_id } => {
+                Item::ToolResult {
+                    tool_use_id,
+                    content,
+                } => {
                     if let Some(&k) = tool_use_id.get().and_then(|id| self.by_id.get(id)) {
                         self.calls[k].ended_ns = ts;
+                        self.calls[k].result = super::result_excerpt(&content);
                     }
                 }
                 Item::Other => {}

@@ -21,12 +21,14 @@ use serde_json::Value;
 
 pub mod claude;
 pub mod codex;
+mod discover;
 pub mod gemini;
 pub mod inspect;
 pub mod openhands;
 pub mod swe;
 
 pub use claude::ClaudeJsonl;
+pub use discover::in_run;
 
 /// What a tool call does, the same for every agent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +69,30 @@ pub struct ToolCall {
     /// transcript says.
     pub started_ns: Option<i64>,
     pub ended_ns: Option<i64>,
+    /// The bytes the call wrote, when the transcript holds them (a whole file's new content).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// What the transcript says the call returned: its first [`RESULT_CHARS`] characters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+}
+
+/// How much of a call's result is kept.
+pub const RESULT_CHARS: usize = 300;
+
+/// The first [`RESULT_CHARS`] characters of a result's text: a string, or the text items of a
+/// list of content blocks.
+pub fn result_excerpt(v: &Value) -> Option<String> {
+    let text = match v {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items
+            .iter()
+            .filter_map(|i| i.get("text").and_then(Value::as_str).or_else(|| i.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => return None,
+    };
+    (!text.is_empty()).then(|| text.chars().take(RESULT_CHARS).collect())
 }
 
 /// A reference to a tool call in a finding.
@@ -276,7 +302,7 @@ pub fn detect(file: &Path, data: &[u8]) -> Option<&'static dyn TranscriptFormat>
 /// The files a transcript directory holds: every `*.jsonl`, `*.json`, `*.ndjson`, `*.traj` and
 /// `*.eval` file under it, at any depth (Claude Code keeps subagents' sessions in subfolders,
 /// Codex its rollouts by date), in path order; or the one file given.
-fn files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn files(dir: &Path) -> Result<Vec<PathBuf>, String> {
     if !dir.is_dir() {
         return if dir.exists() {
             Ok(vec![dir.to_owned()])
@@ -332,8 +358,16 @@ impl Read {
 /// without, each file in the format its content shows. A file no format recognises is left out
 /// and listed; when no file at all is recognised, that is an error naming them.
 pub fn read(dir: &Path, format: Option<&dyn TranscriptFormat>) -> Result<Read, String> {
+    read_files(files(dir)?, format)
+}
+
+/// [`read`] of the files given.
+pub(crate) fn read_files(
+    files: Vec<PathBuf>,
+    format: Option<&dyn TranscriptFormat>,
+) -> Result<Read, String> {
     let mut out = Read::default();
-    for f in files(dir)? {
+    for f in files {
         let data = fs::read(&f).map_err(|e| format!("{}: {e}", f.display()))?;
         let Some(fmt) = format.or_else(|| detect(&f, &data)) else {
             out.unrecognized.push(f);

@@ -6,20 +6,18 @@
 use core::ffi::c_void;
 
 use aet_common::{
-    ARGV_CAP, DATA_LIMIT, EventKind, Inflight, Syscall, counter, flags, kfunc, section,
-    uapi::AT_FDCWD,
+    ARGV_CAP, DATA_LIMIT, EventKind, Inflight, Syscall, counter, flags, section, uapi::AT_FDCWD,
 };
 use aya_ebpf::{
     EbpfContext as _,
     helpers::{bpf_probe_read_user, generated},
-    macros::{raw_tracepoint, tracepoint},
-    programs::{RawTracePointContext, TracePointContext},
+    macros::tracepoint,
+    programs::TracePointContext,
 };
 
-use super::{args::Args, fileio::fileio_flush};
+use super::{args::Args, fileio::fileio_flush, sched::record_field};
 use crate::{
-    kernel::rdonly_cast,
-    maps::{INFLIGHT, cfg, count, offsets},
+    maps::{CONFIG, INFLIGHT, cfg, count, offsets},
     record::{
         KERNEL, USER, capture_str, claim, fill_proc_header, header, scratch, section_first_byte,
         section_start, send,
@@ -194,11 +192,11 @@ pub(crate) fn record_exec(args: &Args, mut task: Task, syscall: u16, ret: i64) {
 /// (`bprm->filename`); the arguments are read from the new process's stack, where the kernel has
 /// just written them; the object is the file now running (`mm->exe_file`: for a `#!` script, its
 /// interpreter).
-#[raw_tracepoint(tracepoint = "sched_process_exec")]
-pub(crate) fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
+#[tracepoint(category = "sched", name = "sched_process_exec")]
+pub(crate) fn sched_process_exec(ctx: TracePointContext) -> u32 {
     let mut task = Task::current();
-    let old_pid: u32 = ctx.arg::<u64>(1) as u32;
-    let bprm: u64 = ctx.arg(2);
+    let f = &CONFIG.fields;
+    let old_pid = record_field::<i32>(&ctx, &f.exec_old_pid) as u32;
     let mut previous = task;
     previous.tid = old_pid;
     if !task.in_scope() {
@@ -234,9 +232,14 @@ pub(crate) fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
     if task.compat() {
         header(s).flags |= flags::COMPAT;
     }
-    let filename: u64 =
-        rdonly_cast::<{ kfunc::TYPE_BPRM }>(bprm).read(cfg(&offsets().bprm_filename));
-    capture_str::<KERNEL>(s, section::PATH, filename);
+    // The record's copy of `bprm->filename` (a `__data_loc`: its offset in the record in the
+    // low 16 bits).
+    let loc = record_field::<u32>(&ctx, &f.exec_filename);
+    capture_str::<KERNEL>(
+        s,
+        section::PATH,
+        ctx.as_ptr() as u64 + (loc & 0xffff) as u64,
+    );
 
     let mm = task.ptr.ptr(cfg(&offsets().task_mm));
     let (start, end) = if mm.is_null() {

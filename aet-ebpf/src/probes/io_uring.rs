@@ -2,11 +2,12 @@
 //! results and any data it moves are not recorded, so userspace marks such a run incomplete.
 
 use aet_common::{EventKind, Syscall, counter, section};
-use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
+use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 
+use super::sched::record_field;
 use crate::{
     kernel::kread,
-    maps::{cfg, count, offsets},
+    maps::{CONFIG, cfg, count, offsets},
     record::{KERNEL, capture_str, claim, fill_header, header, scratch, send},
     task::Task,
 };
@@ -17,15 +18,15 @@ const IORING_OP_OPENAT2: u8 = 28;
 
 /// A request submitted to io_uring. Its open and statx paths are recorded (the kernel's copy);
 /// their results and any reads are not, so userspace marks a run that used io_uring incomplete.
-#[raw_tracepoint(tracepoint = "io_uring_submit_req")]
-pub(crate) fn io_uring_submit_req(ctx: RawTracePointContext) -> i32 {
+#[tracepoint(category = "io_uring", name = "io_uring_submit_req")]
+pub(crate) fn io_uring_submit_req(ctx: TracePointContext) -> u32 {
     let mut task = Task::current();
     if !task.in_scope() {
         return 0;
     }
     claim();
     count(task.run, counter::IO_URING_SUBMITTED);
-    let req: u64 = ctx.arg(0);
+    let req: u64 = record_field(&ctx, &CONFIG.fields.io_req);
     let o = offsets();
     let opcode: u8 = kread(req, cfg(&o.req_opcode));
     let Some(s) = scratch() else { return 0 };

@@ -3,35 +3,48 @@
 //! a task of a run moved to a cgroup outside the run's is counted (`scope_left`).
 
 use aet_common::{EventKind, Syscall, counter, kfunc, runs::MAX_CGROUP_LEVEL};
-use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
+use aya_ebpf::{
+    EbpfContext as _,
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext},
+};
 
 use super::fileio::fileio_flush;
 use crate::{
-    kernel::rdonly_cast,
+    kernel::{kread, rdonly_cast},
     maps::{CONFIG, INFLIGHT, NO_RUN, SCOPE_CGROUPS, TRACKED, cfg, count, offsets},
     record::{claim, fill_proc_header, header, scratch, send},
     task::Task,
 };
 
-/// A new task. If its creator is in scope it joins the tracked set; a new process (not a
-/// thread) is recorded.
-#[raw_tracepoint(tracepoint = "sched_process_fork")]
-pub(crate) fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
+/// `CLONE_THREAD` (uapi).
+const CLONE_THREAD: u64 = 0x0001_0000;
+
+/// A field of a classic tracepoint's record, at the offset its `format` gave (`CONFIG.fields`).
+#[inline(always)]
+pub(crate) fn record_field<T: Copy + Default>(ctx: &TracePointContext, offset: &u32) -> T {
+    kread(ctx.as_ptr() as u64, cfg(offset))
+}
+
+/// A new task (`task:task_newtask`, in its creator before the task can run). If its creator
+/// is in scope it joins the tracked set; a new process (not a thread) is recorded.
+#[tracepoint(category = "task", name = "task_newtask")]
+pub(crate) fn task_newtask(ctx: TracePointContext) -> u32 {
     let mut task = Task::current();
     if !task.in_scope() {
         return 0;
     }
     claim();
-    let child = rdonly_cast::<{ kfunc::TYPE_TASK }>(ctx.arg(1));
-    if child.is_null() {
+    let f = &CONFIG.fields;
+    let child_tid = record_field::<i32>(&ctx, &f.newtask_pid) as u32;
+    let clone_flags = record_field::<u64>(&ctx, &f.newtask_flags);
+    if child_tid == 0 {
         return 0;
     }
-    let child_tid = child.read::<i32>(cfg(&offsets().task_pid)) as u32;
-    let child_tgid = child.read::<i32>(cfg(&offsets().task_tgid)) as u32;
     if TRACKED.insert(child_tid, task.run, 0).is_err() {
         count(task.run, counter::TRACKED_FULL);
     }
-    if child_tid != child_tgid {
+    if clone_flags & CLONE_THREAD != 0 {
         return 0;
     }
     let Some(s) = scratch() else { return 0 };
@@ -42,15 +55,15 @@ pub(crate) fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
         Syscall::None as u16,
         0,
     );
-    header(s).aux = child_tgid as u64;
+    header(s).aux = child_tid as u64;
     send(s);
     0
 }
 
 /// A task ends. It leaves the tracked set; the end of a process (its last thread) is recorded
 /// with its wait status, after the byte accounting of the files it still had open.
-#[raw_tracepoint(tracepoint = "sched_process_exit")]
-pub(crate) fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
+#[tracepoint(category = "sched", name = "sched_process_exit")]
+pub(crate) fn sched_process_exit(ctx: TracePointContext) -> u32 {
     let mut task = Task::current();
     let (tid, tgid) = (task.tid, task.tgid);
     if !task.in_scope() {
@@ -59,8 +72,8 @@ pub(crate) fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
     claim();
     let _ = TRACKED.remove(tid);
     let _ = INFLIGHT.remove(tid);
-    let group_dead = if cfg(&CONFIG.exit_has_group_dead) != 0 {
-        ctx.arg::<u64>(1) & 0xff != 0
+    let group_dead = if cfg(&CONFIG.fields.exit_group_dead) != 0 {
+        record_field::<u8>(&ctx, &CONFIG.fields.exit_group_dead) != 0
     } else {
         tid == tgid
     };

@@ -1,10 +1,16 @@
-//! Syscall exits: one raw tracepoint for every syscall (`sys_exit`), which keeps only what is in
-//! a run and hands it on, by a tail call through [`EXITS`], to the program of the syscall's
+//! Syscall exits: one tracepoint program for every syscall (`sys_exit`, on
+//! `raw_syscalls:sys_exit`), which keeps only what is in a run and hands it on, by a tail call through [`EXITS`], to the program of the syscall's
 //! family (`exit_io`, `exit_exec`, `exit_recv`, `exit_net`, `exit_event`; a socket's payload is
 //! one more, `exit_payload`). Each is verified apart, so the verifier's work is the sum of the
 //! families', not their product with everything before them. The arguments are read from the
 //! task's saved registers at exit: the syscall has not changed them, and any user string it read
 //! is faulted in by now.
+//!
+//! A classic (perf) tracepoint program rather than a raw tracepoint: since 7.0 the kernel runs a
+//! syscall tracepoint's raw-tracepoint programs preemptibly, and one preempted mid-run makes
+//! the kernel skip that program for every other task's syscall on its CPU until it resumes. The
+//! perf side of the same tracepoint still runs its programs with preemption off, on every
+//! kernel: nothing can take the CPU mid-record.
 
 use aet_common::{
     EventKind, SHAPES, SYSCALL_COUNT, Shape, Syscall, counter, exits, fd_origin, fileio, flags, io,
@@ -12,10 +18,11 @@ use aet_common::{
     uapi::{AT_FDCWD, CREAT_FLAGS, MAP_ANONYMOUS},
 };
 use aya_ebpf::{
+    EbpfContext as _,
     helpers::{bpf_probe_read_user, generated},
-    macros::{map, raw_tracepoint},
+    macros::{map, tracepoint},
     maps::{PerCpuArray, ProgramArray},
-    programs::RawTracePointContext,
+    programs::TracePointContext,
 };
 
 use super::{
@@ -55,6 +62,10 @@ pub(crate) struct ExitState {
 #[map]
 pub(crate) static EXIT_STATE: PerCpuArray<ExitState> = PerCpuArray::with_max_entries(1, 0);
 
+/// `raw_syscalls:sys_exit`'s record: 8 bytes of common fields, the syscall's number, then its
+/// return value, as 8-byte slots (the tracepoint's fixed format, not a kernel struct).
+const SYS_EXIT_RET: usize = 2;
+
 /// `struct open_how` (uapi, stable).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -64,11 +75,12 @@ pub(crate) struct OpenHow {
     pub(crate) resolve: u64,
 }
 
-#[raw_tracepoint(tracepoint = "sys_exit")]
+#[tracepoint(category = "raw_syscalls", name = "sys_exit")]
 // Inlined into the program aya's macro wraps it in (a call and a return less on every syscall).
 #[inline(always)]
-pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
-    let ret: i64 = ctx.arg(1);
+pub(crate) fn sys_exit(ctx: TracePointContext) -> u32 {
+    // SAFETY: direct read of the tracepoint's record, inside its fixed size (see SYS_EXIT_RET).
+    let ret: i64 = unsafe { *(ctx.as_ptr() as *const i64).add(SYS_EXIT_RET) };
     let o = offsets();
     // The registers through the task's BTF pointer (the tracepoint's own `regs` argument is a
     // plain address, which would take a fault-tolerant copy: the dearest helper, on every
@@ -152,7 +164,7 @@ pub(crate) fn sys_exit(ctx: RawTracePointContext) -> i32 {
 /// slot, or the kernel's limit on chained calls), which is counted as a lost event: the record
 /// is never called complete without it.
 #[inline(always)]
-fn hand_on(ctx: &RawTracePointContext, run: u32, index: u32) {
+fn hand_on(ctx: &TracePointContext, run: u32, index: u32) {
     // SAFETY: the helper takes the context it was given and a program array map.
     unsafe { EXITS.tail_call(ctx, index) };
     count(run, counter::DISPATCH_FAILED);
@@ -169,15 +181,15 @@ fn resume() -> Option<(&'static ExitState, Task)> {
 
 /// Hands a syscall that moved a socket's bytes on to [`exit_payload`].
 #[inline(always)]
-fn payload_next(ctx: &RawTracePointContext, run: u32, ret: i64) {
+fn payload_next(ctx: &TracePointContext, run: u32, ret: i64) {
     if ret > 0 && payload::on() {
         hand_on(ctx, run, exits::PAYLOAD);
     }
 }
 
 /// Reads, writes, closes, duplications and listings (fd accounting).
-#[raw_tracepoint]
-pub(crate) fn exit_io(ctx: RawTracePointContext) -> i32 {
+#[tracepoint]
+pub(crate) fn exit_io(ctx: TracePointContext) -> u32 {
     let Some((s, mut task)) = resume() else {
         return 0;
     };
@@ -189,8 +201,8 @@ pub(crate) fn exit_io(ctx: RawTracePointContext) -> i32 {
 }
 
 /// execve and execveat at their exit.
-#[raw_tracepoint]
-pub(crate) fn exit_exec(_ctx: RawTracePointContext) -> i32 {
+#[tracepoint]
+pub(crate) fn exit_exec(_ctx: TracePointContext) -> u32 {
     if let Some((s, task)) = resume() {
         record_exec(&s.args, task, s.syscall, s.ret);
     }
@@ -198,8 +210,8 @@ pub(crate) fn exit_exec(_ctx: RawTracePointContext) -> i32 {
 }
 
 /// recvmsg and recvmmsg: the fds a message carried, then its payload.
-#[raw_tracepoint]
-pub(crate) fn exit_recv(ctx: RawTracePointContext) -> i32 {
+#[tracepoint]
+pub(crate) fn exit_recv(ctx: TracePointContext) -> u32 {
     let Some((s, task)) = resume() else {
         return 0;
     };
@@ -209,8 +221,8 @@ pub(crate) fn exit_recv(ctx: RawTracePointContext) -> i32 {
 }
 
 /// Sockets: connect, bind, accept, sends.
-#[raw_tracepoint]
-pub(crate) fn exit_net(ctx: RawTracePointContext) -> i32 {
+#[tracepoint]
+pub(crate) fn exit_net(ctx: TracePointContext) -> u32 {
     let Some((s, mut task)) = resume() else {
         return 0;
     };
@@ -226,8 +238,8 @@ pub(crate) fn exit_net(ctx: RawTracePointContext) -> i32 {
 }
 
 /// Everything else that names a file or a process.
-#[raw_tracepoint]
-pub(crate) fn exit_event(_ctx: RawTracePointContext) -> i32 {
+#[tracepoint]
+pub(crate) fn exit_event(_ctx: TracePointContext) -> u32 {
     if let Some((s, task)) = resume() {
         let shape = SHAPES[(s.syscall as usize) % SYSCALL_COUNT];
         record_event(&s.args, task, &shape, s.syscall, s.ret);
@@ -236,8 +248,8 @@ pub(crate) fn exit_event(_ctx: RawTracePointContext) -> i32 {
 }
 
 /// A socket syscall's payload (a DNS message, a ClientHello, a request's first line).
-#[raw_tracepoint]
-pub(crate) fn exit_payload(_ctx: RawTracePointContext) -> i32 {
+#[tracepoint]
+pub(crate) fn exit_payload(_ctx: TracePointContext) -> u32 {
     if let Some((s, task)) = resume() {
         payload::exit(&s.args, task.tgid, task.run, s.syscall, s.ret);
     }

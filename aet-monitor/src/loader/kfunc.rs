@@ -87,7 +87,6 @@ pub(super) mod tests {
             (kfunc::TYPE_DENTRY, 5),
             (kfunc::TYPE_FILE, 6),
             (kfunc::TYPE_TASK, 7),
-            (kfunc::TYPE_BPRM, 8),
         ]
         .into();
         assert_eq!(

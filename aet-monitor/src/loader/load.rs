@@ -64,11 +64,11 @@ pub(super) fn load_all(
                     let fail = |source| refused(name, variant, source);
                     let begun = std::time::Instant::now();
                     match attach {
-                        Attach::TracePoint(..) => {
+                        Attach::TracePoint(..) | Attach::Exit(_) => {
                             let p: &mut TracePoint = (&mut *prog).try_into().map_err(fail)?;
                             p.load().map_err(fail)?;
                         }
-                        Attach::RawTracePoint(_) | Attach::Exit(_) => {
+                        Attach::RawTracePoint(_) => {
                             let p: &mut RawTracePoint = (&mut *prog).try_into().map_err(fail)?;
                             p.load().map_err(fail)?;
                         }

@@ -1,11 +1,14 @@
 //! Runs of a program the kernel skipped: its `recursion_misses`.
 //!
-//! The kernel runs a tracepoint's program only if that program is not already running on the
-//! same CPU; when it is (a program preempted mid-run where the kernel lets programs be
-//! preempted, or an interrupt's tracepoint nesting in a task's), the kernel skips the run and
-//! counts it in the program's `recursion_misses` (5.12+), nowhere else. A skipped `sys_exit` is a
-//! syscall without a row: the record must know of it. The count is the program's, not a run's,
-//! so a skip while runs are served counts against each of them.
+//! The kernel runs a raw tracepoint's program only if that program is not already running on
+//! the same CPU, and a classic tracepoint's only if no kprobe or classic tracepoint program is
+//! running there; when it is (a raw tracepoint's program preempted mid-run where the kernel
+//! lets programs be preempted, or an interrupt's tracepoint nesting in a task's), the kernel
+//! skips the run and counts it in the program's `recursion_misses` (5.12+ for raw tracepoints,
+//! later kernels for classic ones, whose programs run with preemption off: only an interrupt
+//! nesting in a program can make one miss), nowhere else. A skipped `sys_exit` is a syscall without a row:
+//! the record must know of it. The count is the program's, not a run's, so a skip while runs
+//! are served counts against each of them.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -89,6 +92,7 @@ impl Programs {
     /// Records the programs dropped since they were loaded because another task's program took
     /// their CPU's scratch mid-record, summed over CPUs.
     pub fn preemptions(&self) -> Result<u64, LoadError> {
+        let _pinned = super::Pinned::new();
         let values = self
             .preemptions
             .get(&0, 0)

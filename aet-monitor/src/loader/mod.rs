@@ -40,7 +40,7 @@ pub enum Attach {
     /// A raw tracepoint by name.
     RawTracePoint(&'static str),
     /// Not attached: entry `index` of `sys_exit`'s program array (`EXITS`), which tail-calls it
-    /// (a raw tracepoint program too).
+    /// (a tracepoint program too: a tail call stays within one program type).
     Exit(u32),
 }
 
@@ -49,17 +49,14 @@ pub enum Attach {
 /// exec entries; last the programs `sys_exit` hands each syscall family to, which are put in its
 /// program array before anything is attached.
 pub const PROGRAMS: &[(&str, Attach)] = &[
-    (
-        "sched_process_fork",
-        Attach::RawTracePoint("sched_process_fork"),
-    ),
+    ("task_newtask", Attach::TracePoint("task", "task_newtask")),
     (
         "sched_process_exit",
-        Attach::RawTracePoint("sched_process_exit"),
+        Attach::TracePoint("sched", "sched_process_exit"),
     ),
     (
         "sched_process_exec",
-        Attach::RawTracePoint("sched_process_exec"),
+        Attach::TracePoint("sched", "sched_process_exec"),
     ),
     (
         "cgroup_attach_task",
@@ -67,9 +64,9 @@ pub const PROGRAMS: &[(&str, Attach)] = &[
     ),
     (
         "io_uring_submit_req",
-        Attach::RawTracePoint("io_uring_submit_req"),
+        Attach::TracePoint("io_uring", "io_uring_submit_req"),
     ),
-    ("sys_exit", Attach::RawTracePoint("sys_exit")),
+    ("sys_exit", Attach::TracePoint("raw_syscalls", "sys_exit")),
     (
         "sys_enter_execve",
         Attach::TracePoint("syscalls", "sys_enter_execve"),
@@ -86,19 +83,35 @@ pub const PROGRAMS: &[(&str, Attach)] = &[
     ("exit_payload", Attach::Exit(exits::PAYLOAD)),
 ];
 
-/// Raw tracepoints some kernels still have under an earlier name: `io_uring_submit_req` was
-/// `io_uring_submit_sqe` until 6.4 (its first argument, the request, is the same).
+/// Tracepoints some kernels still have under an earlier name: `io_uring_submit_req` was
+/// `io_uring_submit_sqe` until 6.4 (its record holds the request, `req`, too).
 const FORMER_NAMES: &[(&str, &str)] = &[("io_uring_submit_req", "io_uring_submit_sqe")];
+
+/// The name this kernel gives tracepoint `category/name`: its own, or the earlier one it still
+/// has ([`FORMER_NAMES`]).
+pub fn tracepoint_name(category: &str, name: &'static str) -> &'static str {
+    if tracefs::has_tracepoint(category, name) {
+        return name;
+    }
+    FORMER_NAMES
+        .iter()
+        .find(|(now, before)| *now == name && tracefs::has_tracepoint(category, before))
+        .map_or(name, |(_, before)| before)
+}
 
 mod abi;
 pub mod features;
 mod kfunc;
 mod load;
 mod misses;
+mod pinned;
+mod records;
 pub mod refusal;
 
 pub use load::{LOAD_TIMES_ENV, Loaded, VERIFIER_LIMIT};
 use load::{Phases, load_all};
+use pinned::Pinned;
+use records::record_fields;
 
 /// Which tasks a run covers.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -155,6 +168,9 @@ pub enum LoadError {
     /// The kernel lacks a tracepoint aet needs.
     #[error("the kernel has no tracepoint {0}")]
     NoTracepoint(String),
+    /// A tracepoint's record lacks a field the programs read, or has it where they cannot.
+    #[error("tracepoint {tracepoint}: {problem}")]
+    RecordField { tracepoint: String, problem: String },
     /// The kernel lacks what every variant of the programs needs (one line).
     #[error("{0}")]
     Kernel(String),
@@ -309,11 +325,12 @@ impl Programs {
         tracefs::ensure_mounted()?;
         for (_, attach) in PROGRAMS {
             if let Attach::TracePoint(cat, name) = attach
-                && !tracefs::has_tracepoint(cat, name)
+                && !tracefs::has_tracepoint(cat, tracepoint_name(cat, name))
             {
                 return Err(LoadError::NoTracepoint(format!("{cat}/{name}")));
             }
         }
+        let fields = record_fields()?;
         // aya parses the kernel's BTF too (for relocations) as its loader is made: on another
         // thread, while this one reads the layouts aet needs.
         let loader = std::thread::spawn(EbpfLoader::new);
@@ -342,9 +359,7 @@ impl Programs {
             offsets,
             compat_mask,
             host_mntns,
-            exit_has_group_dead: u32::from(
-                btf.raw_tracepoint_args("sched_process_exit").unwrap_or(1) >= 2,
-            ),
+            fields,
             no_payload: u32::from(std::env::var_os(NO_PAYLOAD_ENV).is_some()),
         };
         let object = match variant {
@@ -428,20 +443,14 @@ impl Programs {
                 Attach::Exit(_) => continue,
                 Attach::TracePoint(category, tp) => {
                     let p: &mut TracePoint = prog.try_into().map_err(fail)?;
-                    let id = p.attach(category, tp).map_err(fail)?;
+                    let id = p
+                        .attach(category, tracepoint_name(category, tp))
+                        .map_err(fail)?;
                     Link::TracePoint(p.take_link(id).map_err(fail)?)
                 }
                 Attach::RawTracePoint(tp) => {
                     let p: &mut RawTracePoint = prog.try_into().map_err(fail)?;
-                    let id = match p.attach(tp) {
-                        Ok(id) => id,
-                        // The tracepoint's name before a kernel renamed it (its first argument
-                        // is the same).
-                        Err(e) => match FORMER_NAMES.iter().find(|(now, _)| *now == tp) {
-                            Some((_, before)) => p.attach(before).map_err(|_| fail(e))?,
-                            None => return Err(fail(e)),
-                        },
-                    };
+                    let id = p.attach(tp).map_err(fail)?;
                     Link::Raw(p.take_link(id).map_err(fail)?)
                 }
             };
@@ -493,6 +502,7 @@ impl Programs {
     /// Registers a run: a free slot gets the scope, a share of the ring buffer of `quota` bytes,
     /// and zeroed counters. For a process-tree scope the caller tracks the tree ([`Self::track`]).
     pub fn register(&mut self, scope: &Scope, quota: u64) -> Result<u32, LoadError> {
+        let _pinned = Pinned::new();
         if let Scope::Cgroup { path, level, .. } = scope
             && *level >= runs::MAX_CGROUP_LEVEL
         {
@@ -539,6 +549,7 @@ impl Programs {
     /// Stops recording a run: its scope entries and tracked tasks go, so the programs produce
     /// nothing more for it. Its slot stays taken (its counters readable) until [`Self::release`].
     pub fn unregister(&mut self, slot: u32) -> Result<(), LoadError> {
+        let _pinned = Pinned::new();
         match self.slots.get(slot as usize).cloned().flatten() {
             Some(Scope::Cgroup { id, .. }) => {
                 let _ = self.scope_cgroups.remove(&id);
@@ -558,6 +569,7 @@ impl Programs {
 
     /// Frees a slot once its records are read and its counters taken.
     pub fn release(&mut self, slot: u32) -> Result<(), LoadError> {
+        let _pinned = Pinned::new();
         self.run_limits
             .set(slot, RunLimit::default(), 0)
             .map_err(map_err(aet_common::maps::RUN_LIMITS))?;
@@ -603,6 +615,7 @@ impl Programs {
 
     /// Tells the programs how much of a run's records userspace has read.
     pub fn set_consumed(&mut self, slot: u32, consumed: u64, quota: u64) -> Result<(), LoadError> {
+        let _pinned = Pinned::new();
         self.run_limits
             .set(slot, RunLimit { consumed, quota }, 0)
             .map_err(map_err(aet_common::maps::RUN_LIMITS))
@@ -610,6 +623,7 @@ impl Programs {
 
     /// Adds a task to a run's tracked set (for a process tree, its threads and descendants).
     pub fn track(&mut self, slot: u32, tid: u32) -> Result<(), LoadError> {
+        let _pinned = Pinned::new();
         self.tracked
             .insert(tid, slot, 0)
             .map_err(map_err(aet_common::maps::TRACKED))?;
@@ -618,12 +632,14 @@ impl Programs {
 
     /// Removes a task from the tracked set (a stale entry for a task that is gone).
     pub fn untrack(&mut self, tid: u32) {
+        let _pinned = Pinned::new();
         let _ = self.tracked.remove(&tid);
         let _ = self.write_index();
     }
 
     /// Tasks in a run's tracked set.
     pub fn tracked(&self, slot: u32) -> Vec<u32> {
+        let _pinned = Pinned::new();
         self.tracked
             .iter()
             .filter_map(Result::ok)
@@ -634,6 +650,7 @@ impl Programs {
 
     /// What the programs have put in the ring for a run, in ring bytes.
     pub fn produced(&self, slot: u32) -> Result<u64, LoadError> {
+        let _pinned = Pinned::new();
         self.run_produced
             .get(&slot, 0)
             .map_err(map_err(aet_common::maps::RUN_PRODUCED))
@@ -641,6 +658,7 @@ impl Programs {
 
     /// Reads a run's kernel-side counters.
     pub fn counters(&self, slot: u32) -> Result<Counters, LoadError> {
+        let _pinned = Pinned::new();
         let mut out = Counters {
             totals: vec![0; counter::COUNT as usize],
             per_cpu: Vec::new(),

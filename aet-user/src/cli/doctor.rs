@@ -78,8 +78,8 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 "btf offsets",
                 true,
                 format!(
-                    "task_struct.pid@{} tgid@{} real_parent@{} mm@{} exit_code@{}; mm_struct.arg_start@{}; linux_binprm.filename@{}",
-                    o.task_pid, o.task_tgid, o.task_real_parent, o.task_mm, o.task_exit_code, o.mm_arg_start, o.bprm_filename
+                    "task_struct.pid@{} tgid@{} real_parent@{} mm@{} exit_code@{}; mm_struct.arg_start@{}",
+                    o.task_pid, o.task_tgid, o.task_real_parent, o.task_mm, o.task_exit_code, o.mm_arg_start
                 ),
             )),
             Err(e) => checks.push(check("btf offsets", false, e.to_string())),
@@ -101,7 +101,11 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     let missing: Vec<String> = loader::PROGRAMS
         .iter()
         .filter_map(|(_, at)| match at {
-            Attach::TracePoint(c, n) if !tracefs::has_tracepoint(c, n) => Some(format!("{c}/{n}")),
+            Attach::TracePoint(c, n)
+                if !tracefs::has_tracepoint(c, loader::tracepoint_name(c, n)) =>
+            {
+                Some(format!("{c}/{n}"))
+            }
             _ => None,
         })
         .collect();
@@ -109,7 +113,8 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         "tracepoints",
         missing.is_empty(),
         if missing.is_empty() {
-            "raw_syscalls:sys_exit, sched_process_fork/exec/exit (raw), syscalls:sys_enter_execve(at)"
+            "raw_syscalls:sys_exit, task:task_newtask, sched:sched_process_exec/exit, \
+             io_uring:io_uring_submit_req, syscalls:sys_enter_execve(at), cgroup_attach_task (raw)"
                 .to_owned()
         } else {
             format!("missing: {}", missing.join(", "))

@@ -16,6 +16,7 @@ mod remote;
 mod run;
 mod sandbox;
 mod ship;
+mod transcripts;
 mod verify;
 mod watch;
 
@@ -169,6 +170,9 @@ pub enum Command {
     /// Audit a run against a policy: disqualified (2), flagged (1), clean (0) or inconclusive
     /// (3), with JSON and HTML reports.
     Audit(audit::Args),
+    /// The tool calls aet reads in an agent's transcripts (found by content in a run
+    /// directory), as JSON: the agent's own account, for a run with or without a kernel record.
+    Transcripts(transcripts::Args),
     /// Build, show, run and probe the bubblewrap sandbox of a spec.
     #[command(subcommand)]
     Sandbox(sandbox::Command),
@@ -258,6 +262,7 @@ pub fn main() -> ExitCode {
         Command::Query(a) => (query::run(a), Exit::Usage.code()),
         Command::Ship(a) => (ship::run(a), Exit::Usage.code()),
         Command::Audit(a) => (audit::run(a), Exit::Usage.code()),
+        Command::Transcripts(a) => (transcripts::run(a), Exit::Usage.code()),
         Command::Doctor(a) => (doctor::run(a), Exit::Usage.code()),
         Command::Verify(a) => (verify::verify(a), Exit::Usage.code()),
         Command::Key(c) => (verify::key(c), Exit::Usage.code()),

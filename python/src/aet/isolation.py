@@ -219,17 +219,14 @@ def audit_run(run_dir: PathLike, policy: AuditPolicy, *,
     lost nothing),
     ``incomplete_reasons``, ``rows``, ``report`` (the whole ``audit.json``).
 
-    ``transcripts``: the agent's transcripts (a file or a directory); by default the run
-    directory's ``transcripts/`` when it has one. A run with transcripts and no kernel record
-    (recorded before aet) is audited from them alone, the seed's own case: ``kernel_record`` is
-    then false, and the verdict is ``disqualified`` on a cheat the transcripts name, else
-    ``inconclusive``, never ``clean``.
+    ``transcripts``: the agent's transcripts (a file or a directory); by default those the run
+    directory holds: its ``transcripts/`` folder, or else every file in it, at any depth, that
+    is a transcript of a format aet knows by its content (``aet transcripts RUN`` lists them).
+    A run with transcripts and no kernel record (recorded before aet) is audited from them
+    alone, the seed's own case: ``kernel_record`` is then false, and the verdict is
+    ``disqualified`` on a cheat the transcripts name, else ``inconclusive``, never ``clean``.
     """
     run = Path(run_dir)
-    if transcripts is None and (run / "transcripts").is_dir():
-        transcripts = run / "transcripts"
-    if not (run / LEDGER).exists() and not run.is_file() and transcripts is None:
-        raise AetError(f"{run}: no kernel record ({LEDGER}) and no transcripts to audit")
     fd, name = tempfile.mkstemp(prefix="aet-policy-", suffix=".toml")
     with os.fdopen(fd, "w") as f:
         f.write(policy.to_toml())
@@ -289,9 +286,19 @@ def file_access_ledger(run_dir: PathLike,
     ``events`` (in the record's order: ``op`` ``read``, ``write``, ``exec``, ``modify``; the
     ``path`` as the process saw it, which the sandbox binds where it is on the host;
     ``command`` for an exec; ``class`` from ``classify``). Added: ``complete`` and
-    ``events_lost``.
+    ``events_lost``, and ``source``: ``"kernel"``.
+
+    A run directory with no kernel record (recorded before aet, or by a harness that kept only
+    transcripts) gets the seed's own tool-level ledger from the transcripts it holds (found as
+    ``audit_run`` finds them): ``source`` is then ``"transcripts"``, ``complete`` is false (it
+    rests on the agent's own account, and what a subprocess opened is not in it), bytes are
+    those the transcript holds (a whole file written) and 0 where it holds none, ``n_bash``
+    counts shell tool calls, and each event names its ``tool`` and the transcript ``file`` and
+    ``line`` it comes from.
     """
     run = Path(run_dir)
+    if run.is_dir() and not (run / LEDGER).exists():
+        return _transcript_ledger(run, classify)
     summary = json.loads(call(["ledger", "summary", "--json", os.fspath(run)]).stdout)
     table = read_ledger(run)
     meta = ledger_metadata(run)
@@ -367,4 +374,53 @@ def file_access_ledger(run_dir: PathLike,
         "events": events,
         "complete": bool(summary["complete"]),
         "events_lost": summary["events_lost"],
+        "source": "kernel",
+    }
+
+
+_TRANSCRIPT_OPS = {"read": ["read"], "search": ["read"], "write": ["write"], "edit": ["write"],
+                   "shell": ["exec"]}
+
+
+def _transcript_ledger(run: Path,
+                       classify: Optional[Callable[[str], str]]) -> dict[str, Any]:
+    """The seed's tool-level ledger, from the transcripts in ``run`` (``aet transcripts``)."""
+    found = json.loads(call(["transcripts", os.fspath(run)]).stdout)
+    files_read: dict[str, int] = {}
+    files_written: dict[str, int] = {}
+    events: list[dict[str, Any]] = []
+    n_bash = 0
+    for seq, c in enumerate(found["tool_calls"]):
+        kind = c.get("kind", "other")
+        ops = _TRANSCRIPT_OPS.get(kind, [])
+        if kind == "shell":
+            n_bash += 1
+        paths = c.get("paths") or []
+        for op in ops:
+            base = {"seq": seq, "ts_ns": c.get("started_ns"), "op": op, "tool": c.get("tool"),
+                    "file": c.get("file"), "line": c.get("line")}
+            if op == "exec":
+                # The command and the paths it names; classified by the worst of them.
+                ev = dict(base, path=None, command=c.get("command") or "", paths=paths)
+                classes = [classify(p) for p in paths] if classify is not None else []
+                ev["class"] = ("out_of_scope" if "out_of_scope" in classes
+                               else classes[0] if classes else None)
+                events.append(ev)
+                continue
+            for path in paths:
+                target = files_read if op == "read" else files_written
+                target[path] = target.get(path, 0) + ((c.get("bytes") or 0) if op == "write" else 0)
+                ev = dict(base, path=path)
+                ev["class"] = classify(path) if classify is not None else None
+                events.append(ev)
+    return {
+        "files_read": files_read,
+        "files_written": files_written,
+        "n_bash": n_bash,
+        "out_of_scope_events": [e for e in events if e["class"] == "out_of_scope"],
+        "events": events,
+        "complete": False,
+        "events_lost": None,
+        "source": "transcripts",
+        "account": found.get("account"),
     }

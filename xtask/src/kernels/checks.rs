@@ -126,8 +126,6 @@ pub(super) struct Outcome {
     pub(super) seconds: f64,
     /// The checks a first boot failed, when a second one was made.
     pub(super) flaked: Vec<String>,
-    /// The kernel runs tracepoint programs preemptibly (see `Kernel`).
-    pub(super) preemptible: bool,
 }
 
 /// Reads what the script printed and checks the runs it left in `out`.
@@ -248,10 +246,7 @@ fn under_load(
             "SELECT SUM(CASE WHEN kind = 'open' AND resolved_path LIKE '{lw}/f%' AND ret >= 0 \
              THEN 1 ELSE 0 END) AS opens, COUNT(*) AS n FROM events"
         );
-        // complete, lost, and whether the loss is only of the kind a preemptible kernel causes.
-        let status = "SELECT CAST(complete AS INT) AS c, CAST(lost AS BIGINT) AS l, \
-             CAST(strpos(incomplete_reasons, 'skipped') > 0 \
-                  OR strpos(incomplete_reasons, 'preempted') > 0 AS INT) AS p FROM runs";
+        let status = "SELECT CAST(complete AS INT) AS c, CAST(lost AS BIGINT) AS l FROM runs";
         check(
             &format!("{LOAD_CHECK}{run}: ends 0, complete, nothing lost, all 960 opens"),
             if code != "0" {
@@ -265,13 +260,8 @@ fn under_load(
                         &s[..2]
                     )),
                     (Ok(s), Ok(r)) => Err(format!(
-                        "complete, lost: {:?}; opens of the workload, rows: {r:?}{}",
-                        &s[..2],
-                        if s.get(2) == Some(&1) {
-                            format!("; {PREEMPTION_LOSS}")
-                        } else {
-                            String::new()
-                        }
+                        "complete, lost: {:?}; opens of the workload, rows: {r:?}",
+                        &s[..2]
                     )),
                     (Err(e), _) | (_, Err(e)) => Err(e),
                 }
@@ -385,9 +375,6 @@ pub(super) fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n    ")
 }
 
-/// How a completeness failure says its loss is the kind a preemptible kernel causes.
-pub(super) const PREEMPTION_LOSS: &str = "the loss is the kernel's skips or preemptions";
-
 /// Every check of [`CHECKS`] on one run, with `aet query`, plus its completeness.
 fn run_checks(aet: &Path, run: &Path, d: &str, other: &str) -> Vec<(String, Result<(), String>)> {
     let mut sql = String::from("SELECT ");
@@ -416,22 +403,15 @@ fn run_checks(aet: &Path, run: &Path, d: &str, other: &str) -> Vec<(String, Resu
         Err(e) => results.push(("the record".into(), Err(e))),
     }
     let rows_ok = results.iter().all(|(_, r)| r.is_ok());
-    // complete, lost, and whether the loss is of the kind a preemptible kernel causes (program
-    // runs the kernel skipped, a record's scratch taken mid-record).
     let status = query(
         aet,
-        "SELECT CAST(complete AS INT) AS c, CAST(lost AS BIGINT) AS l, \
-         CAST(strpos(incomplete_reasons, 'skipped') > 0 \
-              OR strpos(incomplete_reasons, 'preempted') > 0 AS INT) AS p FROM runs",
+        "SELECT CAST(complete AS INT) AS c, CAST(lost AS BIGINT) AS l FROM runs",
         run,
     );
     results.push((
         "the record is complete, nothing lost".into(),
         match &status {
             Ok(r) if r[..2] == [1, 0] => Ok(()),
-            Ok(r) if r.get(2) == Some(&1) => {
-                Err(format!("complete, lost: {:?}; {PREEMPTION_LOSS}", &r[..2]))
-            }
             Ok(r) => Err(format!("complete, lost: {:?}", &r[..r.len().min(2)])),
             Err(e) => Err(e.clone()),
         },
