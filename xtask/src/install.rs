@@ -9,7 +9,9 @@
 //! - **The Debian package**, with `dpkg -i` into a clean Debian 12 root (debootstrap, kept under
 //!   `target/aet-root`, seen through an overlay so that it stays clean): its files, `Depends`,
 //!   units (`systemd-analyze verify`, the socket enabled), `man aet-run`, the completions, the
-//!   binary's libraries; then `dpkg --purge`, after which the overlay holds nothing of aet.
+//!   binary's libraries; a sandboxed run as the agent identity, recorded and audited clean,
+//!   by the installed `aet` inside the root (the host's `/sys` bound in for the kernel side);
+//!   then `dpkg --purge`, after which the overlay holds nothing of aet.
 
 use std::{
     path::{Path, PathBuf},
@@ -209,7 +211,7 @@ fn wheel(a: &Artefacts, version: &str, host_version: &str) -> anyhow::Result<()>
         "aet.run: {ran:?} (want clean, served by a daemon the first run started, of build {build})"
     );
     println!("ok   aet.run(['true']): complete; under a policy: clean");
-    isolated_run(&dir, &user(&aet), &user(&python))?;
+    isolated_run(&dir, &dir, &user(&aet), Some(&user(&python)), "the wheel's")?;
 
     // With Inspect AI: the package's own Inspect tests, against the installed copy.
     pip(&format!("{}[inspect]", a.wheel.display()))?;
@@ -229,7 +231,16 @@ fn wheel(a: &Artefacts, version: &str, host_version: &str) -> anyhow::Result<()>
 /// What a pip user's harness does first: a sandboxed run as the agent identity, recorded and
 /// judged by a policy, with the wheel's `aet` (its stage must load the libraries the wheel
 /// bundles inside the view), then the seed's `wrap_command(..., record=RUN)` snippet.
-fn isolated_run(dir: &Path, aet: &Command, python: &Command) -> anyhow::Result<()> {
+/// `dir` is where the files are on this machine, `seen` where the package's `aet` sees them (the
+/// same for the wheel; inside the clean root for the .deb, whose `aet` runs chrooted). `python`,
+/// when given, runs the seed's `wrap_command(..., record=...)` from the package's Python.
+fn isolated_run(
+    dir: &Path,
+    seen: &Path,
+    aet: &Command,
+    python: Option<&Command>,
+    which: &str,
+) -> anyhow::Result<()> {
     let with = |c: &Command| {
         let mut n = Command::new(c.get_program());
         n.args(c.get_args()).current_dir(dir);
@@ -241,11 +252,11 @@ fn isolated_run(dir: &Path, aet: &Command, python: &Command) -> anyhow::Result<(
         }
         n
     };
-    let (ws, inputs) = (dir.join("ws"), dir.join("inputs"));
-    std::fs::create_dir_all(&ws)?;
-    std::fs::create_dir_all(&inputs)?;
-    std::fs::write(inputs.join("task.txt"), "the task\n")?;
-    let run = dir.join("runs/isolated");
+    let (ws, inputs) = (seen.join("ws"), seen.join("inputs"));
+    std::fs::create_dir_all(dir.join("ws"))?;
+    std::fs::create_dir_all(dir.join("inputs"))?;
+    std::fs::write(dir.join("inputs/task.txt"), "the task\n")?;
+    let run = seen.join("runs/isolated");
     std::fs::write(
         dir.join("sandbox.toml"),
         format!("workspace = {ws:?}\nallow = [{inputs:?}]\n"),
@@ -261,13 +272,19 @@ fn isolated_run(dir: &Path, aet: &Command, python: &Command) -> anyhow::Result<(
         with(aet)
             .args(["run", "-q", "--standalone", "--out"])
             .arg(&run)
-            .args(["--sandbox", "sandbox.toml", "--identity"])
-            .args(["--policy", "isolated.toml", "--", "sh", "-c"])
+            .arg("--sandbox")
+            .arg(seen.join("sandbox.toml"))
+            .arg("--identity")
+            .arg("--policy")
+            .arg(seen.join("isolated.toml"))
+            .args(["--", "sh", "-c"])
             .arg(format!(
-                "id -u; cat {}; echo done > result.txt; touch \"$HOME/state\"",
+                "cd {}; id -u; cat {}; echo done > result.txt; touch \"$HOME/state\"",
+                ws.display(),
                 inputs.join("task.txt").display()
             )),
     )?;
+    let (ws, run) = (dir.join("ws"), dir.join("runs/isolated"));
     let said = String::from_utf8_lossy(&out.stdout);
     let uid: u32 = said.lines().next().unwrap_or_default().parse().unwrap_or(0);
     ensure!(
@@ -287,7 +304,10 @@ fn isolated_run(dir: &Path, aet: &Command, python: &Command) -> anyhow::Result<(
         report["verdict"] == "clean" && report["complete"] == true,
         "the sandboxed run's audit: {report}"
     );
-    println!("ok   aet run --sandbox --identity --policy: the wheel's stage ran, uid {uid}, clean");
+    println!("ok   aet run --sandbox --identity --policy: {which} stage ran, uid {uid}, clean");
+    let Some(python) = python else {
+        return Ok(());
+    };
     let script = format!(
         "import subprocess, pathlib\n\
          from aet.isolation import SandboxSpec, wrap_command, file_access_ledger\n\
@@ -372,6 +392,12 @@ impl Overlay {
             output(Command::new("mount").args(["-t", fs, fs]).arg(&target))?;
             o.mounted.push(target);
         }
+        // The host's /sys with what is mounted under it (cgroup2, tracefs, bpffs, BTF): the
+        // package's aet records from inside the root.
+        let sys = merged.join("sys");
+        output(Command::new("mount").arg("--rbind").arg("/sys").arg(&sys))?;
+        output(Command::new("mount").arg("--make-rslave").arg(&sys))?;
+        o.mounted.push(sys);
         Ok(o)
     }
 
@@ -470,6 +496,18 @@ fn deb(a: &Artefacts, version: &str, host_version: &str) -> anyhow::Result<()> {
         "the package did not enable aet.socket"
     );
     println!("ok   dpkg -i: {installed}; man aet-run, completions, units verified, socket enabled");
+
+    // A sandboxed, identity-dropped, recorded and audited run of the installed aet, inside the
+    // root (its own bwrap, libseccomp and libc).
+    let iso = o.merged.join("tmp/iso");
+    isolated_run(
+        &iso,
+        Path::new("/tmp/iso"),
+        &o.chroot(&["aet"]),
+        None,
+        "the .deb's",
+    )?;
+    std::fs::remove_dir_all(&iso)?;
 
     output(&mut o.chroot(&["dpkg", "--purge", "aet"]))?;
     let left = leftovers(&o.upper, &base)?;
