@@ -145,8 +145,12 @@ def test_an_agent_identity_runs_the_agents_commands_unprivileged_and_keeps_the_g
         gr = facts["grader_root"]
         assert isinstance(gr, dict) and "now root's, 0700" in str(gr["fixed"]), gr
         assert facts["grader_root_listed_by_agent"] is False
-        # The agent writes its workdir, cannot read the grader's material, cannot become root.
+        # The agent writes its workdir and its HOME (agents keep their state there), cannot
+        # read the grader's material, cannot become root.
         c.write_file("/work/answer.txt", "42\n")
+        home = c.exec(["sh", "-c", 'mkdir -p "$HOME/.agent" && touch "$HOME/.agent/state" '
+                                   '&& stat -c %u "$HOME/.agent/state"'])
+        assert home.exit_status == 0 and home.stdout == b"2345\n", home
         denied = c.exec(["cat", "/grader/expected.txt"])
         assert denied.exit_status != 0 and b"ermission denied" in denied.stderr, denied
         assert c.exec(["sh", "-c", "echo $ANTHROPIC_API_KEY"]).stdout == b"\n"
