@@ -77,7 +77,7 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The code tour of `docs/guide.md`: each crate of the workspace (its `description` from its
+/// The code tour of `docs/architecture.md`: each crate of the workspace (its `description` from its
 /// `Cargo.toml`), then each of its source files with the first sentence of its `//!` docs, in
 /// the order of the tree. A file without module docs is an error naming it.
 pub fn code_tour(root: &Path) -> Result<String, String> {
@@ -220,7 +220,7 @@ mod tests {
     #[test]
     fn the_guide_s_code_tour_is_the_code_s() {
         let tour = code_tour(&workspace_root()).unwrap_or_else(|e| panic!("{e}"));
-        check(&docs_dir().join("guide.md"), "code-tour", &tour);
+        check(&docs_dir().join("architecture.md"), "code-tour", &tour);
     }
 
     #[test]
