@@ -39,6 +39,8 @@ pub struct ExecSeen {
 /// What the scan keeps for the claims: every exec, and what each process touched.
 #[derive(Clone, Debug, Default)]
 pub struct Seen {
+    /// Kept only when a transcript is to be held against the record.
+    pub enabled: bool,
     pub execs: Vec<ExecSeen>,
     /// By pid: distinct paths touched (counted up to a bound), and a sample.
     pub touched: HashMap<u32, (u64, Vec<String>)>,
@@ -47,6 +49,9 @@ pub struct Seen {
 impl Seen {
     /// One row of a process of the run (aet's set-up left out by the caller).
     pub(crate) fn row(&mut self, c: &BatchCols<'_>, i: usize, pid: u32, kind: Option<EventKind>) {
+        if !self.enabled {
+            return;
+        }
         let ok = c.ret.is_valid(i) && c.ret.value(i) >= 0;
         if kind == Some(EventKind::Exec) && ok {
             let mut names = Vec::new();

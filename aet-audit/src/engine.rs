@@ -105,7 +105,17 @@ pub(super) struct Walk {
 /// rules judge the `agent` phase, with the phases and lingering processes accounted for; each
 /// `[phases.NAME]` section that has rows to judge is one more pass over the ledger.
 pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadError> {
-    let (mut scan, read, phases) = pass(ledger_path, policy, true)?;
+    scan_for(ledger_path, policy, false)
+}
+
+/// [`scan`], keeping every exec and what each process touched when `claims` (a transcript is
+/// to be held against the record): a cost per row the audit pays only then.
+pub fn scan_for(
+    ledger_path: &Path,
+    policy: &Policy,
+    claims: bool,
+) -> Result<(Scan, Read), ReadError> {
+    let (mut scan, read, phases) = pass(ledger_path, policy, true, claims)?;
     let held: Vec<Vec<u8>> = phases
         .as_ref()
         .map(|p| p.names().map(<[u8]>::to_vec).collect())
@@ -120,7 +130,7 @@ pub fn scan(ledger_path: &Path, policy: &Policy) -> Result<(Scan, Read), ReadErr
             scan.phase_hits.push((name.clone(), Vec::new()));
             continue;
         }
-        let (s, _, _) = pass(ledger_path, section, false)?;
+        let (s, _, _) = pass(ledger_path, section, false, false)?;
         for f in &s.findings {
             if f.class.marks_process()
                 && let Some(p) = scan.processes.iter_mut().find(|p| p.pid == f.pid)
@@ -143,11 +153,13 @@ fn pass(
     ledger_path: &Path,
     policy: &Policy,
     account: bool,
+    claims: bool,
 ) -> Result<(Scan, Read, Option<Phases>), ReadError> {
     let mut ledger = Ledger::open_columns(ledger_path, COLUMNS)?;
     let meta = ledger.meta()?;
     let form = ledger.form();
     let (mut e, mut w) = start(policy, &meta);
+    e.seen.enabled = claims;
     let mut watch_reasons = Vec::new();
     let (mut provenance, mut watch) = (Vec::new(), None);
     if account {

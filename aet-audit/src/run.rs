@@ -85,7 +85,7 @@ pub fn audit_with(
     if !ledger.exists() && run.is_dir() {
         return Err(AuditError::Nothing(run.to_owned()));
     }
-    let (scan, read) = engine::scan(&ledger, policy)?;
+    let (scan, read) = engine::scan_for(&ledger, policy, calls.is_some())?;
     Ok(build_report(&ledger, policy, scan, &read, calls))
 }
 

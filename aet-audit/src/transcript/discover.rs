@@ -86,6 +86,20 @@ mod tests {
             "the run's other files are not left-out transcripts"
         );
 
+        // What the agent can leave in its home is not followed: a FIFO would block the audit, a
+        // symlink would read a file of the machine.
+        let fifo = run.join("agent-home/trap.jsonl");
+        std::fs::create_dir_all(fifo.parent().unwrap()).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        std::os::unix::fs::symlink(run.join("top.jsonl"), run.join("agent-home/link.jsonl"))
+            .unwrap();
+        let (_, r) = in_run(run).unwrap().unwrap();
+        assert_eq!(r.files.len(), 2, "{:?}", r.files);
+
         // A `transcripts/` folder is the run's own word on where they are.
         std::fs::create_dir(run.join("transcripts")).unwrap();
         std::fs::write(run.join("transcripts/only.jsonl"), CLAUDE).unwrap();

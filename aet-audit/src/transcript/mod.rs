@@ -301,7 +301,7 @@ pub fn detect(file: &Path, data: &[u8]) -> Option<&'static dyn TranscriptFormat>
 
 /// The files a transcript directory holds: every `*.jsonl`, `*.json`, `*.ndjson`, `*.traj` and
 /// `*.eval` file under it, at any depth (Claude Code keeps subagents' sessions in subfolders,
-/// Codex its rollouts by date), in path order; or the one file given.
+/// Codex its rollouts by date), in path order, regular files only; or the one file given.
 pub(crate) fn files(dir: &Path) -> Result<Vec<PathBuf>, String> {
     if !dir.is_dir() {
         return if dir.exists() {
@@ -319,11 +319,15 @@ pub(crate) fn files(dir: &Path) -> Result<Vec<PathBuf>, String> {
             let ty = e.file_type().map_err(|e| format!("{}: {e}", p.display()))?;
             if ty.is_dir() {
                 todo.push(p);
-            } else if p.extension().is_some_and(|x| {
-                ["jsonl", "json", "ndjson", "traj", "eval"]
-                    .iter()
-                    .any(|k| x == *k)
-            }) {
+            // Regular files only: a symlink, a FIFO or a device under the directory (the
+            // agent's home is in a run directory) is never opened, never waited on.
+            } else if ty.is_file()
+                && p.extension().is_some_and(|x| {
+                    ["jsonl", "json", "ndjson", "traj", "eval"]
+                        .iter()
+                        .any(|k| x == *k)
+                })
+            {
                 out.push(p);
             }
         }
