@@ -12,8 +12,10 @@ fn main() -> anyhow::Result<()> {
     if std::env::var_os("CARGO_CFG_FUZZING").is_some() {
         let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("aet");
         std::fs::write(&out, b"").with_context(|| format!("{}", out.display()))?;
-        let out = out.with_file_name("aet-helper-reads");
-        std::fs::write(&out, b"").with_context(|| format!("{}", out.display()))?;
+        for name in ["aet-helper-reads", "aet-legacy"] {
+            let out = out.with_file_name(name);
+            std::fs::write(&out, b"").with_context(|| format!("{}", out.display()))?;
+        }
         println!("cargo:rustc-env=AET_COMMIT=fuzzing");
         println!(
             "cargo:rustc-env=AET_BUILD_ID={}+fuzzing",
@@ -34,13 +36,19 @@ fn main() -> anyhow::Result<()> {
         .manifest_path
         .parent()
         .ok_or_else(|| anyhow!("aet-ebpf manifest has no parent"))?;
-    // Two objects of the same programs: kernel memory read through the helper (for kernels
-    // without the bpf_rdonly_cast kfunc, before 6.2), then through BTF pointers. aya-build
-    // leaves each as OUT_DIR/aet; the first is moved aside.
+    // Three objects of the same programs: for kernels without bpf_loop and the task helpers
+    // (5.10-5.16), then with kernel memory read through the helper (for kernels without the
+    // bpf_rdonly_cast kfunc, before 6.2), then through BTF pointers. aya-build leaves each as
+    // OUT_DIR/aet; the first two are moved aside.
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     let out = out_dir.join("aet");
     let helper_reads = out_dir.join("aet-helper-reads");
-    for features in [&["helper-reads"][..], &[]] {
+    let legacy = out_dir.join("aet-legacy");
+    for (features, aside) in [
+        (&["legacy"][..], Some(&legacy)),
+        (&["helper-reads"][..], Some(&helper_reads)),
+        (&[][..], None),
+    ] {
         aya_build::build_ebpf(
             [aya_build::Package {
                 name: ebpf.name.as_str(),
@@ -54,15 +62,15 @@ fn main() -> anyhow::Result<()> {
             "building the eBPF programs failed; `cargo xtask setup` installs what they need \
              (nightly rust-src and bpf-linker)",
         )?;
-        if !features.is_empty() {
-            std::fs::rename(&out, &helper_reads)
-                .with_context(|| format!("{} -> {}", out.display(), helper_reads.display()))?;
+        if let Some(aside) = aside {
+            std::fs::rename(&out, aside)
+                .with_context(|| format!("{} -> {}", out.display(), aside.display()))?;
         }
     }
     let mut object = std::fs::read(&out).with_context(|| format!("{}", out.display()))?;
-    object.extend(
-        std::fs::read(&helper_reads).with_context(|| format!("{}", helper_reads.display()))?,
-    );
+    for aside in [&helper_reads, &legacy] {
+        object.extend(std::fs::read(aside).with_context(|| format!("{}", aside.display()))?);
+    }
     let digest: String = Sha256::digest(&object)
         .iter()
         .take(8)

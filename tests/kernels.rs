@@ -28,7 +28,7 @@ fn resolved<'a>(rows: &'a [LedgerRow], path: &Path) -> Vec<&'a LedgerRow> {
 fn a_kernel_without_the_helpers_is_refused_at_once_in_one_line() {
     let d = tempdir();
     let out = d.path().join("run");
-    let o = lacking("bpf_loop,bpf_task_pt_regs")
+    let o = lacking("bpf_ringbuf_output,bpf_loop")
         .args(["run", "--standalone", "--out"])
         .arg(&out)
         .args(["--", "true"])
@@ -40,9 +40,8 @@ fn a_kernel_without_the_helpers_is_refused_at_once_in_one_line() {
     assert_eq!(lines.len(), 1, "one line, not a log:\n{err}");
     let l = lines[0];
     assert!(l.contains("cannot run aet's programs"), "{l}");
-    assert!(l.contains("bpf_task_pt_regs (Linux 5.15+"), "{l}");
-    assert!(l.contains("bpf_loop (Linux 5.17+"), "{l}");
-    assert!(l.contains("aet records on Linux 5.17 and later"), "{l}");
+    assert!(l.contains("bpf_ringbuf_output (Linux 5.8+"), "{l}");
+    assert!(l.contains("aet records on Linux 5.8 and later"), "{l}");
     assert!(
         !out.join("ledger.arrow").exists()
             || !summary(&out.join("ledger.arrow"))["complete"]
@@ -58,7 +57,7 @@ fn a_kernel_without_the_helpers_is_refused_at_once_in_one_line() {
 fn a_daemon_that_cannot_load_says_why_and_the_run_does_not_retry() {
     let d = tempdir();
     let socket = d.path().join("aet.sock");
-    let o = lacking("bpf_loop")
+    let o = lacking("bpf_ringbuf_output")
         .env("AET_SOCKET", &socket)
         .env("AET_DAEMON", "auto")
         .args(["run", "--out"])
@@ -73,14 +72,17 @@ fn a_daemon_that_cannot_load_says_why_and_the_run_does_not_retry() {
         1,
         "the reason once:\n{err}"
     );
-    assert!(err.contains("bpf_loop (Linux 5.17+"), "{err}");
+    assert!(err.contains("bpf_ringbuf_output (Linux 5.8+"), "{err}");
     assert!(
         err.contains("said by the aet daemon this run started"),
         "{err}"
     );
     assert!(!err.contains("loads its own programs"), "no retry:\n{err}");
     let refused = std::fs::read_to_string(d.path().join("aet.sock.refused")).unwrap();
-    assert!(refused.contains("bpf_loop (Linux 5.17+"), "{refused}");
+    assert!(
+        refused.contains("bpf_ringbuf_output (Linux 5.8+"),
+        "{refused}"
+    );
 }
 
 /// Without `bpf_rdonly_cast` aet loads the helper-reads object; on this kernel it records what
@@ -88,17 +90,30 @@ fn a_daemon_that_cannot_load_says_why_and_the_run_does_not_retry() {
 /// its failed open, rename, exec, daemon's write, received fd and connect.
 #[test]
 fn the_helper_reads_object_records_the_workload() {
-    let doctor = lacking("bpf_rdonly_cast").arg("doctor").output().unwrap();
+    records_the_workload("bpf_rdonly_cast", "kernel reads through helper reads (");
+}
+
+/// Without the loop and task helpers of 5.11-5.17 (5.10's kernel) aet loads the legacy object
+/// (bounded loops, registers from the task's stack): it records the same workload.
+#[test]
+fn the_legacy_object_records_the_workload() {
+    for lacks in [
+        "bpf_loop",
+        "bpf_task_pt_regs,bpf_get_current_task_btf,bpf_for_each_map_elem",
+    ] {
+        records_the_workload(lacks, "helper reads and bounded loops (the legacy object");
+    }
+}
+
+fn records_the_workload(lacks: &str, variant: &str) {
+    let doctor = lacking(lacks).arg("doctor").output().unwrap();
     let dtext = text(&doctor.stdout);
     assert!(doctor.status.success(), "{dtext}");
-    assert!(
-        dtext.contains("kernel reads through helper reads"),
-        "{dtext}"
-    );
+    assert!(dtext.contains(variant), "{dtext}");
     let d = tempdir();
     let work = d.path().join("w");
     let out = d.path().join("run");
-    let o = lacking("bpf_rdonly_cast")
+    let o = lacking(lacks)
         .args(["run", "--standalone", "--out"])
         .arg(&out)
         .arg("--")

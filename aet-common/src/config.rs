@@ -105,6 +105,12 @@ pub struct Offsets {
     pub regs_args: [u32; 6],
     /// `pt_regs` members holding syscall arguments 0..5 for compat (32-bit) syscalls.
     pub regs_args_compat: [u32; 6],
+    /// For the legacy object (no `bpf_task_pt_regs`): `task_struct.stack`, and where the saved
+    /// user registers sit from the stack's base (`THREAD_SIZE - sizeof(struct pt_regs)`: the
+    /// kernel's `task_pt_regs`). A wrong value is caught at every syscall (the registers'
+    /// syscall number is checked against the tracepoint's) and counted, never trusted.
+    pub task_stack: u32,
+    pub stack_regs: u32,
 }
 
 /// The programs' configuration, a global (`CONFIG`) set by userspace before load.
@@ -124,8 +130,8 @@ pub struct Config {
     pub no_payload: u32,
 }
 
-const _: () = assert!(size_of::<Offsets>() == 308);
-const _: () = assert!(size_of::<Config>() == 352);
+const _: () = assert!(size_of::<Offsets>() == 316);
+const _: () = assert!(size_of::<Config>() == 360);
 
 /// Offsets in the records of the classic tracepoints the programs attach to, read from each
 /// one's `format` file at load (they differ between kernels). The programs run there with
@@ -142,9 +148,12 @@ pub struct RecordFields {
     /// `sched:sched_process_exec`: the `filename` (a `__data_loc`) and `old_pid`.
     pub exec_filename: u32,
     pub exec_old_pid: u32,
-    /// `io_uring:io_uring_submit_req` (`_sqe` before 6.4): the request (`req`, a pointer).
+    /// `io_uring:io_uring_submit_req` (`_sqe` before 6.4): the request (`req`, a pointer), or 0
+    /// where the record names none (before 5.11): then `opcode` (1 byte) is read from the
+    /// record itself (`io_opcode`, else 0).
     pub io_req: u32,
-    pub _pad: [u32; 2],
+    pub io_opcode: u32,
+    pub _pad: u32,
 }
 
 const _: () = assert!(size_of::<RecordFields>() == 32);

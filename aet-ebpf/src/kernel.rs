@@ -37,6 +37,7 @@ impl KPtr {
     }
 
     /// The current task as the trusted BTF pointer helpers that take a task want.
+    #[cfg(not(feature = "legacy"))]
     #[inline(always)]
     pub(crate) fn current_task_trusted() -> Self {
         // SAFETY: helper without preconditions.

@@ -36,6 +36,7 @@
 #![feature(asm_experimental_arch)]
 
 mod kernel;
+mod loops;
 mod maps;
 mod probes;
 mod record;

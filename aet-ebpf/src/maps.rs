@@ -172,3 +172,62 @@ pub(crate) unsafe fn atomic_add(p: *mut u64, v: u64) {
         core::arch::asm!("lock *(u64 *)({p} + 0) += {v}", p = in(reg) p, v = in(reg) v);
     }
 }
+
+/// The slots of `LEGACY_ARGS`, one per global function that takes its argument there (and per
+/// loop, whose context its iterations take from there).
+#[allow(dead_code)]
+pub(crate) mod legacy_slot {
+    pub(crate) const EMIT_FD: u32 = 0;
+    pub(crate) const PARSE_MSGHDR: u32 = 1;
+    pub(crate) const EMIT_PAYLOAD: u32 = 2;
+    pub(crate) const WALK: u32 = 3;
+    pub(crate) const FD_FILE: u32 = 4;
+    pub(crate) const LOOP_WALK: u32 = 5;
+    pub(crate) const LOOP_ARGV: u32 = 6;
+    pub(crate) const LOOP_MSG_FDS: u32 = 7;
+    pub(crate) const LOOP_MMSGS: u32 = 8;
+    pub(crate) const LOOP_FAN: u32 = 9;
+    pub(crate) const LOOP_IOVS: u32 = 10;
+    pub(crate) const LOOP_PAYLOAD_MMSGS: u32 = 11;
+    pub(crate) const LOOP_FLUSH: u32 = 12;
+    pub(crate) const LOOP_FLUSH_ALL: u32 = 13;
+    pub(crate) const COUNT: u32 = 14;
+}
+
+/// Room for one global function's argument in [`LEGACY_ARGS`].
+#[cfg(feature = "legacy")]
+#[repr(C, align(8))]
+pub(crate) struct LegacyArg([u8; 192]);
+
+/// The legacy object's way to hand a struct to a global function: a kernel before 5.12 passes
+/// a global function scalars only (and the verifier checks a static one again at every call,
+/// inside every loop iteration), so the caller leaves the struct in this CPU's slot of the
+/// function and calls it without arguments. Per-CPU is safe there: those kernels run the
+/// programs with preemption off and never nest them.
+#[cfg(feature = "legacy")]
+#[map]
+pub(crate) static LEGACY_ARGS: PerCpuArray<LegacyArg> =
+    PerCpuArray::with_max_entries(legacy_slot::COUNT, 0);
+
+/// This CPU's slot `slot` of [`LEGACY_ARGS`], as a `T`.
+#[cfg(feature = "legacy")]
+#[inline(always)]
+pub(crate) fn legacy_arg<T>(slot: u32) -> Option<*mut T> {
+    const { assert!(core::mem::size_of::<T>() <= core::mem::size_of::<LegacyArg>()) };
+    LEGACY_ARGS.get_ptr_mut(slot).map(|p| p as *mut T)
+}
+
+/// Leaves `arg` in slot `slot` and calls `global`, which reads it from there; 0 when the slot
+/// cannot be had.
+#[cfg(feature = "legacy")]
+#[inline(always)]
+pub(crate) fn legacy_call<T: Copy>(slot: u32, arg: &T, global: extern "C" fn() -> i32) -> i32 {
+    match legacy_arg::<T>(slot) {
+        Some(p) => {
+            // SAFETY: this CPU's slot, large enough for T (checked at compile time).
+            unsafe { core::ptr::write(p, *arg) };
+            global()
+        }
+        None => 0,
+    }
+}

@@ -6,8 +6,11 @@ use aet_common::{
     uapi::{S_IFDIR, S_IFMT, S_IFREG, S_IFSOCK},
 };
 
+#[cfg(not(feature = "legacy"))]
 use aya_ebpf::helpers::generated;
 
+#[cfg(feature = "legacy")]
+use crate::maps::{legacy_arg, legacy_slot};
 use crate::{
     kernel::{KPtr, kread, mount_id, rdonly_cast},
     maps::{
@@ -61,12 +64,64 @@ pub(crate) fn run_of(task: &mut Task) -> Option<u32> {
     run
 }
 
+/// The run of the nearest cgroup at one of `levels` (bits 0-7) from the task's own up, where
+/// tracing programs have no `bpf_get_current_ancestor_cgroup_id` (before 5.11): up the
+/// `cgroup.self.parent` chain, at most [`LEGACY_CGROUP_STEPS`] steps (a task nested deeper below
+/// level 7 than that is not found in a run's cgroup; its uid may still place it).
+#[cfg(feature = "legacy")]
+#[inline(always)]
+fn legacy_ancestor_run(task: &mut Task, levels: u32) -> Option<u32> {
+    task.cgroup();
+    let o = offsets();
+    let mut cg = task
+        .ptr
+        .ptr(cfg(&o.task_cgroups))
+        .ptr(cfg(&o.css_set_dfl_cgrp));
+    let mut level = task.cgroup_level;
+    for _ in 0..LEGACY_CGROUP_STEPS {
+        if cg.is_null() {
+            return None;
+        }
+        if level < 8 && levels & (1 << level) != 0 {
+            let kn = cg.ptr(cfg(&o.cgroup_kn));
+            let id = if kn.is_null() {
+                0
+            } else {
+                kn.read::<u64>(cfg(&o.kernfs_node_id))
+            };
+            // SAFETY: copied out.
+            if id != 0
+                && let Some(&slot) = unsafe { SCOPE_CGROUPS.get(&id) }
+            {
+                return Some(slot);
+            }
+        }
+        if level == 0 {
+            return None;
+        }
+        cg = cg.ptr(cfg(&o.cgroup_parent_css)).ptr(cfg(&o.css_cgroup));
+        level -= 1;
+    }
+    None
+}
+
+/// Steps up the cgroup tree [`legacy_ancestor_run`] takes.
+#[cfg(feature = "legacy")]
+const LEGACY_CGROUP_STEPS: u32 = 24;
+
 /// [`run_of`] without the memo: the scope maps' answer.
 #[inline(always)]
 // `0 <= own_level` in the unrolled macro for level 0.
 #[allow(unused_comparisons)]
 fn look_up_run(task: &mut Task, index: &ScopeIndex) -> Option<u32> {
     let levels = index.cgroup_levels;
+    #[cfg(feature = "legacy")]
+    if levels != 0
+        && let Some(slot) = legacy_ancestor_run(task, levels)
+    {
+        return Some(slot);
+    }
+    #[cfg(not(feature = "legacy"))]
     if levels != 0 {
         // The task's own cgroup is its ancestor at its own level (read through BTF pointers,
         // and needed for the record anyway); a cgroup above it is read by the helper, since the
@@ -289,8 +344,26 @@ pub(crate) enum FileRef {
 /// went on through the caller's rest).
 #[inline(always)]
 pub(crate) fn fd_file(_task: &Task, fd: i64) -> FileRef {
-    let mut addr = 0u64;
-    if aet_fd_file(fd, &mut addr) == 0 || addr == 0 {
+    #[cfg(not(feature = "legacy"))]
+    let addr = {
+        let mut addr = 0u64;
+        if aet_fd_file(fd, &mut addr) == 0 {
+            return FileRef::None;
+        }
+        addr
+    };
+    #[cfg(feature = "legacy")]
+    let addr = {
+        if aet_fd_file_legacy(fd) == 0 {
+            return FileRef::None;
+        }
+        match legacy_arg::<u64>(legacy_slot::FD_FILE) {
+            // SAFETY: this CPU's slot, written by the call above.
+            Some(p) => unsafe { *p },
+            None => return FileRef::None,
+        }
+    };
+    if addr == 0 {
         return FileRef::None;
     }
     let f = rdonly_cast::<{ kfunc::TYPE_FILE }>(addr);
@@ -301,14 +374,24 @@ pub(crate) fn fd_file(_task: &Task, fd: i64) -> FileRef {
     }
 }
 
+/// [`aet_fd_file`] into this CPU's slot (the legacy object's global).
+#[cfg(feature = "legacy")]
+#[unsafe(no_mangle)]
+#[inline(never)]
+extern "C" fn aet_fd_file_legacy(fd: i64) -> i32 {
+    legacy_arg::<u64>(legacy_slot::FD_FILE).map_or(0, |p| aet_fd_file(fd, p))
+}
+
 /// Writes to `out` the address of the `struct file` behind fd `fd` of the current task; returns 1
 /// when there is one, else 0. A file in the embedded fd array is reached with BTF loads at
 /// constant offsets (the verifier refuses a variable offset on a BTF pointer, hence the unrolled
 /// match); any other fd with one helper read of its slot in the fd table. Global (its BTF linkage
 /// is global, so the verifier checks it apart with its arguments unknown) and so it returns a
 /// number: the caller makes the address a BTF pointer again.
-#[unsafe(no_mangle)]
-#[inline(never)]
+// Global (verified once) where the kernel takes pointer arguments to a global function
+// (5.12+); in the legacy object, the body of a global that takes its argument from a map.
+#[cfg_attr(not(feature = "legacy"), unsafe(no_mangle), inline(never))]
+#[cfg_attr(feature = "legacy", inline(always))]
 pub extern "C" fn aet_fd_file(fd: i64, out: *mut u64) -> i32 {
     if out.is_null() {
         return 0;

@@ -12,13 +12,20 @@ use aya_ebpf::{helpers::generated, macros::map, maps::Array};
 
 use crate::{
     kernel::{KPtr, mount_of, rdonly_cast},
+    loops,
     maps::{CONFIG, SCRATCH_SIZE, Scratch, cfg, count, offsets},
     record::{header, section_start},
     task::{FileRef, Task, fd_file, identity, set_identity},
 };
+#[cfg(feature = "legacy")]
+use crate::{
+    maps::{legacy_arg, legacy_slot},
+    record::scratch,
+};
 
 /// BTF pointer keeps its type between iterations).
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub(crate) struct WalkState {
     pub(crate) dentry: *const u8,
     pub(crate) mnt: *const u8,
@@ -124,7 +131,10 @@ pub(crate) fn walk_append(
             }
         }
     }
-    let end = pos + len as usize;
+    // Masked again (black_box keeps the mask): the short-name branches above leave a verifier
+    // before 5.11 with impossible bounds on `len` on some paths, and it makes the address an
+    // unknown number instead of dropping the path.
+    let end = pos + (core::hint::black_box(len) & 0xff) as usize;
     if end < SCRATCH_SIZE {
         s.buf[end] = b'/';
     }
@@ -170,11 +180,20 @@ extern "C" fn walk_step(_i: u32, ctx: *mut c_void) -> i64 {
 /// One step of a walk: a component, a mount crossing, or the end. Returns whether to go on.
 #[inline(always)]
 pub(crate) fn walk_one(st: &mut WalkState) -> bool {
-    if st.s.is_null() || st.c.is_null() {
+    #[cfg(not(feature = "legacy"))]
+    let (s, c) = {
+        if st.s.is_null() || st.c.is_null() {
+            return false;
+        }
+        // SAFETY: map values of this CPU, looked up by the walk's caller.
+        unsafe { (&mut *st.s, &mut *st.c) }
+    };
+    // The legacy object's loop keeps the state in a map, where a pointer is a plain number to
+    // the verifier: this CPU's buffers (the same ones) are looked up at each step.
+    #[cfg(feature = "legacy")]
+    let (Some(s), Some(c)) = (scratch(), walk_ctx()) else {
         return false;
-    }
-    // SAFETY: map values of this CPU, looked up by the walk's caller.
-    let (s, c) = unsafe { (&mut *st.s, &mut *st.c) };
+    };
     let o = offsets();
     let d = KPtr(st.dentry);
     let m = KPtr(st.mnt);
@@ -242,6 +261,10 @@ pub(crate) fn walk_one(st: &mut WalkState) -> bool {
 /// Walk steps taken inline before the rest is handed to `bpf_loop`.
 pub(crate) const INLINE_STEPS: u32 = 6;
 
+/// Walk steps taken in the loop: up to [`WALK_STEPS`] in all, fewer in the legacy object (a
+/// deeper path is marked truncated in its row).
+const LOOP_STEPS: u32 = loops::bound(WALK_STEPS - INLINE_STEPS, 58);
+
 /// Runs the walk loop from `st` up to the task's root, writing the components, leaf first, as
 /// section `sec`. Returns the dentry a file-system walk ([`walk_fs`]) must start from, or 0:
 /// the caller makes that walk, so that the two walks' stack frames are never on the stack at
@@ -279,18 +302,16 @@ pub(crate) fn run_walk(s: &mut Scratch, task: &Task, sec: usize, st: &mut WalkSt
         }
     }
     if !done {
-        // SAFETY: callback and state are valid for the duration of the call.
-        let steps = unsafe {
-            generated::bpf_loop(
-                WALK_STEPS - INLINE_STEPS,
-                walk_step as *mut c_void,
-                st as *mut WalkState as *mut c_void,
-                0,
-            )
-        };
-        if steps >= (WALK_STEPS - INLINE_STEPS) as i64
-            && c.flags & (walk::REACHED_ROOT | walk::UNREACHABLE) as u32 == 0
-        {
+        let steps = loops::run!(
+            LOOP_STEPS,
+            LOOP_STEPS,
+            walk_step,
+            WalkState,
+            aet_loop_walk,
+            crate::maps::legacy_slot::LOOP_WALK,
+            st
+        );
+        if steps >= LOOP_STEPS && c.flags & (walk::REACHED_ROOT | walk::UNREACHABLE) as u32 == 0 {
             c.flags |= walk::TRUNCATED as u32;
         }
     }
@@ -443,7 +464,7 @@ pub(crate) fn walk_into(s: &mut Scratch, task: &Task, sec: usize, fd: i64, file:
             core::ptr::write_volatile(&raw mut (*p).dentry as *mut *const u8, d.0);
             core::ptr::write_volatile(&raw mut (*p).mnt as *mut *const u8, m.0);
         }
-        if aet_walk(s, sec as u32, p) == 2
+        if walk_from(s, sec as u32, p) == 2
             && let Some(c) = walk_ctx()
         {
             let fs_dentry = c.fs_dentry;
@@ -452,13 +473,44 @@ pub(crate) fn walk_into(s: &mut Scratch, task: &Task, sec: usize, fd: i64, file:
     }
 }
 
+/// [`aet_walk`], through this CPU's slot in the legacy object.
+#[inline(always)]
+fn walk_from(s: &mut Scratch, sec: u32, from: *mut WalkFrom) -> i32 {
+    #[cfg(not(feature = "legacy"))]
+    return aet_walk(s, sec, from);
+    #[cfg(feature = "legacy")]
+    {
+        let _ = s;
+        let Some(slot) = legacy_arg::<WalkFrom>(legacy_slot::WALK) else {
+            return 0;
+        };
+        // SAFETY: the caller initialised both members; this CPU's slot has room for them.
+        unsafe { core::ptr::copy_nonoverlapping(from, slot, 1) };
+        aet_walk_legacy(sec)
+    }
+}
+
+/// [`aet_walk`] from the start in this CPU's slot, into this CPU's record buffer (the legacy
+/// object's global: the caller's buffer is the same one).
+#[cfg(feature = "legacy")]
+#[unsafe(no_mangle)]
+#[inline(never)]
+extern "C" fn aet_walk_legacy(sec: u32) -> i32 {
+    let (Some(from), Some(s)) = (legacy_arg::<WalkFrom>(legacy_slot::WALK), scratch()) else {
+        return 0;
+    };
+    aet_walk(s, sec, from)
+}
+
 /// Runs the walk `from` sets up (its dentry and vfsmount) into section `sec`
 /// of `s`; returns 1 when it ran, 2 when the caller must also walk the file system (from the
 /// walk context's `fs_dentry`: see [`run_walk`]). Global, so the verifier checks the walk once per program rather
 /// than at each place a walk starts: it gets the two addresses as numbers and makes them
 /// read-only BTF pointers again.
-#[unsafe(no_mangle)]
-#[inline(never)]
+// Global (verified once) where the kernel takes pointer arguments to a global function
+// (5.12+); in the legacy object, the body of a global that takes its argument from a map.
+#[cfg_attr(not(feature = "legacy"), unsafe(no_mangle), inline(never))]
+#[cfg_attr(feature = "legacy", inline(always))]
 pub(crate) extern "C" fn aet_walk(s: *mut Scratch, sec: u32, from: *const WalkFrom) -> i32 {
     if s.is_null() || from.is_null() {
         return 0;

@@ -176,6 +176,11 @@ impl KernelBtf {
         Err(last.unwrap_or_else(|| BtfError::NoStruct(strukt.to_owned())))
     }
 
+    /// Size in bytes of struct `strukt`.
+    pub fn size_of(&self, strukt: &str) -> Result<u32, BtfError> {
+        Ok(self.find_struct(strukt)?.size() as u32)
+    }
+
     /// Number of elements of an array member.
     pub fn array_len(&self, strukt: &str, member: &str) -> Result<u32, BtfError> {
         let s = self.find_struct(strukt)?;

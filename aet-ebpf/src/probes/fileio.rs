@@ -8,13 +8,13 @@ use aet_common::{
     EventKind, FileIo, Shape, Syscall, counter, fileio, flags, io,
     uapi::{F_DUPFD, F_DUPFD_CLOEXEC},
 };
-use aya_ebpf::helpers::generated;
 
 use super::{
     args::Args,
     handover::{fanotify_read, is_fanotify},
 };
 use crate::{
+    loops,
     maps::{FDMASK, FILEIO, atomic_add, count},
     record::{fill_header, header, scratch, send},
     task::{FileRef, Task, fd_file, identity},
@@ -80,6 +80,10 @@ pub(crate) fn fileio_entry(task: &Task, fd: i32) -> Option<*mut FileIo> {
 pub extern "C" fn aet_fileio_create(fd: i32, run: u32) -> i32 {
     let mut task = Task::current();
     task.run = run;
+    if !fileio_tracked_fd(fd) {
+        count(task.run, counter::FILEIO_FULL);
+        return 0;
+    }
     let key = fileio_key(task.tgid, fd);
     let file = fd_file(&task, fd as i64);
     let Some((dev, ino, mnt_id, mut class)) = identity(file) else {
@@ -154,6 +158,18 @@ pub(crate) fn emit_io(task: &mut Task, fd: i32, e: &FileIo, at_exit: bool) {
     send(s);
 }
 
+/// Emits and forgets the accounting of fd `fd` of the current process (whose run is `run`).
+/// Global, so that a flush's loop verifies it once (scalar arguments only: a global function of
+/// every kernel aet runs on).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn aet_fileio_close(fd: i32, run: u32, at_exit: u32) -> i32 {
+    let mut task = Task::current();
+    task.run = run;
+    fileio_close(&mut task, fd, at_exit != 0);
+    0
+}
+
 /// Emits and forgets the accounting of `fd`.
 #[inline(always)]
 pub(crate) fn fileio_close(task: &mut Task, fd: i32, at_exit: bool) {
@@ -169,6 +185,7 @@ pub(crate) fn fileio_close(task: &mut Task, fd: i32, at_exit: bool) {
 /// The `for_each` callback that emits and forgets a process's entries (at exit, exec or
 /// close_range).
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub(crate) struct Flush {
     pub(crate) tgid: u32,
     /// The process's run.
@@ -178,6 +195,7 @@ pub(crate) struct Flush {
     pub(crate) at_exit: u32,
 }
 
+#[cfg(not(feature = "legacy"))]
 extern "C" fn flush_step(
     _map: *mut c_void,
     key: *mut u64,
@@ -199,6 +217,60 @@ extern "C" fn flush_step(
     0
 }
 
+/// Emits and forgets every entry of the process in `first..=last`: a scan of the whole map.
+#[cfg(not(feature = "legacy"))]
+#[inline(always)]
+fn flush_all(f: &mut Flush) {
+    // SAFETY: map, callback and context are valid for the call.
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_for_each_map_elem(
+            &FILEIO as *const _ as *mut c_void,
+            flush_step as *mut c_void,
+            f as *mut Flush as *mut c_void,
+            0,
+        )
+    };
+}
+
+/// Emits and forgets every entry of the process in `first..=last`, without
+/// `bpf_for_each_map_elem` (5.13): fds 0 to [`LEGACY_FDS`]` - 1`, one lookup each. An entry
+/// is never made for a higher fd in this object ([`fileio_tracked_fd`]).
+#[cfg(feature = "legacy")]
+#[inline(always)]
+fn flush_all(f: &mut Flush) {
+    loops::run!(
+        LEGACY_FDS,
+        LEGACY_FDS,
+        flush_any_fd,
+        Flush,
+        aet_loop_flush_all,
+        crate::maps::legacy_slot::LOOP_FLUSH_ALL,
+        f
+    );
+}
+
+/// Fds whose bytes the legacy object accounts: its flush looks each up, so a higher one gets no
+/// entry (counted as `FILEIO_FULL`: its bytes are not counted).
+pub(crate) const LEGACY_FDS: u32 = 1024;
+
+/// Whether this object keeps byte accounting for `fd`.
+#[inline(always)]
+pub(crate) fn fileio_tracked_fd(fd: i32) -> bool {
+    !cfg!(feature = "legacy") || (fd >= 0 && (fd as u32) < LEGACY_FDS)
+}
+
+#[cfg(feature = "legacy")]
+#[inline(never)]
+extern "C" fn flush_any_fd(i: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: the loop hands back the caller's context.
+    let f = unsafe { &*(ctx as *const Flush) };
+    if i < f.first || i > f.last {
+        return 0;
+    }
+    aet_fileio_close(i as i32, f.run, f.at_exit);
+    0
+}
+
 /// Emits and forgets the entries of fds `first..=last` of `tgid`: through the fd mask, and a
 /// scan of the map only when the process had an entry for an fd above 62.
 #[inline(always)]
@@ -216,25 +288,17 @@ pub(crate) fn fileio_flush(task: &Task, first: u32, last: u32, at_exit: bool) {
         at_exit: at_exit as u32,
     };
     if mask & (1u64 << 63) != 0 {
-        // SAFETY: map, callback and context are valid for the call.
-        unsafe {
-            generated::bpf_for_each_map_elem(
-                &FILEIO as *const _ as *mut c_void,
-                flush_step as *mut c_void,
-                &mut f as *mut Flush as *mut c_void,
-                0,
-            )
-        };
+        flush_all(&mut f);
     } else if mask != 0 {
-        // SAFETY: callback and context are valid for the call.
-        unsafe {
-            generated::bpf_loop(
-                63,
-                flush_fd as *mut c_void,
-                &mut f as *mut Flush as *mut c_void,
-                0,
-            )
-        };
+        loops::run!(
+            63,
+            63,
+            flush_fd,
+            Flush,
+            aet_loop_flush,
+            crate::maps::legacy_slot::LOOP_FLUSH,
+            &mut f
+        );
     }
     if first == 0 && last == u32::MAX {
         let _ = FDMASK.remove(tgid);
@@ -254,9 +318,7 @@ extern "C" fn flush_fd(i: u32, ctx: *mut c_void) -> i64 {
     if mask & (1u64 << (i & 63)) == 0 {
         return 0;
     }
-    let mut task = Task::current();
-    task.run = f.run;
-    fileio_close(&mut task, i as i32, f.at_exit != 0);
+    aet_fileio_close(i as i32, f.run, f.at_exit);
     0
 }
 

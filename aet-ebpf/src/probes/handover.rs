@@ -6,11 +6,14 @@
 use core::ffi::c_void;
 
 use aet_common::{EventKind, Syscall, counter, fd_origin};
-use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated};
+use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_probe_read_user};
 
 use super::args::Args;
+#[cfg(feature = "legacy")]
+use crate::maps::{legacy_arg, legacy_call, legacy_slot};
 use crate::{
     kernel::{KPtr, kread},
+    loops,
     maps::{cfg, count, offsets},
     record::{fill_header, header, scratch, send, user_word},
     task::{Task, fd_file, identity, set_identity},
@@ -21,15 +24,57 @@ const SOL_SOCKET: u32 = 1;
 const SCM_RIGHTS: u32 = 1;
 /// Most fds one `SCM_RIGHTS` message carries (`SCM_MAX_FD`).
 const SCM_MAX_FD: u32 = 253;
+/// Fds looked at per message: all of them, or in the legacy object the first 16 (more are
+/// counted as unrecorded).
+const MSG_FDS: u32 = loops::bound(SCM_MAX_FD, 16);
 /// Control messages looked at per message (credentials and pidfds may precede the fds).
 const CMSGS: u32 = 4;
-/// Messages looked at per `recvmmsg`.
-const MMSGS: u32 = 64;
-/// Events looked at per fanotify read.
-const FAN_EVENTS: u32 = 32;
+/// Messages looked at per `recvmmsg` (fewer in the legacy object; more are counted).
+const MMSGS: u32 = loops::bound(64, 8);
+/// Events looked at per fanotify read (fewer in the legacy object; more are counted).
+const FAN_EVENTS: u32 = loops::bound(32, 8);
+
+/// Records `row` ([`aet_emit_fd`]).
+#[inline(always)]
+fn emit_fd(row: &FdRow) {
+    #[cfg(not(feature = "legacy"))]
+    aet_emit_fd(row);
+    #[cfg(feature = "legacy")]
+    legacy_call(legacy_slot::EMIT_FD, row, aet_emit_fd_legacy);
+}
+
+/// [`aet_emit_fd`] of the row in this CPU's slot (the legacy object's global).
+#[cfg(feature = "legacy")]
+#[unsafe(no_mangle)]
+#[inline(never)]
+extern "C" fn aet_emit_fd_legacy() -> i32 {
+    legacy_arg::<FdRow>(legacy_slot::EMIT_FD).map_or(0, |p| aet_emit_fd(p))
+}
+
+/// Parses the message `m` ([`aet_parse_msghdr`]).
+#[inline(always)]
+fn parse_message(m: &Msg) {
+    #[cfg(not(feature = "legacy"))]
+    aet_parse_msghdr(m);
+    #[cfg(feature = "legacy")]
+    legacy_call(legacy_slot::PARSE_MSGHDR, m, aet_parse_msghdr_legacy);
+}
+
+/// [`aet_parse_msghdr`] of the message in this CPU's slot (the legacy object's global).
+#[cfg(feature = "legacy")]
+#[unsafe(no_mangle)]
+#[inline(never)]
+extern "C" fn aet_parse_msghdr_legacy() -> i32 {
+    // The message is worked on in its slot (a copy on this stack would put the program's call
+    // chain over the 512 bytes the kernel allows).
+    // SAFETY: this CPU's slot, which the caller filled.
+    legacy_arg::<Msg>(legacy_slot::PARSE_MSGHDR)
+        .map_or(0, |p| parse_msghdr(unsafe { &mut *p }) as i32)
+}
 
 /// One fd that arrived, as [`aet_emit_fd`] records it.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub(crate) struct FdRow {
     pub(crate) ret: i64,
     /// How it came ([`fd_origin`]) and from where (a socket fd, a pid).
@@ -47,8 +92,10 @@ pub(crate) struct FdRow {
 /// the other handover code together (0.5 s per call site, measured); userspace names the file
 /// (an earlier row of the same inode, or the fd's link while it still shows that inode). Global,
 /// so verified once per program, not in every loop that finds an fd.
-#[unsafe(no_mangle)]
-#[inline(never)]
+// Global (verified once) where the kernel takes pointer arguments to a global function
+// (5.12+); in the legacy object, the body of a global that takes its argument from a map.
+#[cfg_attr(not(feature = "legacy"), unsafe(no_mangle), inline(never))]
+#[cfg_attr(feature = "legacy", inline(always))]
 pub(crate) extern "C" fn aet_emit_fd(row: *const FdRow) -> i32 {
     if row.is_null() {
         return 0;
@@ -107,7 +154,7 @@ extern "C" fn fd_step(i: u32, ctx: *mut c_void) -> i64 {
         run: m.run,
         syscall: m.syscall,
     };
-    aet_emit_fd(&row);
+    emit_fd(&row);
     0
 }
 
@@ -115,6 +162,9 @@ extern "C" fn fd_step(i: u32, ctx: *mut c_void) -> i64 {
 /// kernel updated its `msg_controllen` to what it wrote); returns 1 when it found one. Global, so
 /// verified once per program with the message unknown, not once per state the message loop
 /// reaches it in.
+// Global (verified once): the kernel takes pointer arguments to a global function since 5.12;
+// the legacy object has its own global, which takes the argument from a map.
+#[cfg(not(feature = "legacy"))]
 #[unsafe(no_mangle)]
 #[inline(never)]
 extern "C" fn aet_parse_msghdr(msg: *const Msg) -> i32 {
@@ -196,9 +246,18 @@ fn parse_msghdr(m: &mut Msg) -> bool {
     m.peer = socket_peer(m.sock);
     m.fds = rights + hdr;
     let n = ((rights_len - hdr) / 4) as u32;
-    let n = if n > SCM_MAX_FD { SCM_MAX_FD } else { n };
-    // SAFETY: callback and context are valid for the call.
-    unsafe { generated::bpf_loop(n, fd_step as *mut c_void, m as *mut Msg as *mut c_void, 0) };
+    if n > MSG_FDS {
+        count(m.run, counter::FD_UNRECORDED);
+    }
+    loops::run!(
+        MSG_FDS,
+        n,
+        fd_step,
+        Msg,
+        aet_loop_msg_fds,
+        crate::maps::legacy_slot::LOOP_MSG_FDS,
+        m
+    );
     true
 }
 
@@ -217,7 +276,7 @@ extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
         syscall: outer.syscall,
         peer: outer.peer,
     };
-    aet_parse_msghdr(&m);
+    parse_message(&m);
     0
 }
 
@@ -273,15 +332,15 @@ pub(crate) fn exit_received(args: &Args, task: &Task, syscall: u16, ret: i64) {
     } else {
         1
     };
-    // SAFETY: callback and context are valid for the call.
-    unsafe {
-        generated::bpf_loop(
-            n,
-            mmsg_step as *mut c_void,
-            &mut m as *mut Msg as *mut c_void,
-            0,
-        )
-    };
+    loops::run!(
+        MMSGS,
+        n,
+        mmsg_step,
+        Msg,
+        aet_loop_mmsgs,
+        crate::maps::legacy_slot::LOOP_MMSGS,
+        &mut m
+    );
 }
 
 /// The name an anonymous inode's file gets from `fanotify_init` (`anon_inode:[fanotify]`).
@@ -308,6 +367,7 @@ pub(crate) fn is_fanotify(f: KPtr) -> bool {
 
 /// One fanotify read's parse state.
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct Events {
     buf: u64,
     len: u64,
@@ -347,7 +407,7 @@ extern "C" fn event_step(_i: u32, ctx: *mut c_void) -> i64 {
             run: e.run,
             syscall: e.syscall,
         };
-        aet_emit_fd(&row);
+        emit_fd(&row);
     }
     e.off += event_len as u64;
     0
@@ -367,15 +427,15 @@ pub(crate) fn fanotify_read(task: &Task, syscall: u16, buf: u64, len: i64) {
         run: task.run,
         syscall: syscall as u32,
     };
-    // SAFETY: callback and context are valid for the call.
-    unsafe {
-        generated::bpf_loop(
-            FAN_EVENTS,
-            event_step as *mut c_void,
-            &mut e as *mut Events as *mut c_void,
-            0,
-        )
-    };
+    loops::run!(
+        FAN_EVENTS,
+        FAN_EVENTS,
+        event_step,
+        Events,
+        aet_loop_fan,
+        crate::maps::legacy_slot::LOOP_FAN,
+        &mut e
+    );
     if e.off + 24 <= e.len {
         // More events than looked at.
         count(task.run, counter::FD_UNRECORDED);

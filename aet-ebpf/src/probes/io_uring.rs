@@ -26,9 +26,14 @@ pub(crate) fn io_uring_submit_req(ctx: TracePointContext) -> u32 {
     }
     claim();
     count(task.run, counter::IO_URING_SUBMITTED);
-    let req: u64 = record_field(&ctx, &CONFIG.fields.io_req);
     let o = offsets();
-    let opcode: u8 = kread(req, cfg(&o.req_opcode));
+    let (req, opcode): (u64, u8) = if cfg(&CONFIG.fields.io_req) != 0 {
+        let req: u64 = record_field(&ctx, &CONFIG.fields.io_req);
+        (req, kread(req, cfg(&o.req_opcode)))
+    } else {
+        // A record without the request (before 5.11): the opcode alone.
+        (0, record_field(&ctx, &CONFIG.fields.io_opcode))
+    };
     let Some(s) = scratch() else { return 0 };
     fill_header(
         header(s),
@@ -40,6 +45,7 @@ pub(crate) fn io_uring_submit_req(ctx: TracePointContext) -> u32 {
     header(s).aux = opcode as u64;
     let cmd = req + cfg(&o.req_cmd) as u64;
     let filename: u64 = match opcode {
+        _ if req == 0 => 0,
         IORING_OP_OPENAT | IORING_OP_OPENAT2 => kread(cmd, cfg(&o.io_open_filename)),
         IORING_OP_STATX => kread(cmd, cfg(&o.io_statx_filename)),
         _ => 0,

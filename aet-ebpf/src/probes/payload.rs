@@ -13,7 +13,10 @@ use aet_common::{
 use aya_ebpf::helpers::{bpf_probe_read_user, generated};
 
 use super::{args::Args, fileio::fileio_key};
+#[cfg(feature = "legacy")]
+use crate::maps::{legacy_arg, legacy_call, legacy_slot};
 use crate::{
+    loops,
     maps::{CONFIG, FILEIO, cfg, count},
     record::{fill_header, header, scratch, send, user_word},
     task::Task,
@@ -25,6 +28,26 @@ const IOVS: u32 = 4;
 const MMSGS: u32 = 8;
 /// The DNS port (network byte order is handled where the port is read).
 const DNS_PORT: u16 = 53;
+
+/// Captures `c` ([`aet_emit_payload`]).
+#[inline(always)]
+fn emit_payload(c: &Capture) {
+    #[cfg(not(feature = "legacy"))]
+    aet_emit_payload(c);
+    #[cfg(feature = "legacy")]
+    legacy_call(legacy_slot::EMIT_PAYLOAD, c, aet_emit_payload_legacy);
+}
+
+/// [`aet_emit_payload`] of the capture in this CPU's slot (the legacy object's global).
+#[cfg(feature = "legacy")]
+#[unsafe(no_mangle)]
+#[inline(never)]
+extern "C" fn aet_emit_payload_legacy() -> i32 {
+    // The capture is worked on in its slot (a copy on this stack would put the program's
+    // call chain over the 512 bytes the kernel allows).
+    // SAFETY: this CPU's slot, which the caller filled.
+    legacy_arg::<Capture>(legacy_slot::EMIT_PAYLOAD).map_or(0, |p| emit(unsafe { &mut *p }) as i32)
+}
 
 /// One message to capture, shared with the `bpf_loop` callbacks.
 #[repr(C)]
@@ -159,6 +182,9 @@ extern "C" fn iov_step(i: u32, ctx: *mut c_void) -> i64 {
 
 /// Sends the payload record of the message described by `c`; returns 1 when it sent one.
 /// Global, so verified once per program, not once per capture path that reaches it.
+// Global (verified once): the kernel takes pointer arguments to a global function since 5.12;
+// the legacy object has its own global, which takes the argument from a map.
+#[cfg(not(feature = "legacy"))]
 #[unsafe(no_mangle)]
 #[inline(never)]
 extern "C" fn aet_emit_payload(capture: *const Capture) -> i32 {
@@ -225,15 +251,15 @@ fn emit(c: &mut Capture) -> bool {
         } else {
             c.iovcnt as u32
         };
-        // SAFETY: callback and context are valid for the call.
-        unsafe {
-            generated::bpf_loop(
-                n,
-                iov_step as *mut c_void,
-                c as *mut Capture as *mut c_void,
-                0,
-            )
-        };
+        loops::run!(
+            IOVS,
+            n,
+            iov_step,
+            Capture,
+            aet_loop_iovs,
+            crate::maps::legacy_slot::LOOP_IOVS,
+            c
+        );
     }
     // Buffers past the fourth held bytes the capture wanted: what they hold is not seen.
     let want = if c.moved > PAYLOAD_CAP as u64 {
@@ -370,7 +396,7 @@ fn capture_one(args: &Args, task: &Who, syscall: u16, ret: i64, dir: u64) {
     if !wanted(key, dir, port, &mut c) {
         return;
     }
-    aet_emit_payload(&c);
+    emit_payload(&c);
 }
 
 /// Reads a `msghdr`'s name and iovec array into `c`.
@@ -425,7 +451,7 @@ extern "C" fn mmsg_step(i: u32, ctx: *mut c_void) -> i64 {
     if !wanted(fileio_key(c.tgid, c.fd), c.dir, port, c) && !addressed {
         return 0;
     }
-    aet_emit_payload(c);
+    emit_payload(c);
     0
 }
 
@@ -475,13 +501,13 @@ fn messages(args: &Args, task: &Who, syscall: u16, ret: i64) {
         tgid: task.tgid,
         _pad: 0,
     };
-    // SAFETY: callback and context are valid for the call.
-    unsafe {
-        generated::bpf_loop(
-            n,
-            mmsg_step as *mut c_void,
-            &mut c as *mut Capture as *mut c_void,
-            0,
-        )
-    };
+    loops::run!(
+        MMSGS,
+        n,
+        mmsg_step,
+        Capture,
+        aet_loop_payload_mmsgs,
+        crate::maps::legacy_slot::LOOP_PAYLOAD_MMSGS,
+        &mut c
+    );
 }

@@ -19,7 +19,7 @@ use aet_common::{
 };
 use aya_ebpf::{
     EbpfContext as _,
-    helpers::{bpf_probe_read_user, generated},
+    helpers::bpf_probe_read_user,
     macros::{map, tracepoint},
     maps::{PerCpuArray, ProgramArray},
     programs::TracePointContext,
@@ -66,6 +66,33 @@ pub(crate) static EXIT_STATE: PerCpuArray<ExitState> = PerCpuArray::with_max_ent
 /// return value, as 8-byte slots (the tracepoint's fixed format, not a kernel struct).
 const SYS_EXIT_RET: usize = 2;
 
+/// The record's slot holding the syscall's number.
+#[cfg(feature = "legacy")]
+const SYS_EXIT_ID: usize = 1;
+
+/// The current task's saved user registers: `bpf_task_pt_regs` (5.15+).
+#[cfg(not(feature = "legacy"))]
+#[inline(always)]
+fn task_regs(_task: &Task) -> KPtr {
+    // SAFETY: helper taking the trusted BTF task pointer it was given by the kernel.
+    KPtr(unsafe {
+        aya_ebpf::helpers::generated::bpf_task_pt_regs(KPtr::current_task_trusted().0 as *mut _)
+    } as *const u8)
+}
+
+/// The current task's saved user registers where the kernel has no `bpf_task_pt_regs`: at the
+/// top of the task's kernel stack, as the kernel's own `task_pt_regs` finds them.
+#[cfg(feature = "legacy")]
+#[inline(always)]
+fn task_regs(task: &Task) -> KPtr {
+    let o = offsets();
+    let stack: u64 = task.ptr.read(cfg(&o.task_stack));
+    if stack == 0 {
+        return KPtr(core::ptr::null());
+    }
+    KPtr((stack + cfg(&o.stack_regs) as u64) as *const u8)
+}
+
 /// `struct open_how` (uapi, stable).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -86,15 +113,24 @@ pub(crate) fn sys_exit(ctx: TracePointContext) -> u32 {
     // plain address, which would take a fault-tolerant copy: the dearest helper, on every
     // syscall of the machine).
     let mut task = Task::current();
-    // SAFETY: helper taking the trusted BTF task pointer it was given by the kernel.
-    let regs = KPtr(
-        unsafe { generated::bpf_task_pt_regs(KPtr::current_task_trusted().0 as *mut _) }
-            as *const u8,
-    );
+    let regs = task_regs(&task);
     if regs.is_null() {
         return 0;
     }
     let nr: i64 = regs.read(cfg(&o.regs_nr));
+    #[cfg(feature = "legacy")]
+    {
+        // The registers were found by arithmetic on the task's stack: a number that is not the
+        // tracepoint's means they were not, and what the syscall did is lost (counted).
+        // SAFETY: direct read of the record, inside its fixed size.
+        let id: i64 = unsafe { *(ctx.as_ptr() as *const i64).add(SYS_EXIT_ID) };
+        if id != nr {
+            if task.in_scope() {
+                count(task.run, counter::DISPATCH_FAILED);
+            }
+            return 0;
+        }
+    }
     if nr < 0 || nr >= aet_common::SYSCALL_TABLE_SIZE as i64 {
         return 0;
     }

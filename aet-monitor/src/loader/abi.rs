@@ -255,5 +255,8 @@ pub const COMPAT: &[(i64, Syscall)] = &[
 pub const REGS_NR: &str = "orig_ax";
 pub const REGS_ARGS: [&str; 6] = ["di", "si", "dx", "r10", "r8", "r9"];
 pub const REGS_ARGS_COMPAT: [&str; 6] = ["bx", "cx", "dx", "si", "di", "bp"];
+/// `THREAD_SIZE` (arch/x86/include/asm/page_64_types.h: 16 KiB without KASAN): the saved user
+/// registers end there, from the task's stack base.
+pub const THREAD_SIZE: u32 = 16 << 10;
 /// `TS_COMPAT` in `thread_info.status` (arch/x86/include/asm/thread_info.h).
 pub const TS_COMPAT: u32 = 0x0002;

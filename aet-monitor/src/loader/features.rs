@@ -1,7 +1,8 @@
 //! What the running kernel offers aet's programs, found in its BTF before anything is loaded:
 //! a kernel that lacks a feature the programs cannot do without is refused at once, in one line
 //! naming each missing feature and the oldest kernel that has it; one without `bpf_rdonly_cast`
-//! gets the object that reads kernel memory through the helper.
+//! gets the object that reads kernel memory through the helper, and one without the loop and
+//! task helpers of 5.11-5.17 the legacy object.
 
 use aet_kernel::btf::KernelBtf;
 
@@ -16,12 +17,15 @@ pub struct Feature {
 }
 
 /// The helpers no variant of the programs can do without.
-pub const REQUIRED: &[Feature] = &[
-    Feature {
-        func: "bpf_ringbuf_output",
-        since: "5.8",
-        why: "the ring buffer the records travel through",
-    },
+pub const REQUIRED: &[Feature] = &[Feature {
+    func: "bpf_ringbuf_output",
+    since: "5.8",
+    why: "the ring buffer the records travel through",
+}];
+
+/// The helpers the legacy object does without (bounded loops, the registers found from the
+/// task's stack): a kernel lacking any of them gets it.
+pub const MODERN: &[Feature] = &[
     Feature {
         func: "bpf_get_current_task_btf",
         since: "5.11",
@@ -36,6 +40,11 @@ pub const REQUIRED: &[Feature] = &[
         func: "bpf_loop",
         since: "5.17",
         why: "the path walk and the message loops",
+    },
+    Feature {
+        func: "bpf_for_each_map_elem",
+        since: "5.13",
+        why: "the flush of a process's open files",
     },
 ];
 
@@ -54,6 +63,8 @@ pub enum Variant {
     Btf,
     /// Kernel memory read through `bpf_probe_read_kernel`.
     HelperReads,
+    /// Helper reads, bounded loops, registers from the task's stack (5.10-5.16).
+    Legacy,
 }
 
 impl Variant {
@@ -62,6 +73,10 @@ impl Variant {
             Self::Btf => "BTF pointers (bpf_rdonly_cast)",
             Self::HelperReads => {
                 "helper reads (bpf_probe_read_kernel; this kernel has no bpf_rdonly_cast)"
+            }
+            Self::Legacy => {
+                "helper reads and bounded loops (the legacy object: this kernel lacks a helper \
+                 of 5.11-5.17)"
             }
         }
     }
@@ -85,7 +100,9 @@ pub fn missing(btf: &KernelBtf) -> Vec<&'static Feature> {
 
 /// The object variant this kernel takes.
 pub fn variant(btf: &KernelBtf) -> Variant {
-    if has(btf, RDONLY_CAST.func) {
+    if MODERN.iter().any(|f| !has(btf, f.func)) {
+        Variant::Legacy
+    } else if has(btf, RDONLY_CAST.func) {
         Variant::Btf
     } else {
         Variant::HelperReads
@@ -100,7 +117,7 @@ pub fn refusal(release: &str, missing: &[&Feature]) -> String {
         .collect();
     format!(
         "this kernel ({release}) cannot run aet's programs: it lacks {}; aet records on Linux \
-         5.17 and later (tested: 6.1, 6.12, 6.18, 7.2)",
+         5.8 and later (tested: 5.10, 6.1, 6.12, 6.18, 7.2)",
         list.join(", ")
     )
 }
@@ -122,20 +139,14 @@ mod tests {
         let line = refusal("5.10.0-32-cloud-amd64", &missing);
         assert_eq!(line.lines().count(), 1, "{line}");
         assert!(line.starts_with("this kernel (5.10.0-32-cloud-amd64) cannot run aet's programs"));
-        for (func, since) in [
-            ("bpf_ringbuf_output", "5.8"),
-            ("bpf_get_current_task_btf", "5.11"),
-            ("bpf_task_pt_regs", "5.15"),
-            ("bpf_loop", "5.17"),
-        ] {
-            assert!(line.contains(&format!("{func} (Linux {since}+")), "{line}");
-        }
+        assert!(line.contains("bpf_ringbuf_output (Linux 5.8+"), "{line}");
     }
 
-    /// A kernel with `bpf_rdonly_cast` gets the BTF object.
+    /// A kernel with `bpf_rdonly_cast` but none of the loop and task helpers gets the legacy
+    /// object.
     #[test]
-    fn a_kernel_with_the_kfunc_gets_the_btf_object() {
-        assert_eq!(variant(&fixture()), Variant::Btf);
+    fn a_kernel_without_the_loop_helpers_gets_the_legacy_object() {
+        assert_eq!(variant(&fixture()), Variant::Legacy);
     }
 
     /// This machine's kernel has every helper (aet records here).

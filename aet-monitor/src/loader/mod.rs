@@ -22,6 +22,11 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 /// without `bpf_rdonly_cast` ([`features::Variant::HelperReads`]).
 static EBPF_OBJECT_HELPER_READS: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/aet-helper-reads"));
+/// The same programs for kernels without `bpf_loop`, `bpf_task_pt_regs`,
+/// `bpf_get_current_task_btf` or `bpf_for_each_map_elem` (5.10-5.16):
+/// [`features::Variant::Legacy`].
+static EBPF_OBJECT_LEGACY: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/aet-legacy"));
 
 /// Set (to anything): the programs do not capture socket payloads (no names on the network).
 /// For the benchmark's baseline of what the capture costs; a run recorded so is not complete.
@@ -365,6 +370,7 @@ impl Programs {
         let object = match variant {
             features::Variant::Btf => kfunc::link_kfuncs(EBPF_OBJECT, &btf)?,
             features::Variant::HelperReads => EBPF_OBJECT_HELPER_READS.to_vec(),
+            features::Variant::Legacy => EBPF_OBJECT_LEGACY.to_vec(),
         };
         phase.done("the kernel's BTF read, the layouts found, the object linked");
         let mut loader = loader
@@ -726,6 +732,8 @@ fn regs_offsets(btf: &KernelBtf, o: &mut aet_common::Offsets) -> Result<(), Load
         o.regs_args[i] = btf.offset_of("pt_regs", abi::REGS_ARGS[i])?;
         o.regs_args_compat[i] = btf.offset_of("pt_regs", abi::REGS_ARGS_COMPAT[i])?;
     }
+    o.task_stack = btf.offset_of("task_struct", "stack")?;
+    o.stack_regs = abi::THREAD_SIZE - btf.size_of("pt_regs")?;
     Ok(())
 }
 

@@ -67,7 +67,9 @@ impl Record {
 
 /// The offsets the programs read, for this kernel.
 pub(super) fn record_fields() -> Result<RecordFields, LoadError> {
-    Record::read("raw_syscalls", "sys_exit")?.fixed("ret", 16, 8)?;
+    let sys_exit = Record::read("raw_syscalls", "sys_exit")?;
+    sys_exit.fixed("id", 8, 8)?;
+    sys_exit.fixed("ret", 16, 8)?;
     Record::read("syscalls", "sys_enter_execve")?.fixed("filename", 16, 8)?;
     Record::read("syscalls", "sys_enter_execveat")?.fixed("fd", 16, 8)?;
     let newtask = Record::read("task", "task_newtask")?;
@@ -84,8 +86,17 @@ pub(super) fn record_fields() -> Result<RecordFields, LoadError> {
         },
         exec_filename: exec.offset("filename", 4)?,
         exec_old_pid: exec.offset("old_pid", 4)?,
-        io_req: io.offset("req", 8)?,
-        _pad: [0; 2],
+        // Kernels before 5.11 name no request in the record: its opcode only (the file an
+        // open or statx names is not read).
+        io_req: match io.find("req") {
+            Some(_) => io.offset("req", 8)?,
+            None => 0,
+        },
+        io_opcode: match io.find("req") {
+            Some(_) => 0,
+            None => io.offset("opcode", 1)?,
+        },
+        _pad: 0,
     })
 }
 

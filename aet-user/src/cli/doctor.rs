@@ -180,12 +180,17 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 "eBPF programs",
                 true,
                 format!(
-                    "{} programs loaded, {} attached, the rest reached from sys_exit by tail calls (ring buffer, tracepoints, raw tracepoints, program array, bpf_loop); kernel reads through {}",
+                    "{} programs loaded, {} attached, the rest reached from sys_exit by tail calls (ring buffer, tracepoints, raw tracepoints, program array, {}); kernel reads through {}",
                     loader::PROGRAMS.len(),
                     loader::PROGRAMS
                         .iter()
                         .filter(|(_, a)| !matches!(a, Attach::Exit(_)))
                         .count(),
+                    if l.variant() == aet_monitor::loader::features::Variant::Legacy {
+                        "bounded loops"
+                    } else {
+                        "bpf_loop"
+                    },
                     l.variant().describe()
                 ),
             ));

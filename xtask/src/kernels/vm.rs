@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::{
-    Expect, Kernel,
+    Kernel,
     checks::{CONFORMANCE, Outcome, judge, tail},
 };
 use crate::sh;
@@ -210,7 +210,6 @@ pub(super) fn boot(
     kdir: &Path,
     vmlinuz: &Path,
     initramfs: &Path,
-    expect: Expect,
 ) -> anyhow::Result<Outcome> {
     let out = kdir.join("out");
     let _ = std::fs::remove_dir_all(&out);
@@ -259,13 +258,7 @@ pub(super) fn boot(
         return Ok(o);
     }
     unship(&text, &out)?;
-    Ok(judge(
-        aet,
-        &text,
-        &out,
-        Path::new("/tmp/aet-conform"),
-        expect,
-    ))
+    Ok(judge(aet, &text, &out, Path::new("/tmp/aet-conform")))
 }
 
 /// Unpacks the runs the VM printed (a base64 tar.gz between markers) into `out`.
