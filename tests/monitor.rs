@@ -403,7 +403,7 @@ path, n, odd = sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3])
 t = ipc.open_file(path).read_all()
 assert t.num_rows == n, (t.num_rows, n)
 meta = t.schema.metadata
-assert meta[b"aet.schema_version"] == b"6" and meta[b"aet.events_lost"] == b"0", meta
+assert meta[b"aet.schema_version"] == b"7" and meta[b"aet.events_lost"] == b"0", meta
 for c in ["seq","ts_ns","kind","syscall","pid","tid","ppid","uid","gid","cgroup_id","comm","path","dirfd","flags","ret","argv","phase","host","host_source","dns_answers"]:
     assert c in t.column_names, c
 raw = [r for r in t.column("path_raw").to_pylist() if r is not None]

@@ -91,7 +91,7 @@ fn each_phase_is_judged_by_its_own_rules_and_a_left_job_is_found() {
     let ledger = out.join("ledger.arrow");
     assert_complete(&ledger);
     let m = meta(&ledger);
-    assert_eq!(m["aet.schema_version"], "6");
+    assert_eq!(m["aet.schema_version"], "7");
     let phases: serde_json::Value = serde_json::from_str(&m["aet.phases"]).unwrap();
     let names: Vec<&str> = phases
         .as_array()

@@ -58,6 +58,8 @@ pub const COLUMNS: &[&str] = &[
     col::NET_DECISION,
     col::HOST_SOURCE,
     col::CAPTURE,
+    col::SHA256,
+    col::SHA256_ERROR,
 ];
 
 /// A text column (read as bytes) that may have a `_raw` twin holding the exact bytes; either is
@@ -169,6 +171,14 @@ pub(super) struct RowRef<'a> {
 }
 
 impl<'a> RowRef<'a> {
+    /// The row's program hash (`sha256`), when it has one.
+    pub(super) fn sha256(&self) -> Option<&'a [u8]> {
+        self.c
+            .sha256
+            .is_valid(self.i)
+            .then(|| self.c.sha256.value(self.i))
+    }
+
     /// Row `i` of `c`, made by process `pid`: no path chosen, no file, not known how it was
     /// reached.
     pub(super) fn new(
@@ -284,6 +294,9 @@ pub(super) struct BatchCols<'a> {
     pub(super) net_decision: &'a BinaryArray,
     pub(super) host_source: &'a BinaryArray,
     pub(super) capture: &'a UInt32Array,
+    /// A program row's hash, and why it could not be taken.
+    pub(super) sha256: &'a BinaryArray,
+    pub(super) sha256_error: &'a BinaryArray,
 }
 
 impl<'a> BatchCols<'a> {
@@ -329,6 +342,8 @@ impl<'a> BatchCols<'a> {
             net_decision: bin_col(b, col::NET_DECISION),
             host_source: bin_col(b, col::HOST_SOURCE),
             capture: prim::<UInt32Array>(b, col::CAPTURE),
+            sha256: bin_col(b, col::SHA256),
+            sha256_error: bin_col(b, col::SHA256_ERROR),
         }
     }
 

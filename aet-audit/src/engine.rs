@@ -51,6 +51,8 @@ pub struct Scan {
     pub provenance: Vec<super::provenance::PhaseProvenance>,
     /// Every exec and what each process touched, for the transcript's claims.
     pub seen: super::claims::Seen,
+    /// The programs executed or mapped executable, by content.
+    pub programs: Vec<super::programs::Program>,
 }
 
 /// How an fd arrived, with its file's identity.
@@ -348,6 +350,32 @@ pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: 
         return;
     }
     file_access(e, w, &RowRef { reached, ..row });
+    if matches!(known, EventKind::Exec | EventKind::Mmap) {
+        program(e, &row.at_path());
+    }
+}
+
+/// A program by content: an exec's file, or a file mapped executable, against the hash rules
+/// and `[allow] programs` (a row whose hash could not be taken is `sha256:unknown`).
+fn program(e: &mut Scanner<'_>, row: &RowRef<'_>) {
+    let RowRef { c, i, .. } = *row;
+    let error = c.sha256_error.is_valid(i).then(|| c.sha256_error.value(i));
+    let key = match row.sha256() {
+        Some(hex) => [crate::policy::programs::PREFIX, hex].concat(),
+        None if error.is_some() => crate::policy::programs::UNKNOWN.to_vec(),
+        None => return,
+    };
+    let path = row.resolved.or(row.raw).unwrap_or_default();
+    let comm = String::from_utf8_lossy(c.comm.value(i)).into_owned();
+    e.programs.add(
+        row.sha256(),
+        error,
+        row.kind == Some(EventKind::Exec),
+        path,
+        || format!("{comm}[{}]", row.pid),
+    );
+    let id = e.path_id(&key);
+    e.classify(row, Access::Exec, &[id], None);
 }
 
 /// Rules on what a process ran: its argument vector, joined with spaces (a failed exec ran
@@ -655,6 +683,7 @@ pub(super) fn finish(mut e: Scanner<'_>) -> Scan {
         processes: procs,
         paths: e.path_texts,
         seen: e.seen,
+        programs: e.programs.into_list(),
         ..Scan::default()
     }
 }

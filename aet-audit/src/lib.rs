@@ -32,6 +32,7 @@ pub mod groups;
 pub mod html;
 pub mod phases;
 pub mod policy;
+pub mod programs;
 pub mod provenance;
 pub mod reached;
 pub mod report;
@@ -57,7 +58,7 @@ pub use text::render_text;
 mod tests {
     /// The floors of this crate's modules, from the bottom up (the crate docs say the same).
     const FLOORS: &[&[&str]] = &[
-        &["policy", "reached", "targets", "transcript"],
+        &["policy", "programs", "reached", "targets", "transcript"],
         &["finding", "batch"],
         &["claims"],
         &["scanner", "groups"],

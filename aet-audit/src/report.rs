@@ -58,6 +58,7 @@ impl Report {
             unused_rules: Vec::new(),
             policy_warnings: policy.warnings(),
             processes: Vec::new(),
+            programs: Vec::new(),
             transcripts: None,
             phases: Vec::new(),
             watched: None,
@@ -216,6 +217,10 @@ pub struct Report {
     pub policy_warnings: Vec<String>,
     #[serde(default)]
     pub processes: Vec<Proc>,
+    /// The programs the run executed or mapped executable, by content (`sha256`): hash, paths,
+    /// how often, by whom; those whose hash could not be taken say why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<crate::programs::Program>,
     #[serde(default)]
     pub transcripts: Option<Transcripts>,
     /// The run's phases in order, with their rows and the section that judged them (a run

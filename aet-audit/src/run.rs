@@ -201,6 +201,7 @@ fn build_report(
         blocked,
         unused_rules,
         processes: scan.processes,
+        programs: scan.programs,
         transcripts,
         phases: phase_infos,
         watched: scan.watch.take(),

@@ -7,7 +7,7 @@ use arrow_array::Array;
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 
-use crate::policy::{Access, Attempts, Policy, Severity, Target};
+use crate::policy::{Access, Attempts, Policy, Severity, Target, programs};
 use aet_ledger::hosts;
 
 use super::batch::{RowRef, lossy};
@@ -91,6 +91,7 @@ pub(super) struct Scanner<'p> {
     pub(super) upstream: Vec<Vec<u8>>,
     /// Every exec and what each process touched, for the transcript's claims.
     pub(super) seen: crate::claims::Seen,
+    pub(super) programs: crate::programs::Programs,
 }
 
 impl<'p> Scanner<'p> {
@@ -116,6 +117,7 @@ impl<'p> Scanner<'p> {
             barrier: None,
             upstream: Vec::new(),
             seen: crate::claims::Seen::default(),
+            programs: crate::programs::Programs::default(),
         }
     }
 
@@ -256,16 +258,35 @@ impl<'p> Scanner<'p> {
         }
         let id = self.infos.len() as u32;
         let matches = self.policy.set.matches(p);
-        // A host's key is matched by host rules only, a path by the others.
+        // A host's key is matched by host rules only, a program's by hash rules only, a path by
+        // the others.
         let host = p.starts_with(hosts::PREFIX);
+        let program = p.starts_with(programs::PREFIX);
         let rules: Box<[u16]> = matches
             .iter()
-            .filter(|&i| (self.policy.rules[i].target == Target::Host) == host)
+            .filter(|&i| {
+                let t = self.policy.rules[i].target;
+                (t == Target::Host) == host && (t == Target::Program) == program
+            })
             .map(|i| i as u16)
             .collect();
+
         let pseudo = p.first() != Some(&b'/');
         let mut allowed = 0u8;
-        if let Some(a) = &self.policy.allow {
+        if program {
+            // `[allow] programs` when given: the hash is listed (an unknown one never is).
+            allowed = match self.policy.allow.as_ref().and_then(|a| a.programs.as_ref()) {
+                None => Access::Exec.bit(),
+                Some(set) => {
+                    let hex = std::str::from_utf8(&p[programs::PREFIX.len()..]).unwrap_or("");
+                    if set.contains(hex) {
+                        Access::Exec.bit()
+                    } else {
+                        0
+                    }
+                }
+            };
+        } else if let Some(a) = &self.policy.allow {
             let path = Path::new(std::ffi::OsStr::from_bytes(p));
             let read = a.read.is_match(path);
             if read {
@@ -297,6 +318,7 @@ impl<'p> Scanner<'p> {
         }
         let (barrier, barrier_change) = match &self.barrier {
             None => (u8::MAX, true),
+            Some(_) if program => (u8::MAX, true),
             Some(m) => (
                 Access::ALL
                     .iter()
@@ -467,6 +489,12 @@ impl<'p> Scanner<'p> {
         let main = ids[0];
         for &r in &rules {
             let rule = &policy.rules[r as usize];
+            // A rule of a path and a content: only a row of that program.
+            if let Some(h) = &rule.sha256
+                && row.sha256() != Some(h.as_bytes())
+            {
+                continue;
+            }
             self.rule_hits[r as usize] += 1;
             matched_rule |= rule.severity != Severity::Warning;
             let applied = Applied {
@@ -511,7 +539,9 @@ impl<'p> Scanner<'p> {
             // An endpoint or a host is not a path: judged by `allow.connect` or `allow.hosts`
             // alone.
             let net = matches!(access, Access::Connect | Access::Host);
-            if counts && !allowed && (!info.pseudo || net) {
+            // A program's hash is judged by `allow.programs` alone.
+            let program = self.path_bytes[main as usize].starts_with(programs::PREFIX);
+            if counts && !allowed && (!info.pseudo || net || program) {
                 self.record(
                     Class::OutOfScope,
                     self.oos_rule,

@@ -85,6 +85,9 @@ pub fn render_text(r: &Report) -> String {
     for p in &r.provenance {
         let _ = writeln!(s, "provenance    {}", provenance::summary(p));
     }
+    if !r.programs.is_empty() {
+        crate::programs::render(&r.programs, &mut s);
+    }
     if let Some(b) = &r.barrier {
         let _ = writeln!(
             s,

@@ -111,6 +111,12 @@ pub struct Offsets {
     /// syscall number is checked against the tracepoint's) and counted, never trusted.
     pub task_stack: u32,
     pub stack_regs: u32,
+    /// An inode's change time: its seconds (8 bytes) and nanoseconds (the low 30 bits of the
+    /// 4 or 8 bytes there; 6.13 keeps a flag above them).
+    pub inode_ctime_sec: u32,
+    pub inode_ctime_nsec: u32,
+    /// `inode.i_size`.
+    pub inode_size: u32,
 }
 
 /// The programs' configuration, a global (`CONFIG`) set by userspace before load.
@@ -130,8 +136,8 @@ pub struct Config {
     pub no_payload: u32,
 }
 
-const _: () = assert!(size_of::<Offsets>() == 316);
-const _: () = assert!(size_of::<Config>() == 360);
+const _: () = assert!(size_of::<Offsets>() == 328);
+const _: () = assert!(size_of::<Config>() == 372);
 
 /// Offsets in the records of the classic tracepoints the programs attach to, read from each
 /// one's `format` file at load (they differ between kernels). The programs run there with
@@ -205,6 +211,9 @@ pub mod fileio {
     pub const LISTED: u32 = 1 << 0;
     /// The file's first mapping was recorded.
     pub const MAPPED: u32 = 1 << 1;
+    /// The file's first executable mapping (`PROT_EXEC`) was recorded: its code ran (a shared
+    /// library's text), which the ledger identifies by content.
+    pub const MAPPED_EXEC: u32 = 1 << 4;
     /// A fanotify group's fd: the events read from it carry fds, each recorded as an `fd`
     /// row.
     pub const FANOTIFY: u32 = 3;

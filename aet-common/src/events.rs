@@ -362,9 +362,11 @@ pub struct EventHeader {
     /// The syscall's result (fd, 0, or -errno); for `Exit`, the wait status.
     pub ret: i64,
     /// Kind-specific: `openat2`'s `resolve` flags, the new pid for `Fork`, bytes read for `Io`,
-    /// the length for `Mmap`, the opcode for an io_uring request.
+    /// the length for `Mmap`, the opcode for an io_uring request, the running file's change
+    /// time (ns since the epoch; 0 unknown) for a successful `Exec`.
     pub aux: u64,
-    /// Kind-specific: bytes written for `Io`, `prot | flags << 32` for `Mmap`.
+    /// Kind-specific: bytes written for `Io`, `prot | flags << 32` for `Mmap`, the running
+    /// file's size for a successful `Exec`.
     pub aux2: u64,
     /// The object's device (kernel `dev_t` encoding) and inode, when [`flags::IDENTITY`].
     pub dev: u64,

@@ -207,6 +207,15 @@ impl KernelBtf {
             (Ok(a), Ok(b), Ok(c), Ok(d)) => (a, b, c, d),
             _ => (0, 0, 0, 0),
         };
+        // An inode's change time: `i_ctime_sec`/`i_ctime_nsec` (6.11+), the timespec64
+        // `__i_ctime` (6.6-6.10) or `i_ctime` (before).
+        let (inode_ctime_sec, inode_ctime_nsec) = match o("inode", "i_ctime_sec") {
+            Ok(sec) => (sec, o("inode", "i_ctime_nsec")?),
+            Err(_) => {
+                let ts = self.offset_of_any("inode", &["__i_ctime", "i_ctime"])?;
+                (ts, ts + 8)
+            }
+        };
         Ok(Offsets {
             task_pid: o("task_struct", "pid")?,
             task_tgid: o("task_struct", "tgid")?,
@@ -243,6 +252,9 @@ impl KernelBtf {
             inode_ino: o("inode", "i_ino")?,
             inode_sb: o("inode", "i_sb")?,
             inode_mode: o("inode", "i_mode")?,
+            inode_ctime_sec,
+            inode_ctime_nsec,
+            inode_size: o("inode", "i_size")?,
             sb_dev: o("super_block", "s_dev")?,
             dentry_parent: o("dentry", "d_parent")?,
             dentry_name_len: o("dentry", "d_name.len")?,

@@ -342,6 +342,43 @@ impl Kind for Phase {
     }
 }
 
+/// A text many rows share (a program's hash, or why it could not be taken), or null: the writer
+/// clones an `Arc`, not the text.
+pub struct OptShared;
+
+impl Kind for OptShared {
+    type In<'a> = Option<Arc<str>>;
+    type Out = Option<String>;
+    type Builder = StringBuilder;
+    type Reader<'b> = &'b StringArray;
+    const DOC_TYPE: &'static str = "utf8?";
+
+    fn fields(name: &str) -> Vec<Field> {
+        vec![Field::new(name, DataType::Utf8, true)]
+    }
+    fn builder(rows: usize) -> Self::Builder {
+        StringBuilder::with_capacity(rows, rows)
+    }
+    fn append(b: &mut Self::Builder, v: &Option<Arc<str>>) {
+        b.append_option(v.as_deref());
+    }
+    fn finish(b: &mut Self::Builder, out: &mut Vec<ArrayRef>) {
+        out.push(Arc::new(b.finish()));
+    }
+    fn reader<'b>(batch: &'b RecordBatch, name: &str) -> Self::Reader<'b> {
+        array(batch, name)
+    }
+    fn get(r: &Self::Reader<'_>, i: usize) -> Option<String> {
+        r.is_valid(i).then(|| r.value(i).to_owned())
+    }
+    fn out(v: &Option<Arc<str>>) -> Option<String> {
+        v.as_deref().map(str::to_owned)
+    }
+    fn sample(seed: u64) -> Option<Arc<str>> {
+        (!seed.is_multiple_of(3)).then(|| Arc::from(format!("{seed:064x}")))
+    }
+}
+
 /// A task's `comm`: 16 NUL-padded bytes in the record, lossy UTF-8 in the ledger.
 pub struct Comm;
 

@@ -12,14 +12,14 @@ use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 
 use super::columns::{
-    Argv, Comm, Flag, Kind, Name, Opt, OptFlag, OptName, Path, Phase, Req, Texts,
+    Argv, Comm, Flag, Kind, Name, Opt, OptFlag, OptName, OptShared, Path, Phase, Req, Texts,
 };
 use arrow_array::types::{
     Int32Type as I32, Int64Type as I64, UInt32Type as U32, UInt64Type as U64,
 };
 
 /// Version of the ledger schema written by this build.
-pub const SCHEMA_VERSION: &str = "6";
+pub const SCHEMA_VERSION: &str = "7";
 
 macro_rules! meta_keys {
     ($($(#[doc = $doc:literal])* $konst:ident = $key:literal;)*) => {
@@ -35,8 +35,8 @@ macro_rules! meta_keys {
 }
 
 meta_keys! {
-    /// The schema version (`6`; this build also reads `5`, whose ledgers lack `net_reason` and
-    /// `server_name`, `4`, whose ledgers also lack the host and DNS columns, `3`, whose ledgers
+    /// The schema version (`7`; this build also reads `6`, whose ledgers lack `sha256` and
+    /// `sha256_error`, `5`, whose ledgers also lack `net_reason` and `server_name`, `4`, whose ledgers also lack the host and DNS columns, `3`, whose ledgers
     /// also lack `phase`, and `2`, whose ledgers also lack the fd, process and network columns:
     /// read as null).
     SCHEMA_VERSION = "aet.schema_version";
@@ -441,6 +441,16 @@ columns! {
     /// For a tunnel of aet's proxy: the server name of the TLS ClientHello sent through it,
     /// when it is not the `CONNECT` host.
     SERVER_NAME / SERVER_NAME_RAW = server_name: Path;
+    /// For a successful `exec` and an `mmap` of a file with `PROT_EXEC`: the SHA-256 (lowercase
+    /// hex) of the file the process had, taken from it (`/proc/PID/exe`, `/proc/PID/map_files`)
+    /// while the process lived, or from the file at its path when that is the same file
+    /// (device and inode) unchanged since before the row (its change time). Once per file
+    /// identity (device, inode, change time). Null when it could not be taken
+    /// (`sha256_error`) and on other rows.
+    SHA256 = sha256: OptShared;
+    /// Why `sha256` could not be taken (the process had ended and the file at its path is
+    /// gone, is another file, or changed after the row; the file could not be read).
+    SHA256_ERROR = sha256_error: OptShared;
 }
 
 impl Row<'_> {

@@ -25,6 +25,7 @@ pub mod names;
 mod outside;
 pub mod overload;
 pub mod paths;
+pub mod programs;
 pub mod replay;
 pub mod rows;
 pub mod slots;
@@ -117,7 +118,8 @@ mod floors {
     /// below them all).
     const FLOORS: &[&[&str]] = &[
         &[
-            "build_id", "decode", "loader", "names", "outside", "paths", "sockaddr", "source",
+            "build_id", "decode", "loader", "names", "outside", "paths", "programs", "sockaddr",
+            "source",
         ],
         &["overload", "rows"],
         &["consumer"],

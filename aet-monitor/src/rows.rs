@@ -100,6 +100,18 @@ pub trait ProcView: Send {
     fn fd_link(&self, pid: u32, fd: i32, dev: u64, ino: u64) -> Option<Vec<u8>>;
     /// The process `pid`'s pidfd `fd` refers to.
     fn pidfd_target(&self, pid: u32, fd: i32) -> Option<u32>;
+    /// The SHA-256 of the file `pid` holds as `held` ([`crate::programs::hash`]).
+    fn program(
+        &self,
+        pid: u32,
+        held: crate::programs::Held,
+        identity: (u64, u64),
+        path: Option<&[u8]>,
+        row_wall_ns: i64,
+    ) -> crate::programs::Hashed {
+        let _ = (pid, held, identity, path, row_wall_ns);
+        Err("not taken".into())
+    }
 }
 
 /// The machine's `/proc`.
@@ -126,6 +138,17 @@ impl ProcView for HostProc {
 
     fn pidfd_target(&self, pid: u32, fd: i32) -> Option<u32> {
         aet_kernel::procfs::pidfd_target(pid, fd)
+    }
+
+    fn program(
+        &self,
+        pid: u32,
+        held: crate::programs::Held,
+        (dev, ino): (u64, u64),
+        path: Option<&[u8]>,
+        row_wall_ns: i64,
+    ) -> crate::programs::Hashed {
+        crate::programs::hash(pid, held, dev, ino, path, row_wall_ns)
     }
 }
 
@@ -596,6 +619,35 @@ impl RowMaker {
             self.host_path(row, ev, foreign);
         }
         self.remember_inode(row, h);
+        self.program(row, ev);
+    }
+
+    /// A successful exec's program, or a file mapped executable: its content's hash.
+    fn program(&mut self, row: &mut Row<'_>, ev: &RawEvent<'_>) {
+        use crate::programs::Held;
+        let h = &ev.header;
+        let held = match ev.kind {
+            EventKind::Exec if h.ret == 0 => Held::Exe {
+                at_exec: (h.aux != 0).then_some((h.aux as i64, h.aux2)),
+            },
+            EventKind::Mmap
+                if h.ret >= 0 && h.aux2 as u32 & aet_common::uapi::PROT_EXEC != 0 && h.fd >= 0 =>
+            {
+                Held::Mapping {
+                    addr: h.ret as u64,
+                    len: h.aux,
+                }
+            }
+            _ => return,
+        };
+        let (Some(dev), Some(ino)) = (row.dev, row.ino) else {
+            return;
+        };
+        let path = row.host_path.as_deref().or(row.resolved_path.as_deref());
+        match self.proc.program(h.pid, held, (dev, ino), path, row.ts_ns) {
+            Ok(hex) => row.sha256 = Some(hex),
+            Err(why) => row.sha256_error = Some(why),
+        }
     }
 
     /// The fds, flags and modes a path syscall's shape says it has, and what exec and mmap add.

@@ -7,6 +7,7 @@
 pub mod barrier;
 mod globs;
 mod lint;
+pub mod programs;
 pub mod provenance;
 pub mod watch;
 
@@ -80,6 +81,9 @@ struct AllowSpec {
     connect: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     hosts: Option<Vec<Spanned<String>>>,
+    /// The SHA-256s of the programs (executed, or mapped executable) a run may run.
+    #[serde(default)]
+    programs: Option<Vec<Spanned<String>>>,
 }
 
 /// `[processes]`: what an access to a process outside the run counts as.
@@ -161,6 +165,9 @@ pub struct Rule {
     pub access_mask: u8,
     pub attempts: Attempts,
     pub target: Target,
+    /// A path rule that also names a hash (`{ pattern, sha256 }`): it hits only a program row
+    /// of that content.
+    pub sha256: Option<String>,
 }
 
 /// The allow-list, compiled.
@@ -174,6 +181,8 @@ pub struct Allow {
     pub connect: Option<GlobSet>,
     /// Host names the run may look up and connect to by name (when given).
     pub hosts: Option<hosts::HostSet>,
+    /// The SHA-256s of the programs the run may execute or map executable (when given).
+    pub programs: Option<std::collections::BTreeSet<String>>,
     pub patterns: BTreeMap<&'static str, Vec<String>>,
 }
 
@@ -280,26 +289,40 @@ pub enum Target {
     /// every command (an exec's argument vector as [`Target::Argv`], and the commands of the
     /// agent's transcripts).
     Text,
+    /// A program's content (`sha256:HEX`): executed files and files mapped executable.
+    Program,
 }
 
 /// A rule's pattern, accesses, attempts and target, from `'regex'` or
 /// `{ pattern | argv, access, attempts }`.
-fn rule_fields(
-    v: &toml::Value,
-    sev: Severity,
-) -> Result<(String, Vec<Access>, Attempts, Target), String> {
+type RuleFields = (String, Vec<Access>, Attempts, Target, Option<String>);
+
+fn rule_fields(v: &toml::Value, sev: Severity) -> Result<RuleFields, String> {
     let (def_access, def_attempts) = defaults(sev);
     match v {
-        toml::Value::String(p) => Ok((p.clone(), def_access, def_attempts, Target::Path)),
+        toml::Value::String(p) => Ok((p.clone(), def_access, def_attempts, Target::Path, None)),
         toml::Value::Table(t) => {
             for k in t.keys() {
-                if !["pattern", "argv", "host", "text", "access", "attempts"].contains(&k.as_str())
+                if !["pattern", "argv", "host", "text", "sha256", "access", "attempts"]
+                    .contains(&k.as_str())
                 {
                     return Err(format!(
-                        "unknown key `{k}` (expected `pattern`, `argv`, `host` or `text`, \
-                         `access`, `attempts`)"
+                        "unknown key `{k}` (expected `pattern`, `argv`, `host`, `text` or \
+                         `sha256`, `access`, `attempts`)"
                     ));
                 }
+            }
+            let sha256 = match t.get("sha256") {
+                None => None,
+                Some(toml::Value::String(h)) => Some(programs::parse(h)?),
+                Some(_) => return Err("`sha256` must be a string".into()),
+            };
+            if sha256.is_some() && ["argv", "host", "text"].iter().any(|k| t.contains_key(*k)) {
+                return Err(
+                    "`sha256` names a program's content: alone, or with a `pattern` (that \
+                     content at that path)"
+                        .into(),
+                );
             }
             let given: Vec<&str> = ["pattern", "argv", "host", "text"]
                 .into_iter()
@@ -312,7 +335,13 @@ fn rule_fields(
                 ));
             }
             let (pattern, target) = match given.first().copied() {
-                None => return Err("missing `pattern` (or `argv`, `host`, `text`)".into()),
+                None if sha256.is_some() => (
+                    programs::key_pattern(sha256.as_deref().unwrap_or_default()),
+                    Target::Program,
+                ),
+                None => {
+                    return Err("missing `pattern` (or `argv`, `host`, `text`, `sha256`)".into());
+                }
                 Some(key) => match (key, &t[key]) {
                     ("pattern", toml::Value::String(p)) => (p.clone(), Target::Path),
                     ("argv", toml::Value::String(p)) => (p.clone(), Target::Argv),
@@ -337,11 +366,14 @@ fn rule_fields(
             // An argv rule is about running something.
             let access = match target {
                 _ if t.get("access").is_some() => access,
-                Target::Argv => vec![Access::Exec],
+                Target::Argv | Target::Program => vec![Access::Exec],
                 Target::Host => vec![Access::Host],
                 Target::Path | Target::Text => access,
             };
-            Ok((pattern, access, attempts, target))
+            // A hash-only rule is the program's key; with a pattern, the path's rule checked
+            // against the row's hash.
+            let sha256 = if target == Target::Program { None } else { sha256 };
+            Ok((pattern, access, attempts, target, sha256))
         }
         _ => Err(
             "expected a regular expression or a table { pattern | argv | host | text, access, attempts }"
@@ -368,6 +400,10 @@ fn never_matches(target: Target, access: &[Access]) -> Option<String> {
         )),
         Target::Argv if !access.contains(&Access::Exec) => Some(format!(
             "an `argv` rule matches what a process ran (access `exec`), and its `access` is [{}]",
+            names()
+        )),
+        Target::Program if !access.contains(&Access::Exec) => Some(format!(
+            "a `sha256` rule matches what ran (access `exec`), and its `access` is [{}]",
             names()
         )),
         Target::Path | Target::Text if access.iter().all(|a| *a == Access::Host) => Some(
@@ -629,7 +665,7 @@ fn compile_rules(text: &str, spec: &PolicySpec, prefix: &str) -> Result<Compiled
         for (name, r) in table {
             let full = format!("{prefix}{}.{name}", sev.key());
             let at = LineOf(text, r.span());
-            let (pat, access, attempts, target) = match rule_fields(r.get_ref(), sev) {
+            let (pat, access, attempts, target, sha256) = match rule_fields(r.get_ref(), sev) {
                 Ok(f) => f,
                 Err(e) => {
                     problems.push(format!("{at}: {full}: {e}"));
@@ -665,7 +701,7 @@ fn compile_rules(text: &str, spec: &PolicySpec, prefix: &str) -> Result<Compiled
             // rule's is one that matches nothing, and its pattern goes to the argv set; a text
             // rule's goes to both (to the argv set when it counts what a process runs).
             match target {
-                Target::Path | Target::Host => patterns.push(pat.clone()),
+                Target::Path | Target::Host | Target::Program => patterns.push(pat.clone()),
                 Target::Argv => {
                     patterns.push(NEVER.into());
                     argv_patterns.push(pat.clone());
@@ -687,6 +723,7 @@ fn compile_rules(text: &str, spec: &PolicySpec, prefix: &str) -> Result<Compiled
                 access_mask,
                 attempts,
                 target,
+                sha256,
             });
         }
     }
@@ -769,9 +806,18 @@ fn compile_allow(text: &str, a: &AllowSpec) -> Result<Allow, String> {
         }
         None => None,
     };
+    let programs = match &a.programs {
+        Some(l) => {
+            let set = programs::allow_list(text, l)?;
+            shown.insert("programs", set.iter().cloned().collect());
+            Some(set)
+        }
+        None => None,
+    };
     Ok(Allow {
         connect,
         hosts,
+        programs,
         read,
         write,
         exec,

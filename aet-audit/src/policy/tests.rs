@@ -185,7 +185,24 @@ mod endpoint_tests {
                 "[processes]\nlingering = \"maybe\"\n",
                 "processes.lingering = \"maybe\": expected",
             ),
+            (
+                "[allow]\nread = [\"/\"]\nprograms = [\"abc\"]\n",
+                "line 3: allow.programs[0]: \"abc\" is not a SHA-256",
+            ),
+            (
+                "[cheats]\nx = { sha256 = \"abc\" }\n",
+                "line 2: cheats.x: \"abc\" is not a SHA-256",
+            ),
+            (
+                "[cheats]\nx = { argv = 'a', sha256 = \"HASH\" }\n",
+                "cheats.x: `sha256` names a program's content",
+            ),
+            (
+                "[cheats]\nx = { sha256 = \"HASH\", access = [\"read\"] }\n",
+                "cheats.x: a `sha256` rule matches what ran",
+            ),
         ] {
+            let text = &text.replace("HASH", &"a".repeat(64));
             let e = Policy::parse(text, Path::new("p.toml")).unwrap_err();
             assert!(e.contains(says), "{text:?}: {e}");
         }

@@ -289,6 +289,20 @@ pub(crate) fn sched_process_exec(ctx: TracePointContext) -> u32 {
         let exe = mm.ptr(cfg(&offsets().mm_exe_file));
         if !exe.is_null() {
             record_file(s, &task, FileRef::Btf(exe));
+            // The file's change time (ns), with its device and inode the identity userspace
+            // hashes the program by: `aux` of an exec record.
+            let o = offsets();
+            let inode = exe.ptr(cfg(&o.file_inode));
+            if !inode.is_null() {
+                let sec = inode.read::<i64>(cfg(&o.inode_ctime_sec));
+                let nsec = inode.read::<u32>(cfg(&o.inode_ctime_nsec)) & ((1 << 30) - 1);
+                header(s).aux = (sec as u64)
+                    .wrapping_mul(1_000_000_000)
+                    .wrapping_add(nsec as u64);
+                // And its size (`aux2`): a truncation within the same clock tick keeps the
+                // change time, not the size.
+                header(s).aux2 = inode.read::<i64>(cfg(&o.inode_size)) as u64;
+            }
         }
     }
     send(s);

@@ -15,7 +15,7 @@
 use aet_common::{
     EventKind, SHAPES, SYSCALL_COUNT, Shape, Syscall, counter, exits, fd_origin, fileio, flags, io,
     obj, section, shape,
-    uapi::{AT_FDCWD, CREAT_FLAGS, MAP_ANONYMOUS},
+    uapi::{AT_FDCWD, CREAT_FLAGS, MAP_ANONYMOUS, PROT_EXEC},
 };
 use aya_ebpf::{
     EbpfContext as _,
@@ -300,7 +300,8 @@ fn record_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i
         return;
     };
     // What is not recorded leaves before the record is built: anonymous mappings and repeated
-    // mappings of one open file (each exec makes a dozen). (An fstat in disguise is left out
+    // mappings of one open file (each exec makes a dozen), but for its first executable one
+    // (a library's code: the ledger hashes what ran). (An fstat in disguise is left out
     // further down, once it is known to be one.)
     let mflags = args.get(3);
     if syscall == Syscall::Mmap as u16 {
@@ -311,10 +312,15 @@ fn record_event(args: &Args, mut task: Task, shape: &Shape, syscall: u16, ret: i
         if let Some(e) = FILEIO.get_ptr_mut(fileio_key(task.tgid, fd)) {
             // SAFETY: a map value; plain field access.
             let e = unsafe { &mut *e };
-            if e.marks & fileio::MAPPED != 0 {
+            let mark = if args.get(2) & PROT_EXEC as u64 != 0 {
+                fileio::MAPPED_EXEC
+            } else {
+                fileio::MAPPED
+            };
+            if e.marks & mark != 0 {
                 return;
             }
-            e.marks |= fileio::MAPPED;
+            e.marks |= mark | fileio::MAPPED;
         }
     }
     fill_header(header(s), &mut task, kind, syscall, ret);

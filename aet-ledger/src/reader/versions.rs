@@ -38,11 +38,18 @@ pub(crate) const ADDED_IN_6: [&str; 3] = [
     schema::col::SERVER_NAME_RAW,
 ];
 
+/// Columns added by schema version 7 (null when an older ledger is read).
+pub(crate) const ADDED_IN_7: [&str; 2] = [schema::col::SHA256, schema::col::SHA256_ERROR];
+
 /// What a ledger of `version` lacks (`None`: a version this build does not read).
 fn lacks(version: &str) -> Option<Vec<&'static str>> {
     let mut v: Vec<&'static str> = Vec::new();
     match version {
         SCHEMA_VERSION => return Some(v),
+        "6" => {
+            v.extend(ADDED_IN_7);
+            return Some(v);
+        }
         "5" => {}
         "4" => v.extend(ADDED_IN_5),
         "3" => v.extend(ADDED_IN_4.iter().chain(&ADDED_IN_5)),
@@ -50,6 +57,7 @@ fn lacks(version: &str) -> Option<Vec<&'static str>> {
         _ => return None,
     }
     v.extend(ADDED_IN_6);
+    v.extend(ADDED_IN_7);
     Some(v)
 }
 
