@@ -131,6 +131,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     first.len(),
                     first.join("\n  ")
                 );
+                // The first boot's files (its runs, the daemon's log) stay for a look.
+                let out = dir.join(k.label).join("out");
+                let kept = dir.join(k.label).join("out.first-boot");
+                let _ = std::fs::remove_dir_all(&kept);
+                let _ = std::fs::rename(&out, &kept);
                 o = boot(&aet, &dir.join(k.label), &vmlinuz, &base)?;
                 o.flaked = first;
             }

@@ -41,6 +41,7 @@ mount -t bpf bpf /sys/fs/bpf
 ip link set lo up
 sh /conformance.sh /bin/aet /bin/conform /tmp/out /tmp/aet-conform
 cp /tmp/aet-verifier-*.log /tmp/out/ 2>/dev/null
+cp /run/aet/*.log /tmp/out/ 2>/dev/null
 echo AET-KERNEL-SHIP-BEGIN
 tar -C /tmp/out -cf - . | gzip | base64
 echo AET-KERNEL-SHIP-END
