@@ -81,13 +81,24 @@ pub fn hash(
         } => ctime(m) == ct && m.len() == size,
         _ => ctime(m) <= row_wall_ns,
     };
-    if let Ok(f) = File::open(&link)
-        && let Ok(m) = f.metadata()
+    // A stat of the link first: most rows are of a file already hashed, found by its identity
+    // without opening it.
+    if let Ok(m) = std::fs::metadata(&link)
         && m.dev() == dev
         && m.ino() == ino
         && unchanged(&m)
     {
-        return hashed(f, (dev, ino, ctime(&m), m.len()));
+        if let Some(h) = lock().get(&(dev, ino, ctime(&m), m.len())) {
+            return Ok(h.clone());
+        }
+        if let Ok(f) = File::open(&link)
+            && let Ok(m) = f.metadata()
+            && m.dev() == dev
+            && m.ino() == ino
+            && unchanged(&m)
+        {
+            return hashed(f, (dev, ino, ctime(&m), m.len()));
+        }
     }
     // 2. The file at its path, if it is the same one, unchanged since before the row.
     let Some(path) = path else {
