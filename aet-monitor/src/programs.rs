@@ -84,6 +84,7 @@ pub fn hash(
     // A stat of the link first: most rows are of a file already hashed, found by its identity
     // without opening it.
     if let Ok(m) = std::fs::metadata(&link)
+        && m.is_file()
         && m.dev() == dev
         && m.ino() == ino
         && unchanged(&m)
@@ -91,7 +92,7 @@ pub fn hash(
         if let Some(h) = lock().get(&(dev, ino, ctime(&m), m.len())) {
             return Ok(h.clone());
         }
-        if let Ok(f) = File::open(&link)
+        if let Ok(f) = open_regular(Path::new(&link))
             && let Ok(m) = f.metadata()
             && m.dev() == dev
             && m.ino() == ino
@@ -105,7 +106,29 @@ pub fn hash(
         return Err("the process had ended and the row names no path".into());
     };
     let p = Path::new(OsStr::from_bytes(path));
-    let f = match File::open(p) {
+    // The agent controls what its path holds now: only the same regular file is opened (a FIFO
+    // or a device put there would block or act on being opened by root).
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() && m.dev() == dev && m.ino() == ino => {}
+        Ok(m) => {
+            return Err(format!(
+                "the process had ended and {} is another file now (inode {} on {}, not {ino} on \
+                 {dev})",
+                p.display(),
+                m.ino(),
+                m.dev()
+            )
+            .into());
+        }
+        Err(e) => {
+            return Err(format!(
+                "the process had ended and its file cannot be opened at {}: {e}",
+                p.display()
+            )
+            .into());
+        }
+    }
+    let f = match open_regular(p) {
         Ok(f) => f,
         Err(e) => {
             return Err(format!(
@@ -140,6 +163,20 @@ pub fn hash(
         .into());
     }
     hashed(f, (dev, ino, ct, m.len()))
+}
+
+/// Opens `p` for reading without blocking on a FIFO or taking a terminal, and only if it is a
+/// regular file.
+fn open_regular(p: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(p)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(f)
 }
 
 fn ctime(m: &std::fs::Metadata) -> i64 {
@@ -281,6 +318,21 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("is another file now"), "{e}");
+        // A FIFO put at the path: refused at once, never opened (it would block).
+        std::fs::remove_file(&p).unwrap();
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = hash(
+            0,
+            Held::Exe { at_exec: None },
+            m.dev(),
+            m.ino(),
+            Some(path),
+            later,
+        )
+        .unwrap_err();
+        assert!(e.contains("is another file now"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, b"version one").unwrap();
         // Gone.
         std::fs::remove_file(&p).unwrap();
         let e = hash(
