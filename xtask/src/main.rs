@@ -19,7 +19,7 @@ use std::{
     process::Command,
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, bail, ensure};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -183,14 +183,7 @@ pub fn user_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
 /// Cargo of the stable toolchain, with a `PATH` that holds neither rustup's proxies nor
 /// bpf-linker: what builds this way needs nothing of the eBPF toolchain.
 fn stable_only_cargo() -> anyhow::Result<Command> {
-    let out = Command::new("rustup")
-        .args(["which", "cargo", "--toolchain", "stable"])
-        .output()
-        .context("rustup which cargo")?;
-    if !out.status.success() {
-        bail!("rustup has no stable toolchain");
-    }
-    let cargo = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let cargo = rustup_which("cargo", Some("stable")).context("rustup has no stable toolchain")?;
     let bin = cargo.parent().context("cargo has no directory")?.to_owned();
     let mut c = Command::new(&cargo);
     c.env(
@@ -201,6 +194,13 @@ fn stable_only_cargo() -> anyhow::Result<Command> {
     .env_remove("RUSTC")
     .env_remove("RUSTC_WRAPPER")
     .env("CARGO_TARGET_DIR", root().join("target/stable"));
+    // Linted as built when the suite lints (`lint_in_builds`), by stable's own clippy.
+    if std::env::var_os("RUSTC_WORKSPACE_WRAPPER").is_some() {
+        c.env(
+            "RUSTC_WORKSPACE_WRAPPER",
+            rustup_which("clippy-driver", Some("stable"))?,
+        );
+    }
     // The compiler cache is no part of the toolchain this checks for.
     setup::with_cache(&mut c);
     Ok(c)
@@ -383,23 +383,29 @@ fn demo_isolated(aet: &Path) -> anyhow::Result<()> {
 fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
     let mut steps = Steps::new();
     steps.run("setup", setup::setup)?;
-    steps.run("format and lints", lints)?;
+    steps.run("format, the eBPF programs' lints", lints)?;
+    lint_in_builds()?;
     println!("== pure logic on stable Rust alone (no nightly, no bpf-linker on PATH)");
     steps.run("ledger, audit and checks on stable Rust", || {
-        sh(stable_only_cargo()?.args([
-            "test",
+        let packages = [
             "--package",
             "aet-ledger",
             "--package",
             "aet-audit",
             "--package",
             "aet-checks",
-            "--lib",
-            "--tests",
-        ]))
+        ];
+        // The benchmark's code is built (and linted) here, not run.
+        sh(stable_only_cargo()?
+            .args(["test", "--lib", "--tests", "--benches", "--no-run"])
+            .args(packages))?;
+        sh(stable_only_cargo()?
+            .args(["test", "--lib", "--tests"])
+            .args(packages))
     })?;
-    // In the release profile, like the binary and the end-to-end tests: DataFusion (aet query)
-    // is then built once, not once per profile (it is most of a cold build).
+    // In the release profile, like the binary and the end-to-end tests, with features that make
+    // every later build of the binary (the tests', maturin's) find its crates built: DataFusion
+    // (aet query), most of a cold build, is built once (docs/build.md, "One build").
     println!("== unit tests");
     steps.run("unit tests (release build)", || {
         sh(cargo().args([
@@ -468,24 +474,15 @@ fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The format, and clippy over the eBPF programs (nightly, the BPF target). The rest of the
+/// workspace is linted as it is built: [`lint_in_builds`].
 fn lints() -> anyhow::Result<()> {
-    println!("== format and lints");
+    println!("== format and the eBPF programs' lints");
     sh(cargo().args(["fmt", "--all", "--check"]))?;
-    // In the release profile: its build scripts and proc-macros are then the ones the release
-    // build uses, built once on a fresh checkout rather than once per profile.
-    sh(cargo().args([
-        "clippy",
-        "--release",
-        "--workspace",
-        "--exclude",
-        "aet-ebpf",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
     sh(setup::with_cache(&mut Command::new("cargo"))
         .env("PATH", setup::path_with_cargo_bin())
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CLIPPY_ARGS")
         .args([
             "+nightly",
             "clippy",
@@ -500,6 +497,42 @@ fn lints() -> anyhow::Result<()> {
             "-D",
             "warnings",
         ]))
+}
+
+/// From here on, every cargo this task and its children run compiles aet's own crates with
+/// clippy's driver (`RUSTC_WORKSPACE_WRAPPER`, which is what `cargo clippy` sets, with
+/// `-D warnings`): the build that the tests need is also the lint, and no check-mode build of
+/// every dependency (DataFusion's about 2 minutes cold) is made for clippy alone. Dependencies
+/// are compiled by rustc as before; the toolchains other than the default one (nightly for the
+/// fuzz targets and the programs, stable's own for its step) drop or replace the wrapper.
+fn lint_in_builds() -> anyhow::Result<()> {
+    let driver = rustup_which("clippy-driver", None)?;
+    // SAFETY: called between steps, while this process runs no other thread (the pool's threads
+    // start later), so nothing reads the environment while it changes.
+    unsafe {
+        std::env::set_var("RUSTC_WORKSPACE_WRAPPER", driver);
+        std::env::set_var("CLIPPY_ARGS", CLIPPY_ARGS);
+    }
+    Ok(())
+}
+
+/// `-D warnings`, as `cargo clippy` hands its arguments to clippy's driver.
+const CLIPPY_ARGS: &str = "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__";
+
+/// The path of a toolchain's tool (`rustup which`), of the default toolchain without one.
+fn rustup_which(tool: &str, toolchain: Option<&str>) -> anyhow::Result<PathBuf> {
+    let mut c = Command::new("rustup");
+    c.args(["which", tool]);
+    if let Some(t) = toolchain {
+        c.args(["--toolchain", t]);
+    }
+    let out = c.output().with_context(|| format!("rustup which {tool}"))?;
+    ensure!(
+        out.status.success(),
+        "rustup which {tool}: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
 /// The Python package: its types checked (mypy, strict), its tests run (pytest) against the
@@ -544,7 +577,7 @@ fn python_jobs(aet: &Path) -> Vec<e2e::Job> {
                 let s = Command::new(&aet)
                     .args(["daemon", "stop", "--socket", PYTHON_SOCKET])
                     .status()?;
-                anyhow::ensure!(
+                ensure!(
                     s.success() || s.code() == Some(1),
                     "aet daemon stop --socket {PYTHON_SOCKET}: {s}"
                 );
@@ -569,7 +602,7 @@ pub fn manifest_names(path: &Path, table: &str) -> anyhow::Result<Vec<String>> {
             Some(line.split('"').nth(1)?.to_owned())
         })
         .collect();
-    anyhow::ensure!(
+    ensure!(
         !names.is_empty(),
         "{}: no [[{table}]] names",
         path.display()
