@@ -244,6 +244,23 @@ impl<'a> RowRef<'a> {
     }
 }
 
+/// An exec's arguments joined with spaces, as its bytes.
+pub(super) fn argv_line(list: &ListArray, i: usize) -> Option<Vec<u8>> {
+    if !list.is_valid(i) {
+        return None;
+    }
+    let items = list.values().as_binary::<i32>();
+    let range = list.value_offsets()[i] as usize..list.value_offsets()[i + 1] as usize;
+    let mut line = Vec::new();
+    for (n, k) in range.enumerate() {
+        if n > 0 {
+            line.push(b' ');
+        }
+        line.extend_from_slice(items.value(k));
+    }
+    Some(line)
+}
+
 pub(super) fn argv_at(list: &ListArray, i: usize) -> Option<Vec<String>> {
     if !list.is_valid(i) {
         return None;

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use arrow_array::{Array, cast::AsArray as _};
+use arrow_array::Array;
 use rustc_hash::FxHashMap;
 
 use aet_common::{EventKind, Syscall};
@@ -53,6 +53,8 @@ pub struct Scan {
     pub seen: super::claims::Seen,
     /// The programs executed or mapped executable, by content.
     pub programs: Vec<super::programs::Program>,
+    /// The decoys the run planted, and what it did with them.
+    pub decoys: Option<super::decoys::DecoyReport>,
 }
 
 /// How an fd arrived, with its file's identity.
@@ -98,6 +100,8 @@ pub(super) struct Walk {
     watch: Option<super::watched::Attribution>,
     /// The first pass's provenance: who produced what each later phase loads.
     prov: Option<super::provenance::Tracker>,
+    /// The first pass's decoys: opens of them, and where their tokens went.
+    decoys: Option<super::decoys::Tracker>,
     /// `aet run` (a command): a process that enters the run without a fork the run made is a
     /// container runtime's until its first exec.
     runtime_entries: bool,
@@ -168,6 +172,7 @@ fn pass(
         w.phases = Some(Phases::new(&meta.phases));
         w.watch = super::watched::Attribution::new(policy, &meta);
         w.prov = super::provenance::Tracker::new(policy, &meta);
+        w.decoys = super::decoys::Tracker::new(meta.decoys.as_ref());
         if !policy.watches.is_empty() && meta.watch.is_none() {
             watch_reasons.push(aet_ledger::metadata::Incomplete::NotFingerprinted {
                 why: "the run took no fingerprints (run it with `aet run --policy` naming a \
@@ -212,6 +217,19 @@ fn pass(
         watch = Some(report);
         watch_reasons.extend(reasons);
     }
+    let mut decoys = None;
+    if let Some(t) = w.decoys.take() {
+        let (findings, report) = t.finish();
+        for f in &findings {
+            if f.class.marks_process()
+                && let Some(p) = e.procs.get_mut(&f.pid)
+            {
+                p.flagged = true;
+            }
+        }
+        e.findings.extend(findings);
+        decoys = Some(report);
+    }
     let read = Read {
         meta,
         form,
@@ -221,6 +239,7 @@ fn pass(
     let scan = Scan {
         provenance,
         watch,
+        decoys,
         watch_reasons,
         ..finish(e)
     };
@@ -282,6 +301,7 @@ pub(super) fn start<'p>(
         phases: None,
         watch: None,
         prov: None,
+        decoys: None,
         runtime_entries: !meta.command.is_empty(),
     };
     for f in &meta.inherited_fds {
@@ -338,6 +358,9 @@ pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: 
     if !judged {
         return;
     }
+    if let Some(d) = w.decoys.as_mut() {
+        d.row(e, &row.at_path());
+    }
     outside(e, &row);
     if known == EventKind::Net || known == EventKind::Dns {
         host(e, &row);
@@ -390,19 +413,10 @@ pub(super) fn argv_rules(
     let BatchCols { ret, argv, .. } = c;
     if kind == Some(EventKind::Exec)
         && !e.policy.argv_rules.is_empty()
-        && argv.is_valid(i)
         && ret.is_valid(i)
         && ret.value(i) >= 0
+        && let Some(line) = super::batch::argv_line(argv, i)
     {
-        let items = argv.values().as_binary::<i32>();
-        let range = argv.value_offsets()[i] as usize..argv.value_offsets()[i + 1] as usize;
-        let mut line = Vec::new();
-        for (n, k) in range.enumerate() {
-            if n > 0 {
-                line.push(b' ');
-            }
-            line.extend_from_slice(items.value(k));
-        }
         let row = RowRef::new(c, i, p, kind, true);
         for m in e.policy.argv_set.matches(&line).iter() {
             let r = e.policy.argv_rules[m];
@@ -684,6 +698,7 @@ pub(super) fn finish(mut e: Scanner<'_>) -> Scan {
         paths: e.path_texts,
         seen: e.seen,
         programs: e.programs.into_list(),
+        decoys: None,
         ..Scan::default()
     }
 }

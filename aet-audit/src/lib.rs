@@ -6,7 +6,8 @@
 //! 2. [`finding`], [`batch`], [`targets`], [`reached`], [`groups`]: what a finding is, the
 //!    ledger's columns as one judged row, the targets a policy names;
 //! 3. [`claims`]: what a transcript's shell calls claim ran, held against the execs seen;
-//!    [`scanner`], [`provenance`], [`watched`], [`phases`]: the checks made on each row;
+//!    [`scanner`], [`provenance`], [`watched`], [`phases`], [`decoys`]: the checks made on each
+//!    row;
 //! 4. [`engine`]: one pass over the ledger's columns, each distinct path classified once;
 //! 5. [`transcript`], [`account`]: an agent's own account of its tool calls, correlated with the
 //!    record;
@@ -25,6 +26,7 @@
 pub mod account;
 pub mod batch;
 pub mod claims;
+pub mod decoys;
 pub mod draft;
 pub mod engine;
 pub mod finding;
@@ -62,7 +64,7 @@ mod tests {
         &["finding", "batch"],
         &["claims"],
         &["scanner", "groups"],
-        &["phases", "provenance", "watched"],
+        &["phases", "provenance", "watched", "decoys"],
         &["engine"],
         &["report", "draft"],
         &["account"],

@@ -59,6 +59,7 @@ impl Report {
             policy_warnings: policy.warnings(),
             processes: Vec::new(),
             programs: Vec::new(),
+            decoys: None,
             transcripts: None,
             phases: Vec::new(),
             watched: None,
@@ -221,6 +222,10 @@ pub struct Report {
     /// how often, by whom; those whose hash could not be taken say why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub programs: Vec<crate::programs::Program>,
+    /// The decoys the run planted (`[[decoy]]`) and what it did with each: opens, sweeps, where
+    /// its token turned up; the files read back for the tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoys: Option<crate::decoys::DecoyReport>,
     #[serde(default)]
     pub transcripts: Option<Transcripts>,
     /// The run's phases in order, with their rows and the section that judged them (a run

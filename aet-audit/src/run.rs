@@ -202,6 +202,7 @@ fn build_report(
         unused_rules,
         processes: scan.processes,
         programs: scan.programs,
+        decoys: scan.decoys.take(),
         transcripts,
         phases: phase_infos,
         watched: scan.watch.take(),

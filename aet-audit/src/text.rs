@@ -88,6 +88,9 @@ pub fn render_text(r: &Report) -> String {
     if !r.programs.is_empty() {
         crate::programs::render(&r.programs, &mut s);
     }
+    if let Some(d) = &r.decoys {
+        crate::decoys::render(d, &mut s);
+    }
     if let Some(b) = &r.barrier {
         let _ = writeln!(
             s,

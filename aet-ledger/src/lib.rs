@@ -3,7 +3,8 @@
 //! fingerprints, the wire format between aet and its stage, the barrier's data types, run
 //! directories and their manifest. Read as floors, each using only those below it:
 //!
-//! 1. [`util`], [`version`], [`columns`], [`ipc`]: helpers, the build, the IPC file's bytes;
+//! 1. [`util`], [`version`], [`columns`], [`ipc`], [`decoys`]: helpers, the build, the IPC file's
+//!    bytes, the decoys' record;
 //! 2. [`barrier`], [`plan`], [`access`]: the barrier's rules, what aet hands its stage and what
 //!    it reports back, the access classifier;
 //! 3. [`watch`], [`incomplete`], [`schema`]: watched files' fingerprints, why a record is
@@ -21,6 +22,7 @@ pub mod barrier;
 pub mod chain;
 pub mod columns;
 pub mod decode;
+pub mod decoys;
 pub mod hosts;
 pub mod incomplete;
 pub mod ipc;
@@ -44,7 +46,7 @@ mod tests {
     /// The floors of this crate's modules, from the bottom up (the crate docs say the same).
     const FLOORS: &[&[&str]] = &[
         &[
-            "util", "version", "ipc", "decode", "run_dir", "access", "hosts",
+            "util", "version", "ipc", "decode", "run_dir", "access", "hosts", "decoys",
         ],
         &["ppath", "columns"],
         &["barrier", "incomplete", "watch", "schema"],

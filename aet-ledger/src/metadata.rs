@@ -203,6 +203,8 @@ pub struct LedgerMeta {
     pub phases: Vec<PhaseRecord>,
     /// `aet.watch`: the watched files before and after the agent's phase.
     pub watch: Option<crate::watch::WatchRecord>,
+    /// `aet.decoys`: the decoys planted in the agent's view, with their tokens.
+    pub decoys: Option<crate::decoys::DecoyRecord>,
 }
 
 /// The first phase of every run.
@@ -313,6 +315,7 @@ impl LedgerMeta {
             recovered: flag(m, meta::RECOVERED),
             phases: json(m, meta::PHASES)?.unwrap_or_default(),
             watch: json(m, meta::WATCH)?,
+            decoys: json(m, meta::DECOYS)?,
         })
     }
 }

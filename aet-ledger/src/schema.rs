@@ -147,6 +147,11 @@ meta_keys! {
     /// ctime_ns}`; `cost` is `{entries, walked, hashed_files, hashed_bytes, reused, ms}`), and
     /// `error` when a snapshot could not be taken.
     WATCH = "aet.watch";
+    /// `aet run --sandbox` with `[[decoy]]` entries (footer only): the decoys planted in the
+    /// agent's view, a JSON object: `version`, `decoys` (each `{name, kind, path, var, files,
+    /// token}`: `kind` is `file`, `directory` or `env`; `files`, the paths the agent sees; the
+    /// token is the run's own, out of the agent's reach).
+    DECOYS = "aet.decoys";
 }
 
 /// A column as the docs list it.

@@ -98,6 +98,8 @@ pub enum BuildError {
     },
     #[error("{entry}: {message}")]
     Repo { entry: String, message: String },
+    #[error("{entry}: {message}")]
+    Decoy { entry: String, message: String },
 }
 
 /// One mount (or file-system) operation of the view.
@@ -166,6 +168,9 @@ pub struct BuildOptions {
     /// Sanitized git directories (`[[repo]] history = "sanitize"`), by repository path: each is
     /// bound at the repository's `.git`.
     pub repo_copies: Vec<(PathBuf, PathBuf)>,
+    /// Decoys (`[[decoy]]`): what is bound read-only at each decoy's path, by the decoy's entry
+    /// name (`decoy[0] = "/grader/x"`), destination and source.
+    pub decoys: Vec<(String, PathBuf, PathBuf)>,
 }
 
 /// The bwrap options, the command bwrap runs, and, with a stage, its plan.
@@ -309,6 +314,7 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
     if spec.network.hosts().is_some() {
         view.proxy_resolver()?;
     }
+    view.decoys(&opts.decoys)?;
     view.parents(spec);
     view.masks(spec);
     let (args, unmount) = view.bwrap_args(spec, opts);
@@ -357,6 +363,8 @@ pub fn build(spec: &SandboxSpec, opts: &BuildOptions) -> Result<Built, BuildErro
 struct View {
     grants: Vec<Mount>,
     masks: Vec<Mount>,
+    /// Bound after the masks.
+    decoys: Vec<Mount>,
     checks: Vec<Check>,
     writable: Vec<PPath>,
 }
@@ -554,6 +562,7 @@ impl View {
             .iter()
             .map(|m| m.dst.clone())
             .chain(spec.deny.iter().chain(&spec.mask_files).map(|p| norm(p)))
+            .chain(self.decoys.iter().map(|m| m.dst.clone()))
             .collect();
         for d in &dsts {
             for a in d.ancestors().skip(1) {
@@ -706,7 +715,7 @@ impl View {
         if std::env::var_os("AET_DEBUG_SANDBOX_SKIP_MASKS").is_some() {
             self.masks.clear();
         }
-        for m in self.grants.iter().chain(self.masks.iter()) {
+        for m in self.grants.iter().chain(&self.masks).chain(&self.decoys) {
             emit(&mut args, m);
         }
         let mut unmount = Vec::new();
@@ -750,6 +759,7 @@ impl View {
     }
 }
 
+mod decoys;
 pub mod libs;
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@
 
 pub mod barrier;
 pub mod build;
+pub mod decoy;
 pub mod env;
 pub mod identity;
 pub mod repo;
@@ -90,6 +91,10 @@ pub struct Prepared {
     stage_dir: tempfile::TempDir,
     /// Sanitized copies of task repositories' git directories, for the run's life.
     _repo_copies: Vec<tempfile::TempDir>,
+    /// The decoys planted, with their tokens (`aet.decoys`), and the directory their files are
+    /// bound from, for the run's life.
+    pub decoys: Vec<decoy::Decoy>,
+    _decoy_dir: tempfile::TempDir,
     /// The socket the stage hands its view over on (aet's end, taken by the run), and the
     /// stage's end, which bwrap inherits.
     hold: Option<(Option<std::os::unix::net::UnixStream>, OwnedFd)>,
@@ -161,6 +166,24 @@ impl Prepared {
             repo_copies.push((r.path.clone(), gitdir));
             copies.push(dir);
         }
+        // Decoys: written with this run's tokens into a directory private to root, bound
+        // read-only in the view (their sources are reached only through the binds).
+        let decoy_dir = tempfile::Builder::new()
+            .prefix("decoys-")
+            .tempdir_in(runtime_dir()?)?;
+        let planted = decoy::plant(&spec.decoy, decoy_dir.path())?;
+        let decoy_binds = planted
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let dst = p.record.path.as_ref()?;
+                Some((
+                    format!("decoy[{i}] = {dst:?}"),
+                    PathBuf::from(dst),
+                    p.source.clone()?,
+                ))
+            })
+            .collect();
         let mut built = build::build(
             &spec,
             &BuildOptions {
@@ -170,6 +193,7 @@ impl Prepared {
                 mode: opts.mode,
                 identity: opts.identity,
                 repo_copies,
+                decoys: decoy_binds,
             },
         )?;
         let mut env = match opts.env {
@@ -182,6 +206,10 @@ impl Prepared {
             }
             .apply(std::env::vars_os()),
         };
+        for (var, value) in planted.iter().filter_map(|p| p.env.as_ref()) {
+            env.vars.retain(|(x, _)| x.as_bytes() != var.as_bytes());
+            env.vars.push((var.into(), value.into()));
+        }
         let proxy = spec.network.hosts().is_some();
         if proxy {
             // The command's way out: aet's proxy on the sandbox's loopback.
@@ -217,7 +245,17 @@ impl Prepared {
             args_fd,
             stage_dir,
             _repo_copies: copies,
+            decoys: planted.into_iter().map(|p| p.record).collect(),
+            _decoy_dir: decoy_dir,
             hold,
+        })
+    }
+
+    /// What the run record keeps of the decoys (`aet.decoys`), when the spec has any.
+    pub fn decoy_record(&self) -> Option<decoy::DecoyRecord> {
+        (!self.decoys.is_empty()).then(|| decoy::DecoyRecord {
+            version: aet_ledger::decoys::DECOY_RECORD_VERSION,
+            decoys: self.decoys.clone(),
         })
     }
 
@@ -361,7 +399,7 @@ mod floors {
     /// The floors of this crate's modules, from the bottom up (what the crate root defines is
     /// below them all).
     const FLOORS: &[&[&str]] = &[
-        &["barrier", "env", "repo", "runtime"],
+        &["barrier", "decoy", "env", "repo", "runtime"],
         &["spec", "identity"],
         &["build"],
         &["stage"],

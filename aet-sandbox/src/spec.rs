@@ -77,6 +77,9 @@ pub struct SandboxSpec {
     /// Task repositories whose history must not reach past a base commit (`[[repo]]`).
     #[serde(default)]
     pub repo: Vec<RepoSpec>,
+    /// Canaries planted in the view, each with a token unique to the run (`[[decoy]]`).
+    #[serde(default)]
+    pub decoy: Vec<crate::decoy::DecoySpec>,
 }
 
 /// A task repository (`[[repo]] path = "...", base = "...", history = "verify"|"sanitize"`).
@@ -469,6 +472,19 @@ impl SandboxSpec {
                 }
             }
         }
+        let places = crate::decoy::Places {
+            writable: entries
+                .iter()
+                .filter(|e| e.role.writable())
+                .map(|e| (e.path.as_path(), e.name()))
+                .collect(),
+            masked: entries
+                .iter()
+                .filter(|e| !e.role.grants())
+                .map(|e| (e.path.as_path(), e.name()))
+                .collect(),
+        };
+        problems.extend(crate::decoy::check(&self.decoy, &places));
         // Contradictions between entries.
         let valid: Vec<&Entry> = entries
             .iter()
@@ -765,6 +781,12 @@ pub const KEYS: &[SpecKey] = &[
         kind: "tables: `path`, `base`, `history`",
         default: "none",
         meaning: "task repositories whose history must not reach past `base`, [below](#task-repositories)",
+    },
+    SpecKey {
+        keys: "`[[decoy]]`",
+        kind: "tables: `name`, `kind`, `path`, `var`, `files`, `content`",
+        default: "none",
+        meaning: "canaries planted in the view with a token unique to the run, [below](#decoys)",
     },
 ];
 

@@ -14,6 +14,7 @@ fn opts() -> BuildOptions {
         mode: Mode::Exec,
         identity: None,
         repo_copies: Vec::new(),
+        decoys: Vec::new(),
     }
 }
 

@@ -119,8 +119,18 @@ pub fn run(c: Command) -> anyhow::Result<u8> {
                     // Sanitized copies are made when a run starts; argv shows the view without
                     // them.
                     repo_copies: Vec::new(),
+                    // So are decoys, each with its run's token: argv shows the view without
+                    // them (a printout must not carry a token a run would use).
+                    decoys: Vec::new(),
                 },
             )?;
+            if !s.decoy.is_empty() {
+                eprintln!(
+                    "aet: note: {} decoy(s) are planted when a run starts, with the run's own \
+                     tokens: these arguments leave them out",
+                    s.decoy.len()
+                );
+            }
             let args = built.argv();
             if null {
                 let mut out = std::io::stdout().lock();

@@ -248,6 +248,9 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
     }
     if let Some(sb) = &opts.launch.sandbox {
         extra.set_json(meta::SANDBOX, &sb.record(report_ok));
+        if let Some(d) = sb.decoy_record() {
+            extra.set_json(meta::DECOYS, &d);
+        }
     }
     if let Some(id) = &opts.launch.identity {
         let record = identity_end(id, run_started, report_ok, &mut reasons, opts.quiet);
