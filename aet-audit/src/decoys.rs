@@ -393,7 +393,7 @@ impl Tracker {
                 ..template
             });
         }
-        for ((k, place, _), _) in &self.token_hits {
+        for (k, place, _) in self.token_hits.keys() {
             let t = &mut report.decoys[*k].token_in;
             if !t.iter().any(|x| x == place) {
                 t.push((*place).to_owned());
