@@ -285,6 +285,72 @@ pub fn plant(decoys: &[DecoySpec], dir: &Path) -> io::Result<Vec<Planted>> {
     Ok(out)
 }
 
+/// Reads a file of `[[decoy]]` tables (`aet run --decoys`): every problem, naming the file.
+pub fn load(path: &Path) -> Result<Vec<DecoySpec>, String> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        #[serde(default)]
+        decoy: Vec<DecoySpec>,
+    }
+    let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file: File = toml::from_str(&text)
+        .map_err(|e| format!("{}: {}", path.display(), e.to_string().trim_end()))?;
+    if file.decoy.is_empty() {
+        return Err(format!("{}: no [[decoy]] table", path.display()));
+    }
+    let problems = check(
+        &file.decoy,
+        &Places {
+            writable: Vec::new(),
+            masked: Vec::new(),
+        },
+    );
+    if !problems.is_empty() {
+        return Err(format!(
+            "{}: {} problem(s), nothing was planted:\n  - {}",
+            path.display(),
+            problems.len(),
+            problems.join("\n  - ")
+        ));
+    }
+    Ok(file.decoy)
+}
+
+/// Where a harness puts decoys aet planted for a view it does not build (a container):
+/// `decoys.json` in the run directory, readable by root alone.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Placement {
+    /// Bind each `source` read-only at `target`.
+    pub binds: Vec<Bind>,
+    /// Set each variable.
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Bind {
+    pub source: PathBuf,
+    pub target: String,
+}
+
+impl Placement {
+    pub fn of(planted: &[Planted]) -> Self {
+        let mut p = Self::default();
+        for d in planted {
+            if let (Some(source), Some(target)) = (&d.source, &d.record.path) {
+                p.binds.push(Bind {
+                    source: source.clone(),
+                    target: target.clone(),
+                });
+            }
+            if let Some((k, v)) = &d.env {
+                p.env.insert(k.clone(), v.clone());
+            }
+        }
+        p
+    }
+}
+
 fn write_ro(path: &Path, text: &str) -> io::Result<()> {
     fs::write(path, text)?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o444))

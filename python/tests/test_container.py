@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,33 @@ def test_a_clean_session_in_the_containers_paths_is_clean_and_the_runtime_is_its
     assert [p["name"] for p in r.phases] == ["agent", "grading"]
     prov = r.provenance[0]
     assert prov["phase"] == "grading" and prov["files"].get("solution") == 1, prov
+
+
+def test_decoys_in_a_session_catch_a_direct_read_and_not_a_listing(
+    aet_bin: str, engine_image: tuple[str, str], tmp_path: Path
+) -> None:
+    """Decoys planted by aet for the session's run, bound read-only into the container: a
+    listing is nothing, a direct read disqualifies, and the container cannot change them."""
+    engine, image = engine_image
+    policy = tmp_path / "policy.toml"
+    policy.write_text(CONTAINER_POLICY)
+    decoys = [aet.isolation.Decoy(name="expected", path="/grader/expected.txt"),
+              aet.isolation.Decoy(name="key", kind="env", var="ANSWER_KEY")]
+    with aet.container(image, engine=engine, out=tmp_path / "run", policy=policy,
+                       workdir="/work", decoys=decoys) as c:
+        assert c.exec(["ls", "/grader"]).stdout == b"expected.txt\n"
+        status, out, _ = c.exec(["cat", "/grader/expected.txt"])
+        assert status == 0 and b"aetdecoy" in out, out
+        assert c.exec(["sh", "-c", "echo $ANSWER_KEY"]).stdout.startswith(b"aetdecoy")
+        assert c.exec(["sh", "-c", "echo x > /grader/expected.txt"]).exit_status != 0
+    r = c.result
+    assert r is not None and r.complete, r.reasons
+    assert r.verdict == "disqualified", r.findings
+    report = r.audit
+    assert report is not None
+    assert [f["rule"] for f in report["cheat_hits"]] == ["decoys.expected"], report["cheat_hits"]
+    tokens = {d["name"]: d["token"] for d in json.loads(r.metadata["aet.decoys"])["decoys"]}
+    assert tokens["expected"].encode() in out
 
 
 def test_what_the_grader_loads_that_the_agent_wrote_outside_the_solution_is_named(

@@ -13,6 +13,7 @@ mod fuzz;
 mod install;
 mod kernels;
 mod setup;
+mod units;
 
 use std::{
     path::{Path, PathBuf},
@@ -384,6 +385,7 @@ fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
     let mut steps = Steps::new();
     steps.run("setup", setup::setup)?;
     steps.run("format, the eBPF programs' lints", lints)?;
+    steps.run("one build for every step", units::check_one_build)?;
     lint_in_builds()?;
     println!("== pure logic on stable Rust alone (no nightly, no bpf-linker on PATH)");
     steps.run("ledger, audit and checks on stable Rust", || {
@@ -408,21 +410,7 @@ fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
     // (aet query), most of a cold build, is built once (docs/build.md, "One build").
     println!("== unit tests");
     steps.run("unit tests (release build)", || {
-        sh(cargo().args([
-            "test",
-            "--release",
-            "--workspace",
-            "--exclude",
-            "aet-ledger",
-            "--exclude",
-            "aet-audit",
-            "--exclude",
-            "aet-checks",
-            "--exclude",
-            "aet-tests",
-            "--exclude",
-            "aet-ebpf",
-        ]))
+        sh(cargo().args(units::UNIT_TESTS))
     })?;
     // Every fuzz target on its corpus for a few seconds: the targets build, and what once crashed
     // them (replayed by the unit tests above) still does not.

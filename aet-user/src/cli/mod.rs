@@ -146,7 +146,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a command under the eBPF monitor and record what its process tree opens and executes.
-    Run(run::Args),
+    Run(Box<run::Args>),
     /// Attach the monitor to work something else started (a cgroup, a uid, or a process tree).
     Monitor(monitor::Args),
     /// Mark a phase of a run in progress (`grading` after `agent`): each later row says its
@@ -253,7 +253,7 @@ pub fn main() -> ExitCode {
         }
     };
     let (result, failure_code) = match cli.command {
-        Command::Run(a) => (run::run(a), Exit::AetFailed.code()),
+        Command::Run(a) => (run::run(*a), Exit::AetFailed.code()),
         Command::Monitor(a) => (monitor::run(a), Exit::AetFailed.code()),
         Command::Phase(a) => (phase::run(a), Exit::AetFailed.code()),
         Command::Watch(a) => (watch::run(a), Exit::AetFailed.code()),

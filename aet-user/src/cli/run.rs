@@ -109,12 +109,52 @@ pub struct Args {
     /// command's start.
     #[arg(long, requires = "policy")]
     pub defer_watch: bool,
+    /// Decoys (a TOML file of `[[decoy]]` tables, as in a sandbox spec) for a view aet does not
+    /// build, a container the run starts: aet writes each with this run's token under
+    /// RUN/decoys/ and says in RUN/decoys.json (root's alone) what to bind where and which
+    /// variables to set; the harness puts them in the container (`aet.container(decoys=...)`
+    /// does). The tokens are recorded in the ledger's footer and the audit judges them as a
+    /// sandbox's decoys (docs/sandbox.md, "Decoys").
+    #[arg(long, value_name = "FILE", conflicts_with = "sandbox")]
+    pub decoys: Option<PathBuf>,
     /// The agent's transcripts, for the audit.
     #[arg(long, value_name = "DIR", requires = "policy")]
     pub transcripts: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(required = true, value_name = "COMMAND", allow_hyphen_values = true)]
     pub command: Vec<OsString>,
+}
+
+/// `--decoys FILE`: each decoy written with a new token into RUN/decoys/ (0700), and where each
+/// goes into RUN/decoys.json (0600); their record for the ledger's footer.
+fn plant_decoys(
+    file: &std::path::Path,
+    out: &std::path::Path,
+) -> anyhow::Result<aet_sandbox::decoy::DecoyRecord> {
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    let specs = aet_sandbox::decoy::load(file).map_err(|e| anyhow::anyhow!(e))?;
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("cannot make the run directory {}", out.display()))?;
+    let dir = out.join("decoys");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("cannot make {}", dir.display()))?;
+    let planted = aet_sandbox::decoy::plant(&specs, &dir)
+        .with_context(|| format!("cannot plant the decoys in {}", dir.display()))?;
+    let placement = aet_sandbox::decoy::Placement::of(&planted);
+    let json = out.join("decoys.json");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&json)
+        .with_context(|| format!("cannot write {}", json.display()))?;
+    std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&placement)?)?;
+    Ok(aet_sandbox::decoy::DecoyRecord {
+        version: aet_ledger::decoys::DECOY_RECORD_VERSION,
+        decoys: planted.into_iter().map(|p| p.record).collect(),
+    })
 }
 
 pub fn run(a: Args) -> anyhow::Result<u8> {
@@ -147,6 +187,11 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
     if policy.as_ref().is_some_and(|p| !p.protected.is_empty()) {
         head.set_json(aet_ledger::schema::meta::PROTECTED, &protected);
     }
+    // Decoys for a container's view: checked, then planted, before anything runs.
+    let decoys = match &a.decoys {
+        None => None,
+        Some(p) => Some(plant_decoys(p, &out)?),
+    };
     // The barrier is planned (and the kernel checked) before anything runs.
     let barrier = plan_barrier(a.mode, policy.as_ref(), &protected, &a.command[0])?;
     let config = match &a.config {
@@ -212,6 +257,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
         progress: a.progress.mode(a.quiet),
         launch,
         watch,
+        decoys,
     };
     let outcome = super::runtime()?
         .block_on(run::run(opts))

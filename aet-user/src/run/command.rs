@@ -51,6 +51,8 @@ pub struct RunOptions {
     /// The policy's watched files, fingerprinted before the command and at the end of the
     /// agent's phase.
     pub watch: Option<super::fingerprints::Fingerprints>,
+    /// Decoys planted for a view aet does not build (`--decoys`): recorded in the footer.
+    pub decoys: Option<aet_ledger::decoys::DecoyRecord>,
 }
 
 /// How a run ended.
@@ -251,6 +253,9 @@ pub async fn run(mut opts: RunOptions) -> Result<RunOutcome, RunError> {
         if let Some(d) = sb.decoy_record() {
             extra.set_json(meta::DECOYS, &d);
         }
+    }
+    if let Some(d) = &opts.decoys {
+        extra.set_json(meta::DECOYS, d);
     }
     if let Some(id) = &opts.launch.identity {
         let record = identity_end(id, run_started, report_ok, &mut reasons, opts.quiet);

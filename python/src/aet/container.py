@@ -4,16 +4,19 @@ of work of SWE-bench's harness, OpenHands, Harbor and Inspect AI."""
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import re
 import shutil
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Mapping, NamedTuple, Optional, Sequence, Type, Union
 
 from .errors import ContainerError, UnsupportedRuntimeError
+from .isolation import Decoy
 from .result import PathLike, RunResult
 from .session import RecordedRun
 
@@ -251,6 +254,7 @@ class Container:
         grader_root: Optional[str] = None,
         fix_grader_root: bool = False,
         agent_env: Optional[Mapping[str, str]] = None,
+        decoys: Sequence[Decoy] = (),
     ) -> None:
         self.agent = parse_identity(identity)
         if grader_root is not None and self.agent is None:
@@ -273,6 +277,15 @@ class Container:
         self.workdir = workdir
         self.env = dict(env or {})
         self.create_args = list(create_args)
+        # Decoys: aet plants them for this run (`aet run --decoys`), the container gets them
+        # bound read-only at their paths and their variables set (docs/sandbox.md "Decoys").
+        self._decoys_file: Optional[Path] = None
+        if decoys:
+            fd, name = tempfile.mkstemp(prefix="aet-decoys-", suffix=".toml")
+            with os.fdopen(fd, "w") as f:
+                f.write("".join(d.to_toml() for d in decoys))
+            self._decoys_file = Path(name)
+            aet_args = [*aet_args, "--decoys", name]
         # The policy's watched files are those of the container's view: fingerprinted once it
         # runs, before the first exec.
         self.run = RecordedRun(out, policy=policy, mode=mode, sign=sign, daemon=daemon,
@@ -312,6 +325,7 @@ class Container:
             argv += _own_ulimits()
         if self.agent is not None:
             argv += ["--security-opt", "no-new-privileges"]
+        argv += self._decoy_args()
         argv += [*self.create_args, self.image, *self.command]
         p = subprocess.run(argv, capture_output=True)
         if p.returncode != 0:
@@ -343,6 +357,20 @@ class Container:
                 self.close(check=False)
                 raise
         return self
+
+    def _decoy_args(self) -> list[str]:
+        """The engine's options that put the run's decoys in the container (read-only binds of
+        what aet planted, the variables), from the run's ``decoys.json``."""
+        if self._decoys_file is None:
+            return []
+        self._decoys_file.unlink(missing_ok=True)
+        placement = json.loads((self.out / "decoys.json").read_text())
+        args: list[str] = []
+        for b in placement["binds"]:
+            args += ["--volume", f"{b['source']}:{b['target']}:ro"]
+        for k, v in placement["env"].items():
+            args += ["--env", f"{k}={v}"]
+        return args
 
     def _set_up_agent(self, uid: int, gid: int) -> None:
         """Hands the workdir over, checks the grader root, and probes the identity as the

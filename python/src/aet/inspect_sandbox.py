@@ -44,6 +44,7 @@ from inspect_ai.util import (
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .container import Container
+from .isolation import Decoy
 from .result import RunResult
 
 #: The keys the sample's store gets.
@@ -72,6 +73,8 @@ class AetSandboxConfig(BaseModel):
     grace: Optional[float] = None
     ship: Optional[str] = None
     grading_phase: str = "grading"
+    #: ``[[decoy]]`` tables, as in a sandbox spec: planted in each sample's container.
+    decoy: list[dict[str, Any]] = []
 
 
 def load_config(config: Union[SandboxEnvironmentConfigType, None]) -> AetSandboxConfig:
@@ -156,6 +159,7 @@ class AetSandboxEnvironment(SandboxEnvironment):
             oci_runtime=cfg.oci_runtime, command=cfg.command, user=cfg.user,
             workdir=cfg.workdir, env=cfg.env, mode=cfg.mode, sign=cfg.sign,
             daemon=cfg.daemon, grace=cfg.grace, ship=cfg.ship, create_args=cfg.create_args,
+            decoys=[Decoy(**d) for d in cfg.decoy],
         )
         await anyio.to_thread.run_sync(session.start)
         store().set(RUN_DIR_KEY, str(out))
