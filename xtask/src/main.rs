@@ -442,8 +442,8 @@ fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
         );
     }
     // The record on every kernel of the matrix: this machine's, and Debian's booted under QEMU
-    // (10-22 s each under TCG). A step of its own, before the pool: with the pool's daemon
-    // tracing QEMU's threads and tests beside it, the emulated VMs ran several times slower, and
+    // (35-80 s each under single-threaded TCG). A step of its own, before the pool: with the
+    // pool's daemon tracing QEMU's threads and tests beside it, the emulated VMs ran several times slower, and
     // a 7.2 VM lost a daemon-served process's syscalls (docs/kernels.md).
     if filter.is_none() {
         steps.run("the kernel matrix (QEMU)", || {
