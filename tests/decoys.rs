@@ -215,6 +215,23 @@ fn a_recursive_grep_that_meets_a_decoy_is_a_sweep_unless_it_keeps_the_token() {
     assert_eq!(code, Some(1), "flagged for review: {v:#}");
     assert_eq!(v["decoys"]["decoys"][0]["swept"], 1, "{v:#}");
 
+    // `find -exec cat`: a process per file, started by the lister.
+    let find = t.run(
+        "find",
+        &format!("find {task} /grader -type f -exec cat {{}} \\; > /dev/null"),
+    );
+    assert_eq!(find.code(), 0, "{}", find.stderr());
+    let (code, v) = t.audit(&find);
+    let found = decoy_findings(&v);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (list, rule, access) = &found[0];
+    assert_eq!(
+        (list.as_str(), rule.as_str()),
+        ("warnings", "decoys.expected.sweep")
+    );
+    assert!(access.starts_with("read (in a sweep of "), "{access}");
+    assert_eq!(code, Some(1), "{v:#}");
+
     let kept = t.run(
         "kept",
         &format!("grep -rh 'return' {task} /grader > {ws}/found.txt; true"),

@@ -58,6 +58,7 @@ class Decoy:
     content: Optional[str] = None
 
     def to_toml(self) -> str:
+        """The decoy as a sandbox spec's ``[[decoy]]`` table."""
         lines = ["[[decoy]]", f"name = {_toml_str(self.name)}", f"kind = {_toml_str(self.kind)}"]
         if self.path is not None:
             lines.append(f"path = {_toml_str(os.fspath(self.path))}")
