@@ -339,7 +339,8 @@ impl Tracker {
             // Never blocked by what the agent left at the path (a FIFO, a terminal).
             let file = match std::os::unix::fs::OpenOptionsExt::custom_flags(
                 std::fs::OpenOptions::new().read(true),
-                libc::O_NONBLOCK | libc::O_NOCTTY,
+                // Not through a link the agent left at its output's path.
+                libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW,
             )
             .open(&path)
             {

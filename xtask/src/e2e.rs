@@ -107,14 +107,8 @@ struct Running {
 /// Builds every test file (one cargo invocation) and returns each file's executable by name.
 fn build(names: &[String]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
     let mut cmd = cargo();
-    cmd.args([
-        "test",
-        "--release",
-        "--package",
-        "aet-tests",
-        "--no-run",
-        "--message-format=json-render-diagnostics",
-    ]);
+    cmd.args(crate::units::END_TO_END)
+        .arg("--message-format=json-render-diagnostics");
     for n in names {
         cmd.args(["--test", n]);
     }

@@ -261,16 +261,7 @@ pub fn build() -> anyhow::Result<PathBuf> {
 
 /// Builds the release binary with extra cargo arguments (the demo leaves `aet query` out).
 fn build_with(extra: &[&str]) -> anyhow::Result<PathBuf> {
-    sh(cargo()
-        .args([
-            "build",
-            "--release",
-            "--package",
-            "aet-user",
-            "--bin",
-            "aet",
-        ])
-        .args(extra))?;
+    sh(cargo().args(units::BINARY).args(extra))?;
     Ok(root().join("target/release/aet"))
 }
 

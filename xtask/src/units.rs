@@ -30,25 +30,27 @@ pub const UNIT_TESTS: &[&str] = &[
     "aet-ebpf",
 ];
 
+/// The binary's build (`cargo xtask build`; maturin and cargo-deb take the same one).
+pub const BINARY: &[&str] = &[
+    "build",
+    "--release",
+    "--package",
+    "aet-user",
+    "--bin",
+    "aet",
+];
+
+/// The end-to-end test files' build (the pool's first step).
+pub const END_TO_END: &[&str] = &["test", "--release", "--package", "aet-tests", "--no-run"];
+
 /// The builds that must reuse the unit tests' crates, and the package each may compile itself.
 const OTHERS: &[(&str, &[&str], &str)] = &[
     (
         "the binary (`cargo xtask build`, maturin, cargo-deb)",
-        &[
-            "build",
-            "--release",
-            "--package",
-            "aet-user",
-            "--bin",
-            "aet",
-        ],
+        BINARY,
         "aet-user",
     ),
-    (
-        "the end-to-end tests",
-        &["test", "--release", "--package", "aet-tests", "--no-run"],
-        "aet-tests",
-    ),
+    ("the end-to-end tests", END_TO_END, "aet-tests"),
 ];
 
 /// Each unit's identity (its package, features, profile, mode, target and, recursively, its
