@@ -183,6 +183,12 @@ pub struct Proc {
     pub flagged: bool,
     #[serde(skip)]
     pub(super) seen_start: bool,
+    /// aet's stage (until it runs the command), and the programs it runs before that (the git
+    /// of its repository check): aet's set-up whatever they exec.
+    #[serde(skip)]
+    pub(super) stage: bool,
+    #[serde(skip)]
+    pub(super) stage_helper: bool,
 }
 
 /// What a change finding carries beyond a finding's fields.

@@ -18,6 +18,9 @@ pub enum DecoyKind {
     Directory,
     /// An environment variable of the agent (an answer key, a grader's token).
     Env,
+    /// A ref of a task repository naming a "future" commit (an upstream branch holding the
+    /// fix), written into aet's sanitized copy of the repository.
+    GitRef,
 }
 
 impl DecoyKind {
@@ -26,6 +29,7 @@ impl DecoyKind {
             Self::File => "file",
             Self::Directory => "directory",
             Self::Env => "env",
+            Self::GitRef => "git_ref",
         }
     }
 }
@@ -40,8 +44,19 @@ pub struct Decoy {
     pub path: Option<String>,
     /// For `env`: the variable's name.
     pub var: Option<String>,
-    /// Every file of it, as the agent sees them (the file itself, or a directory's files).
+    /// Every file of it, as the agent sees them (the file itself, or a directory's files; a git
+    /// ref's objects that hold the commit's content: its trees and files).
     pub files: Vec<String>,
+    /// For `git_ref`: the ref (`refs/remotes/origin/main`) and the commit it names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// For `git_ref`: the commit's object file, as the agent sees it. Git reads it for the
+    /// commit's message and date alone (`git log --all`, `git branch -av`, `git for-each-ref`),
+    /// so an open of it is weaker evidence than an open of [`Self::files`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_files: Vec<String>,
     /// The run's token: text that exists nowhere else, in every file of the decoy (and in the
     /// variable's value).
     pub token: String,

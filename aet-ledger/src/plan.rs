@@ -145,6 +145,21 @@ pub struct RepoCheck {
     pub base: String,
     /// Its git directory is aet's sanitized copy.
     pub sanitized: bool,
+    /// Decoy refs aet wrote into the copy (`[[decoy]] kind = "git_ref"`): the one history past
+    /// base the check lets through, each ref naming exactly its commit, and its objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decoys: Vec<RepoDecoy>,
+}
+
+/// A decoy ref of a task repository, as the check from inside knows it (no token: the ids are
+/// the agent's to see).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RepoDecoy {
+    /// `refs/remotes/origin/main`.
+    pub git_ref: String,
+    pub commit: String,
+    /// Every object aet wrote for it (the commit, its trees, its files).
+    pub objects: Vec<String>,
 }
 
 /// Is the `AET_DEBUG_SKIP_SETUID` fault injection asked for?

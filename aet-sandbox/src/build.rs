@@ -167,10 +167,21 @@ pub struct BuildOptions {
     pub identity: Option<Identity>,
     /// Sanitized git directories (`[[repo]] history = "sanitize"`), by repository path: each is
     /// bound at the repository's `.git`.
-    pub repo_copies: Vec<(PathBuf, PathBuf)>,
+    pub repo_copies: Vec<RepoCopy>,
     /// Decoys (`[[decoy]]`): what is bound read-only at each decoy's path, by the decoy's entry
     /// name (`decoy[0] = "/grader/x"`), destination and source.
     pub decoys: Vec<(String, PathBuf, PathBuf)>,
+}
+
+/// A sanitized git directory made for the run.
+#[derive(Clone, Debug)]
+pub struct RepoCopy {
+    /// The repository's working tree.
+    pub path: PathBuf,
+    /// The copy's git directory.
+    pub gitdir: PathBuf,
+    /// Decoy refs written into it.
+    pub decoys: Vec<aet_ledger::plan::RepoDecoy>,
 }
 
 /// The bwrap options, the command bwrap runs, and, with a stage, its plan.
@@ -478,8 +489,8 @@ impl View {
                     entry: entry.clone(),
                     message,
                 })?;
-            let copy = opts.repo_copies.iter().find(|(p, _)| *p == path);
-            if let Some((_, gitdir)) = copy {
+            let copy = opts.repo_copies.iter().find(|c| c.path == path);
+            if let Some(RepoCopy { gitdir, .. }) = copy {
                 let dst = path.join(".git");
                 let (dev, ino) = ids(gitdir, &entry)?;
                 self.grants.push(Mount {
@@ -499,6 +510,7 @@ impl View {
                 path: path.into(),
                 base,
                 sanitized: copy.is_some(),
+                decoys: copy.map(|c| c.decoys.clone()).unwrap_or_default(),
             });
         }
         Ok(repos)

@@ -140,15 +140,14 @@ impl Prepared {
         // Sanitized repositories: a git directory holding only base's history, made now and
         // bound at the repository's .git (the stage checks it from inside like the others).
         let mut copies = Vec::new();
-        let mut repo_copies = Vec::new();
+        let mut made = Vec::new();
         for (i, r) in spec.repo.iter().enumerate() {
             if r.history != spec::History::Sanitize {
                 continue;
             }
-            let entry = format!("repo[{i}] = {:?}", r.path);
             let fail = |message: String| {
                 SandboxError::from(build::BuildError::Repo {
-                    entry: entry.clone(),
+                    entry: format!("repo[{i}] = {:?}", r.path),
                     message,
                 })
             };
@@ -157,21 +156,46 @@ impl Prepared {
                 .tempdir_in(runtime_dir()?)?;
             let base = repo::resolve(&r.path, &r.base).map_err(fail)?;
             let gitdir = repo::sanitize(&r.path, &base, dir.path()).map_err(fail)?;
-            if let Some(id) = &opts.identity {
-                repo::hand_over(&gitdir, id.uid, id.gid)
-                    .map_err(|e| fail(format!("cannot hand the copy over: {e}")))?;
-            }
+            made.push((i, r.path.clone(), gitdir, base));
             // The copy's parent is private to root; the agent reaches the copy only through
             // its bind.
-            repo_copies.push((r.path.clone(), gitdir));
             copies.push(dir);
         }
         // Decoys: written with this run's tokens into a directory private to root, bound
-        // read-only in the view (their sources are reached only through the binds).
+        // read-only in the view (their sources are reached only through the binds); a git ref's
+        // commit into its repository's copy.
         let decoy_dir = tempfile::Builder::new()
             .prefix("decoys-")
             .tempdir_in(runtime_dir()?)?;
-        let planted = decoy::plant(&spec.decoy, decoy_dir.path())?;
+        let in_copies: Vec<decoy::RepoCopy<'_>> = made
+            .iter()
+            .map(|(_, path, gitdir, base)| decoy::RepoCopy { path, gitdir, base })
+            .collect();
+        let planted = decoy::plant(&spec.decoy, decoy_dir.path(), &in_copies).map_err(
+            |(entry, message)| SandboxError::from(build::BuildError::Decoy { entry, message }),
+        )?;
+        let mut repo_copies = Vec::new();
+        for (i, path, gitdir, _) in made {
+            if let Some(id) = &opts.identity {
+                repo::hand_over(&gitdir, id.uid, id.gid).map_err(|e| {
+                    SandboxError::from(build::BuildError::Repo {
+                        entry: format!("repo[{i}] = {path:?}"),
+                        message: format!("cannot hand the copy over: {e}"),
+                    })
+                })?;
+            }
+            let decoys = planted
+                .iter()
+                .filter_map(|p| p.repo.as_ref())
+                .filter(|(p, _)| *p == path)
+                .map(|(_, d)| d.clone())
+                .collect();
+            repo_copies.push(build::RepoCopy {
+                path,
+                gitdir,
+                decoys,
+            });
+        }
         let decoy_binds = planted
             .iter()
             .enumerate()

@@ -483,6 +483,11 @@ impl SandboxSpec {
                 .filter(|e| !e.role.grants())
                 .map(|e| (e.path.as_path(), e.name()))
                 .collect(),
+            repos: self
+                .repo
+                .iter()
+                .map(|r| (r.path.as_path(), r.history == History::Sanitize))
+                .collect(),
         };
         problems.extend(crate::decoy::check(&self.decoy, &places));
         // Contradictions between entries.

@@ -247,7 +247,7 @@ pub fn verify(plan: &Plan) -> StageReport {
             &r.base[..12.min(r.base.len())],
             if r.sanitized { " (sanitized copy)" } else { "" }
         );
-        let (ok, found) = match super::repo::leaks(r.path.as_path(), &r.base) {
+        let (ok, found) = match super::repo::leaks(r.path.as_path(), &r.base, &r.decoys) {
             Ok(l) if l.is_empty() => (true, "only base's history".to_owned()),
             Ok(l) => {
                 for leak in &l {

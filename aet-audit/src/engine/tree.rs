@@ -86,11 +86,14 @@ pub(super) fn track(
         Some(EventKind::Fork) => {
             if child.is_valid(i) {
                 let ch = child.value(i);
-                let runtime = e.procs.get(&p).is_some_and(|x| x.runtime && x.setup);
+                let parent = e.procs.get(&p);
+                let runtime = parent.is_some_and(|x| x.runtime && x.setup);
+                let helper = parent.is_some_and(|x| x.setup && (x.stage || x.stage_helper));
                 let pr = e.proc_mut(ch, p, name(), t());
                 pr.seen_start = true;
                 pr.setup = setup;
                 pr.runtime = runtime;
+                pr.stage_helper = helper;
                 pr.ppid = p;
                 if ch == w.last_pid {
                     w.last_setup = setup;
@@ -110,10 +113,15 @@ pub(super) fn track(
                 let exe = resolved.get(i).or(path.get(i)).unwrap_or_default();
                 let args = argv_at(argv, i);
                 let pr = e.procs.get_mut(&p).expect("created above");
+                let stage = setup && is_stage(exe, args.as_deref());
+                // What the stage runs before the command is aet's; the stage's own exec of
+                // anything else is the command.
                 let stays_setup = setup
                     && (exe.ends_with(b"/bwrap")
-                        || is_stage(exe, args.as_deref())
+                        || stage
+                        || pr.stage_helper
                         || pr.runtime && is_runtime_init(args.as_deref()));
+                pr.stage = stage;
                 pr.seen_start = true;
                 pr.exe = Some(lossy(exe));
                 pr.argv = args;

@@ -7,6 +7,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use aet_ledger::plan::RepoDecoy;
+
 use super::{Git, RepoSettings, open_regular, read_text, resolve_in, text};
 
 pub(super) fn is_hex_id(s: &str) -> bool {
@@ -34,8 +36,9 @@ pub(super) fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// Everything in `repo` that reaches past `base` (a full commit id), one sentence each; empty
-/// when the repository holds only the base's history.
-pub fn leaks(repo: &Path, base: &str) -> Result<Vec<String>, String> {
+/// when the repository holds only the base's history and the `decoys` aet wrote into it (each
+/// ref naming exactly its commit, and those commits' objects).
+pub fn leaks(repo: &Path, base: &str, decoys: &[RepoDecoy]) -> Result<Vec<String>, String> {
     let gitdir = repo.join(".git");
     let g = Git::open(repo)?;
     let base = resolve_in(&g, repo, base)?;
@@ -69,7 +72,10 @@ pub fn leaks(repo: &Path, base: &str) -> Result<Vec<String>, String> {
             continue;
         };
         let target = f.next().filter(|x| !x.is_empty()).unwrap_or(id);
-        if !history.contains(target) && !reachable.contains(target) {
+        let decoy = decoys
+            .iter()
+            .any(|d| d.git_ref == name && d.commit == target);
+        if !decoy && !history.contains(target) && !reachable.contains(target) {
             out.push(format!(
                 "ref {name} names {}, which is not in the history of base {}",
                 short(target),
@@ -156,9 +162,14 @@ pub fn leaks(repo: &Path, base: &str) -> Result<Vec<String>, String> {
         "--batch-check=%(objectname) %(objecttype)",
     ])?;
     let mut stray: Vec<(String, String)> = Vec::new();
+    let planted: HashSet<&str> = decoys
+        .iter()
+        .flat_map(|d| d.objects.iter().map(String::as_str))
+        .collect();
     for l in text(&all).lines() {
         if let Some((id, ty)) = l.split_once(' ')
             && !reachable.contains(id)
+            && !planted.contains(id)
         {
             stray.push((id.to_owned(), ty.to_owned()));
         }
@@ -194,7 +205,13 @@ pub fn leaks(repo: &Path, base: &str) -> Result<Vec<String>, String> {
     }
     let messages = text(&g.run(&["log", "--format=%B%x00", &base])?);
     let messages: HashSet<&str> = messages.split('\0').map(str::trim).collect();
-    out.extend(inventory(&gitdir, &history, &messages, &short(&base))?);
+    out.extend(inventory(
+        &gitdir,
+        &history,
+        &messages,
+        &short(&base),
+        decoys,
+    )?);
     out.extend(work_tree_history(repo, &g, &history)?);
     Ok(out)
 }
@@ -209,6 +226,7 @@ pub(super) fn inventory(
     history: &HashSet<String>,
     messages: &HashSet<&str>,
     base: &str,
+    decoys: &[RepoDecoy],
 ) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     let entries =
@@ -233,8 +251,14 @@ pub(super) fn inventory(
                 files_under(&p, &mut files);
                 for f in files {
                     let Some(t) = read_text(&f)? else { continue };
+                    let rel = f.strip_prefix(gitdir).unwrap_or(&f).display().to_string();
+                    if decoys
+                        .iter()
+                        .any(|d| d.git_ref == rel && t.trim() == d.commit)
+                    {
+                        continue;
+                    }
                     if let Some(id) = ids_in(&t).into_iter().find(|id| !history.contains(*id)) {
-                        let rel = f.strip_prefix(gitdir).unwrap_or(&f).display().to_string();
                         out.push(format!(
                             "{rel} names {}, which is not in the history of base {base}",
                             &id[..12]

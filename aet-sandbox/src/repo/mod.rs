@@ -18,6 +18,7 @@ use std::{
     process::Command,
 };
 
+pub mod decoy_ref;
 mod leaks;
 mod sanitize;
 

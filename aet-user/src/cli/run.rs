@@ -140,8 +140,9 @@ fn plant_decoys(
         .mode(0o700)
         .create(&dir)
         .with_context(|| format!("cannot make {}", dir.display()))?;
-    let planted = aet_sandbox::decoy::plant(&specs, &dir)
-        .with_context(|| format!("cannot plant the decoys in {}", dir.display()))?;
+    let planted = aet_sandbox::decoy::plant(&specs, &dir, &[]).map_err(|(entry, e)| {
+        anyhow::anyhow!("{}: {entry}: {e} (in {})", file.display(), dir.display())
+    })?;
     let placement = aet_sandbox::decoy::Placement::of(&planted);
     let json = out.join("decoys.json");
     let mut f = std::fs::OpenOptions::new()
