@@ -125,9 +125,12 @@ pub struct Offsets {
 pub struct Config {
     /// Where the classic tracepoints' records keep what the programs read (their `format`).
     pub fields: RecordFields,
-    /// Bit of `thread_info.status` set during a compat syscall (`TS_COMPAT`); 0 when the
-    /// architecture has no compat ABI.
+    /// The bit that marks a compat syscall (x86_64: `TS_COMPAT` of `thread_info.status`, at
+    /// `offsets.task_ti_status` of the task; aarch64: `PSR_MODE32_BIT` of the saved `pstate`, at
+    /// `offsets.task_ti_status` of the registers); 0 when there is no compat ABI.
     pub compat_mask: u32,
+    /// 1: the mark is in the saved user registers, not the task.
+    pub compat_in_regs: u32,
     /// aet's own mount namespace: a task in another one gets file-system walks for its objects.
     pub host_mntns: u32,
     pub offsets: Offsets,
@@ -137,7 +140,7 @@ pub struct Config {
 }
 
 const _: () = assert!(size_of::<Offsets>() == 328);
-const _: () = assert!(size_of::<Config>() == 372);
+const _: () = assert!(size_of::<Config>() == 376);
 
 /// Offsets in the records of the classic tracepoints the programs attach to, read from each
 /// one's `format` file at load (they differ between kernels). The programs run there with

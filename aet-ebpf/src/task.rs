@@ -278,11 +278,20 @@ impl Task {
         (self.ugid as u32, (self.ugid >> 32) as u32)
     }
 
-    /// Is the task in a compat (32-bit) syscall?
+    /// Is the task in a compat (32-bit) syscall? `regs`: its saved user registers, where the
+    /// architecture marks it there (aarch64), else unused.
     #[inline(always)]
-    pub(crate) fn compat(self) -> bool {
+    pub(crate) fn compat(self, regs: KPtr) -> bool {
         let mask = cfg(&CONFIG.compat_mask);
-        mask != 0 && self.ptr.read::<u32>(cfg(&offsets().task_ti_status)) & mask != 0
+        if mask == 0 {
+            return false;
+        }
+        let at = if cfg(&CONFIG.compat_in_regs) != 0 {
+            regs
+        } else {
+            self.ptr
+        };
+        !at.is_null() && at.read::<u32>(cfg(&offsets().task_ti_status)) & mask != 0
     }
 
     /// The task's mount namespace id.

@@ -265,6 +265,16 @@ fn build_with(extra: &[&str]) -> anyhow::Result<PathBuf> {
     Ok(root().join("target/release/aet"))
 }
 
+/// Builds the release binary for another target (`aarch64-unknown-linux-gnu`, with the cross
+/// toolchain `cargo xtask setup` installs).
+pub fn build_for(target: &str, extra: &[&str]) -> anyhow::Result<PathBuf> {
+    sh(cargo()
+        .args(units::BINARY)
+        .args(["--target", target])
+        .args(extra))?;
+    Ok(root().join("target").join(target).join("release/aet"))
+}
+
 fn demo() -> anyhow::Result<()> {
     let mut steps = Steps::new();
     steps.run("setup (what the demo needs)", || {
@@ -441,6 +451,7 @@ fn test(filter: Option<String>, jobs: Option<usize>) -> anyhow::Result<()> {
             kernels::run(&kernels::Args {
                 only: None,
                 aet: Some(aet.clone()),
+                aet_arm64: None,
                 write_docs: false,
                 no_setup: true,
             })

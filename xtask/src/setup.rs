@@ -59,7 +59,24 @@ const APT_PACKAGES: &[(&str, &str, Purpose)] = &[
     ),
     // `cargo xtask kernels`: Debian's kernels booted under QEMU with an initramfs of busybox.
     ("qemu-system-x86_64", "qemu-system-x86", Purpose::Test),
+    ("qemu-system-aarch64", "qemu-system-arm", Purpose::Test),
     ("cpio", "cpio", Purpose::Test),
+    // aet for arm64, built here: Debian's cross toolchain and arm64's libseccomp (multiarch).
+    (
+        "aarch64-linux-gnu-gcc",
+        "gcc-aarch64-linux-gnu",
+        Purpose::Dist,
+    ),
+    (
+        "/usr/aarch64-linux-gnu/lib/libc.a",
+        "libc6-dev-arm64-cross",
+        Purpose::Dist,
+    ),
+    (
+        "/usr/lib/aarch64-linux-gnu/libseccomp.so",
+        "libseccomp-dev:arm64",
+        Purpose::Dist,
+    ),
     ("dpkg-shlibdeps", "dpkg-dev", Purpose::Dist),
     ("debootstrap", "debootstrap", Purpose::Dist),
 ];
@@ -130,6 +147,7 @@ pub fn setup_for(purpose: Purpose) -> anyhow::Result<()> {
     bpf_linker()?;
     if purpose >= Purpose::Dist {
         packaging()?;
+        cross_target()?;
     }
     if purpose == Purpose::Test {
         cargo_fuzz()?;
@@ -169,6 +187,18 @@ fn apt(purpose: Purpose) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("..   apt-get install {}", missing.join(" "));
+    // Another architecture's package needs that architecture in dpkg, and lists that have it.
+    let mut fresh_lists = false;
+    if missing.iter().any(|p| p.ends_with(":arm64"))
+        && !output(Command::new("dpkg").arg("--print-foreign-architectures"))
+            .unwrap_or_default()
+            .lines()
+            .any(|a| a == "arm64")
+    {
+        sh(Command::new("dpkg").args(["--add-architecture", "arm64"]))?;
+        sh(Command::new("apt-get").args(["update", "-q"]))?;
+        fresh_lists = true;
+    }
     let install = |c: &mut Command| {
         c.env("DEBIAN_FRONTEND", "noninteractive")
             .args(["install", "-y", "-q", "--no-install-recommends"])
@@ -177,12 +207,27 @@ fn apt(purpose: Purpose) -> anyhow::Result<()> {
     };
     if !install(&mut Command::new("apt-get")) {
         // A fresh machine's package lists may be stale or absent.
-        sh(Command::new("apt-get").args(["update", "-q"]))?;
+        if !fresh_lists {
+            sh(Command::new("apt-get").args(["update", "-q"]))?;
+        }
         if !install(&mut Command::new("apt-get")) {
             bail!("apt-get install {} failed", missing.join(" "));
         }
     }
     Ok(())
+}
+
+/// Rust's standard library for aarch64 (the toolchain that builds aet), for the arm64 build.
+fn cross_target() -> anyhow::Result<()> {
+    const TARGET: &str = "aarch64-unknown-linux-gnu";
+    let installed =
+        output(Command::new("rustup").args(["target", "list", "--installed"])).unwrap_or_default();
+    if installed.lines().any(|l| l.trim() == TARGET) {
+        println!("ok   rust target {TARGET}");
+        return Ok(());
+    }
+    println!("..   rustup target add {TARGET}");
+    sh(Command::new("rustup").args(["target", "add", TARGET]))
 }
 
 fn rust_src() -> anyhow::Result<()> {

@@ -17,6 +17,7 @@ use aya_ebpf::{
 
 use super::{args::Args, fileio::fileio_flush, sched::record_field};
 use crate::{
+    kernel::KPtr,
     loops,
     maps::{CONFIG, INFLIGHT, cfg, count, offsets},
     record::{
@@ -244,7 +245,12 @@ pub(crate) fn sched_process_exec(ctx: TracePointContext) -> u32 {
     if unpaired {
         h.flags |= flags::UNPAIRED;
     }
-    if task.compat() {
+    let regs = if cfg(&CONFIG.compat_in_regs) != 0 {
+        super::syscall::task_regs(&task)
+    } else {
+        KPtr(core::ptr::null())
+    };
+    if task.compat(regs) {
         header(s).flags |= flags::COMPAT;
     }
     // The record's copy of `bprm->filename` (a `__data_loc`: its offset in the record in the

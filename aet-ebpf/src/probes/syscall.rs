@@ -73,7 +73,7 @@ const SYS_EXIT_ID: usize = 1;
 /// The current task's saved user registers: `bpf_task_pt_regs` (5.15+).
 #[cfg(not(feature = "legacy"))]
 #[inline(always)]
-fn task_regs(_task: &Task) -> KPtr {
+pub(crate) fn task_regs(_task: &Task) -> KPtr {
     // SAFETY: helper taking the trusted BTF task pointer it was given by the kernel.
     KPtr(unsafe {
         aya_ebpf::helpers::generated::bpf_task_pt_regs(KPtr::current_task_trusted().0 as *mut _)
@@ -84,7 +84,7 @@ fn task_regs(_task: &Task) -> KPtr {
 /// top of the task's kernel stack, as the kernel's own `task_pt_regs` finds them.
 #[cfg(feature = "legacy")]
 #[inline(always)]
-fn task_regs(task: &Task) -> KPtr {
+pub(crate) fn task_regs(task: &Task) -> KPtr {
     let o = offsets();
     let stack: u64 = task.ptr.read(cfg(&o.task_stack));
     if stack == 0 {
@@ -117,7 +117,9 @@ pub(crate) fn sys_exit(ctx: TracePointContext) -> u32 {
     if regs.is_null() {
         return 0;
     }
-    let nr: i64 = regs.read(cfg(&o.regs_nr));
+    // The low 32 bits: the whole member on x86_64 (`orig_ax`, a long holding a number below
+    // 2^31 or -1), all of it on aarch64 (`syscallno`, an int).
+    let nr = regs.read::<i32>(cfg(&o.regs_nr)) as i64;
     #[cfg(feature = "legacy")]
     {
         // The registers were found by arithmetic on the task's stack: a number that is not the
@@ -140,7 +142,7 @@ pub(crate) fn sys_exit(ctx: TracePointContext) -> u32 {
     if entry == 0 {
         return 0;
     }
-    let compat = task.compat();
+    let compat = task.compat(regs);
     let syscall = if compat { entry >> 8 } else { entry & 0xff };
     if syscall == 0 || syscall as usize >= SYSCALL_COUNT {
         return 0;

@@ -350,19 +350,14 @@ impl Programs {
         let variant = features::variant(&btf);
         let mut offsets = btf.offsets()?;
         regs_offsets(&btf, &mut offsets)?;
-        let compat_mask = match btf.offset_of("task_struct", "thread_info.status") {
-            Ok(off) => {
-                offsets.task_ti_status = off;
-                abi::TS_COMPAT
-            }
-            Err(_) => 0,
-        };
+        let (compat_mask, compat_in_regs) = compat_mark(&btf, &mut offsets);
         let host_mntns = std::fs::metadata("/proc/self/ns/mnt")
             .map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32)
             .unwrap_or(0);
         let config = Config {
             offsets,
             compat_mask,
+            compat_in_regs,
             host_mntns,
             fields,
             no_payload: u32::from(std::env::var_os(NO_PAYLOAD_ENV).is_some()),
@@ -727,14 +722,33 @@ impl Drop for Programs {
 
 /// The `pt_regs` members holding the syscall number and arguments (native and compat).
 fn regs_offsets(btf: &KernelBtf, o: &mut aet_common::Offsets) -> Result<(), LoadError> {
-    o.regs_nr = btf.offset_of("pt_regs", abi::REGS_NR)?;
+    let reg = |abi::Reg(member, plus)| -> Result<u32, LoadError> {
+        Ok(btf.offset_of("pt_regs", member)? + plus)
+    };
+    o.regs_nr = reg(abi::REGS_NR)?;
     for i in 0..6 {
-        o.regs_args[i] = btf.offset_of("pt_regs", abi::REGS_ARGS[i])?;
-        o.regs_args_compat[i] = btf.offset_of("pt_regs", abi::REGS_ARGS_COMPAT[i])?;
+        o.regs_args[i] = reg(abi::REGS_ARGS[i])?;
+        o.regs_args_compat[i] = reg(abi::REGS_ARGS_COMPAT[i])?;
     }
     o.task_stack = btf.offset_of("task_struct", "stack")?;
     o.stack_regs = abi::THREAD_SIZE - btf.size_of("pt_regs")?;
     Ok(())
+}
+
+/// Where a compat syscall is marked (its offset in `task_ti_status`), its bit, and whether the
+/// offset is into the registers; `(0, 0)` when this kernel has no such member (no compat ABI).
+fn compat_mark(btf: &KernelBtf, o: &mut aet_common::Offsets) -> (u32, u32) {
+    let (strukt, member, mask, in_regs) = match abi::COMPAT_MARK {
+        abi::Compat::Task { member, mask } => ("task_struct", member, mask, 0),
+        abi::Compat::Regs { member, mask } => ("pt_regs", member, mask, 1),
+    };
+    match btf.offset_of(strukt, member) {
+        Ok(off) => {
+            o.task_ti_status = off;
+            (mask, in_regs)
+        }
+        Err(_) => (0, 0),
+    }
 }
 
 /// The dispatch table entries: syscall number -> native and compat meaning.

@@ -27,12 +27,17 @@ use crate::{root, sh};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Only these kernels, by label, comma-separated (`native`, `5.10`, `6.1`, `6.12`, `sid`).
+    /// Only these kernels, by label, comma-separated (`native`, `5.10`, `6.1`, `6.12`, `sid`,
+    /// `arm64-6.1`, `arm64-6.12`, `arm64-sid`; `x86_64` or `arm64` for all of one architecture).
     #[arg(long)]
     pub only: Option<String>,
     /// The aet binary to test (default: build it).
     #[arg(long)]
     pub aet: Option<PathBuf>,
+    /// The aarch64 aet binary the arm64 VMs run (default: build it, without `aet query`, which
+    /// the VMs do not use: the runs are judged on this machine).
+    #[arg(long)]
+    pub aet_arm64: Option<PathBuf>,
     /// Write docs/kernels.md's tables from this run.
     #[arg(long)]
     pub write_docs: bool,
@@ -41,9 +46,43 @@ pub struct Args {
     pub no_setup: bool,
 }
 
+/// An architecture the matrix boots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arch {
+    X86_64,
+    Arm64,
+}
+
+impl Arch {
+    /// Debian's name.
+    pub(crate) fn deb(self) -> &'static str {
+        match self {
+            Self::X86_64 => "amd64",
+            Self::Arm64 => "arm64",
+        }
+    }
+
+    /// Rust's target.
+    pub(crate) fn rust_target(self) -> &'static str {
+        match self {
+            Self::X86_64 => "x86_64-unknown-linux-gnu",
+            Self::Arm64 => "aarch64-unknown-linux-gnu",
+        }
+    }
+
+    /// The C compiler and binutils prefix (Debian's cross toolchain for arm64).
+    pub(crate) fn tool(self, name: &str) -> String {
+        match self {
+            Self::X86_64 => name.to_owned(),
+            Self::Arm64 => format!("aarch64-linux-gnu-{name}"),
+        }
+    }
+}
+
 /// One of Debian's kernels.
 struct Kernel {
     label: &'static str,
+    arch: Arch,
     /// Who runs a kernel of this line.
     who: &'static str,
     suite: &'static str,
@@ -54,27 +93,52 @@ struct Kernel {
 const KERNELS: &[Kernel] = &[
     Kernel {
         label: "5.10",
+        arch: Arch::X86_64,
         who: "Debian 11 (the class of Amazon Linux 2, Ubuntu 22.04's 5.15)",
         suite: "bullseye",
         package: r"^linux-image-5\.10\.0-[0-9]+-cloud-amd64-unsigned$",
     },
     Kernel {
         label: "6.1",
+        arch: Arch::X86_64,
         who: "Debian 12, Amazon Linux 2023, GKE COS",
         suite: "bookworm",
         package: r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
     },
     Kernel {
         label: "6.12",
+        arch: Arch::X86_64,
         who: "Debian 13",
         suite: "trixie",
         package: r"^linux-image-6\.12\.[0-9]+\+deb13-cloud-amd64-unsigned$",
     },
     Kernel {
         label: "sid",
+        arch: Arch::X86_64,
         who: "Debian sid (7.x)",
         suite: "sid",
         package: r"^linux-binary-unsigned-[0-9.]+\+deb14-cloud-amd64$",
+    },
+    Kernel {
+        label: "arm64-6.1",
+        arch: Arch::Arm64,
+        who: "Debian 12 on Graviton and Ampere, Amazon Linux 2023 arm64",
+        suite: "bookworm",
+        package: r"^linux-image-6\.1\.0-[0-9]+-cloud-arm64-unsigned$",
+    },
+    Kernel {
+        label: "arm64-6.12",
+        arch: Arch::Arm64,
+        who: "Debian 13 arm64",
+        suite: "trixie",
+        package: r"^linux-image-6\.12\.[0-9]+\+deb13-cloud-arm64-unsigned$",
+    },
+    Kernel {
+        label: "arm64-sid",
+        arch: Arch::Arm64,
+        who: "Debian sid arm64 (7.x)",
+        suite: "sid",
+        package: r"^linux-binary-unsigned-[0-9.]+\+deb14-cloud-arm64$",
     },
 ];
 
@@ -99,49 +163,70 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     let dir = root().join("target/kernels");
     std::fs::create_dir_all(&dir)?;
-    let conform = build_conform(&dir)?;
-    let wanted = |label: &str| {
-        args.only
-            .as_deref()
-            .is_none_or(|o| o.split(',').any(|o| o == label))
+    let conform = build_conform(&dir, Arch::X86_64)?;
+    let wanted = |k: Option<&Kernel>, label: &str| {
+        args.only.as_deref().is_none_or(|o| {
+            o.split(',').any(|o| {
+                o == label
+                    || k.is_some_and(|k| {
+                        o == k.arch.deb() || o == "x86_64" && k.arch == Arch::X86_64
+                    })
+            })
+        })
     };
     let mut results: Vec<(String, String, Outcome)> = Vec::new();
-    if wanted("native") {
+    if wanted(None, "native") {
         let t = Instant::now();
         let mut o = native(&aet, &conform, &dir.join("native"))?;
         o.seconds = t.elapsed().as_secs_f64();
         let label = format!("this machine ({})", o.release);
         results.push((label, "the development machine, CI".into(), o));
     }
-    let chosen: Vec<&Kernel> = KERNELS.iter().filter(|k| wanted(k.label)).collect();
-    if !chosen.is_empty() {
-        let images = fetch(&dir, &chosen)?;
-        let base = initramfs_base(&dir, &aet, &conform)?;
-        for (k, vmlinuz) in chosen.iter().zip(images) {
-            let t = Instant::now();
-            let mut o = boot(&aet, &dir.join(k.label), &vmlinuz, &base)?;
-            // One more boot when a check failed (a VM under TCG on a busy machine is slow in
-            // ways a kernel is not); the first boot's failures stay in the report, its table
-            // says the kernel passed only on a second boot.
-            let first = o.failures();
-            if !first.is_empty() {
-                println!(
-                    "== kernels: {} failed {} checks; booting it once more:\n  {}",
-                    k.label,
-                    first.len(),
-                    first.join("\n  ")
-                );
-                // The first boot's files (its runs, the daemon's log) stay for a look.
-                let out = dir.join(k.label).join("out");
-                let kept = dir.join(k.label).join("out.first-boot");
-                let _ = std::fs::remove_dir_all(&kept);
-                let _ = std::fs::rename(&out, &kept);
-                o = boot(&aet, &dir.join(k.label), &vmlinuz, &base)?;
-                o.flaked = first;
-            }
-            o.seconds = t.elapsed().as_secs_f64();
-            results.push((format!("{} ({})", k.label, o.release), k.who.into(), o));
+    // Each architecture's VMs in a chain of their own, the chains side by side (each VM is one
+    // host thread of TCG): what they need is fetched and built first, one at a time.
+    let mut chains = Vec::new();
+    for arch in [Arch::X86_64, Arch::Arm64] {
+        let chosen: Vec<&'static Kernel> = KERNELS
+            .iter()
+            .filter(|k| k.arch == arch && wanted(Some(k), k.label))
+            .collect();
+        if chosen.is_empty() {
+            continue;
         }
+        let images = fetch(&dir, &chosen)?;
+        // The binary the VMs run: this one, or the arm64 build; the runs are judged here by
+        // this machine's.
+        let (guest_aet, guest_conform) = match arch {
+            Arch::X86_64 => (aet.clone(), conform.clone()),
+            Arch::Arm64 => (
+                match &args.aet_arm64 {
+                    Some(p) => p.clone(),
+                    None => crate::build_for(arch.rust_target(), &["--no-default-features"])?,
+                },
+                build_conform(&dir, arch)?,
+            ),
+        };
+        let base = initramfs_base(&dir, arch, &guest_aet, &guest_conform)?;
+        chains.push((arch, chosen, images, base));
+    }
+    let (aet, dir) = (&aet, &dir);
+    let done: Vec<anyhow::Result<Vec<(String, String, Outcome)>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = chains
+            .iter()
+            .map(|(arch, chosen, images, base)| {
+                s.spawn(move || chain(aet, *arch, dir, chosen, images, base))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a VM chain panicked")))
+            })
+            .collect()
+    });
+    for d in done {
+        results.extend(d?);
     }
     let report = report(&results);
     println!("{report}");
@@ -161,10 +246,52 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One architecture's kernels, one VM after another.
+fn chain(
+    aet: &Path,
+    arch: Arch,
+    dir: &Path,
+    chosen: &[&Kernel],
+    images: &[PathBuf],
+    base: &Path,
+) -> anyhow::Result<Vec<(String, String, Outcome)>> {
+    let mut results = Vec::new();
+    for (k, vmlinuz) in chosen.iter().zip(images) {
+        let t = Instant::now();
+        let mut o = boot(aet, arch, &dir.join(k.label), vmlinuz, base)?;
+        // One more boot when a check failed (a VM under TCG on a busy machine is slow in ways a
+        // kernel is not); the first boot's failures stay in the report, its table says the
+        // kernel passed only on a second boot.
+        let first = o.failures();
+        if !first.is_empty() {
+            println!(
+                "== kernels: {} failed {} checks; booting it once more:\n  {}",
+                k.label,
+                first.len(),
+                first.join("\n  ")
+            );
+            // The first boot's files (its runs, the daemon's log) stay for a look.
+            let out = dir.join(k.label).join("out");
+            let kept = dir.join(k.label).join("out.first-boot");
+            let _ = std::fs::remove_dir_all(&kept);
+            let _ = std::fs::rename(&out, &kept);
+            o = boot(aet, arch, &dir.join(k.label), vmlinuz, base)?;
+            o.flaked = first;
+        }
+        o.seconds = t.elapsed().as_secs_f64();
+        println!("== kernels: {} done in {:.0} s", k.label, o.seconds);
+        results.push((format!("{} ({})", k.label, o.release), k.who.into(), o));
+    }
+    Ok(results)
+}
+
 /// The workload, static (it runs in the VMs' initramfs).
-fn build_conform(dir: &Path) -> anyhow::Result<PathBuf> {
-    let out = dir.join("conform");
-    sh(Command::new("cc")
+fn build_conform(dir: &Path, arch: Arch) -> anyhow::Result<PathBuf> {
+    let out = dir.join(match arch {
+        Arch::X86_64 => "conform".to_owned(),
+        Arch::Arm64 => "conform-arm64".to_owned(),
+    });
+    sh(Command::new(arch.tool("gcc"))
         .args(["-static", "-O2", "-o"])
         .arg(&out)
         .arg(root().join("tests/helpers/conform.c")))?;

@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::{
-    Kernel,
+    Arch, Kernel,
     checks::{CONFORMANCE, Outcome, judge, tail},
 };
 use crate::sh;
@@ -70,6 +70,8 @@ fn apt(dir: &Path, tool: &str) -> anyhow::Result<Command> {
         .arg(opt("Dir::State::Lists", &dir.join("lists")))
         .arg(opt("Dir::Cache::Archives", &dir.join("archives")))
         .arg("-oDir::State::Status=/dev/null")
+        .arg("-oAPT::Architectures::=amd64")
+        .arg("-oAPT::Architectures::=arm64")
         .arg("-oAPT::Sandbox::User=root")
         .arg("-oAcquire::IndexTargets::deb::DEP-11::DefaultEnabled=false")
         .current_dir(dir.join("archives"));
@@ -80,7 +82,7 @@ fn apt(dir: &Path, tool: &str) -> anyhow::Result<Command> {
 /// of its line, downloaded and unpacked.
 pub(super) fn fetch(dir: &Path, kernels: &[&Kernel]) -> anyhow::Result<Vec<PathBuf>> {
     let apt_dir = dir.join("apt");
-    let mut updated = false;
+    let mut updated = apt_dir.join("lists/.arm64").exists();
     let mut images = Vec::new();
     for k in kernels {
         let kdir = dir.join(k.label);
@@ -92,6 +94,8 @@ pub(super) fn fetch(dir: &Path, kernels: &[&Kernel]) -> anyhow::Result<Vec<PathB
         if !updated {
             println!("== kernels: apt-get update (Debian's archive, lists under target/kernels)");
             sh(apt(&apt_dir, "apt-get")?.args(["-q", "update"]))?;
+            // Lists that have arm64's packages (an older cache has amd64's alone).
+            std::fs::write(apt_dir.join("lists/.arm64"), "")?;
             updated = true;
         }
         let o = apt(&apt_dir, "apt-cache")?
@@ -107,7 +111,11 @@ pub(super) fn fetch(dir: &Path, kernels: &[&Kernel]) -> anyhow::Result<Vec<PathB
         };
         println!("== kernels: {} is {name}", k.label);
         let archives = apt_dir.join("archives");
-        sh(apt(&apt_dir, "apt-get")?.args(["-q", "download", &name]))?;
+        sh(apt(&apt_dir, "apt-get")?.args([
+            "-q",
+            "download",
+            &format!("{name}:{}", k.arch.deb()),
+        ]))?;
         let deb = std::fs::read_dir(&archives)?
             .flatten()
             .map(|e| e.path())
@@ -151,42 +159,132 @@ fn find_vmlinuz(dir: &Path) -> Option<PathBuf> {
     None
 }
 
-/// The initramfs's tree: busybox, aet and the libraries it links, the workload, the scripts.
-pub(super) fn initramfs_base(dir: &Path, aet: &Path, conform: &Path) -> anyhow::Result<PathBuf> {
-    let tree = dir.join("initramfs");
+/// The packages an arm64 VM's userland comes from (Debian 12's, like this machine's C library
+/// the cross toolchain builds against): busybox, bwrap and the libraries aet and bwrap link.
+const ARM64_USERLAND: &[&str] = &[
+    "busybox-static",
+    "bubblewrap",
+    "libc6",
+    "libseccomp2",
+    "libgcc-s1",
+    "libcap2",
+    "libselinux1",
+    "libpcre2-8-0",
+];
+
+/// The arm64 userland, unpacked under `target/kernels/userland-arm64` (kept: offline re-runs).
+fn arm64_userland(dir: &Path) -> anyhow::Result<PathBuf> {
+    let tree = dir.join("userland-arm64");
+    let stamp = tree.join(".complete");
+    if stamp.exists() {
+        return Ok(tree);
+    }
+    let apt_dir = dir.join("apt");
+    if !apt_dir.join("lists/.arm64").exists() {
+        sh(apt(&apt_dir, "apt-get")?.args(["-q", "update"]))?;
+        std::fs::write(apt_dir.join("lists/.arm64"), "")?;
+    }
+    let debs = dir.join("userland-arm64.debs");
+    let _ = std::fs::remove_dir_all(&debs);
+    std::fs::create_dir_all(&debs)?;
+    let mut c = apt(&apt_dir, "apt-get")?;
+    c.current_dir(&debs).args(["-q", "download"]);
+    for p in ARM64_USERLAND {
+        c.arg(format!("{p}:arm64/bookworm"));
+    }
+    sh(&mut c)?;
+    let _ = std::fs::remove_dir_all(&tree);
+    std::fs::create_dir_all(&tree)?;
+    for e in std::fs::read_dir(&debs)?.flatten() {
+        sh(Command::new("dpkg-deb").arg("-x").arg(e.path()).arg(&tree))?;
+    }
+    std::fs::write(&stamp, "")?;
+    let _ = std::fs::remove_dir_all(&debs);
+    Ok(tree)
+}
+
+/// Copies every shared library (`*.so*`) and the dynamic loader of `from`'s `lib` directories
+/// into `to`'s, at the same paths.
+fn copy_libraries(from: &Path, to: &Path) -> anyhow::Result<()> {
+    for d in ["lib", "lib/aarch64-linux-gnu", "usr/lib/aarch64-linux-gnu"] {
+        let Ok(rd) = std::fs::read_dir(from.join(d)) else {
+            continue;
+        };
+        std::fs::create_dir_all(to.join(d))?;
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.contains(".so") {
+                continue;
+            }
+            let dst = to.join(d).join(&name);
+            if e.file_type()?.is_symlink() {
+                let _ = std::fs::remove_file(&dst);
+                std::os::unix::fs::symlink(std::fs::read_link(e.path())?, &dst)?;
+            } else if e.file_type()?.is_file() {
+                std::fs::copy(e.path(), &dst)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The initramfs's tree: busybox, aet and the libraries it links, the workload, the scripts,
+/// all of `arch`.
+pub(super) fn initramfs_base(
+    dir: &Path,
+    arch: Arch,
+    aet: &Path,
+    conform: &Path,
+) -> anyhow::Result<PathBuf> {
+    let tree = dir.join(match arch {
+        Arch::X86_64 => "initramfs",
+        Arch::Arm64 => "initramfs-arm64",
+    });
     let _ = std::fs::remove_dir_all(&tree);
     for d in [
         "bin", "sbin", "usr/bin", "usr/sbin", "proc", "sys", "dev", "tmp", "run", "etc",
     ] {
         std::fs::create_dir_all(tree.join(d))?;
     }
-    let busybox = Path::new("/bin/busybox");
-    if !busybox.exists() {
-        bail!("/bin/busybox is missing: `cargo xtask setup` installs busybox-static");
-    }
-    std::fs::copy(busybox, tree.join("bin/busybox"))?;
     // Stripped: the initramfs is unpacked and copied once more in the VM.
-    sh(Command::new("strip")
+    sh(Command::new(arch.tool("strip"))
         .arg("-o")
         .arg(tree.join("bin/aet"))
         .arg(aet))?;
     std::fs::copy(conform, tree.join("bin/conform"))?;
-    let bwrap = Path::new("/usr/bin/bwrap");
-    std::fs::copy(bwrap, tree.join("usr/bin/bwrap"))
-        .context("/usr/bin/bwrap (cargo xtask setup installs bubblewrap)")?;
-    // The libraries the dynamic programs link, at the paths ldd names.
-    for program in [aet, bwrap] {
-        let ldd = Command::new("ldd").arg(program).output().context("ldd")?;
-        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-            let path = line
-                .split_whitespace()
-                .find(|w| w.starts_with('/'))
-                .map(PathBuf::from);
-            if let Some(p) = path {
-                let to = tree.join(p.strip_prefix("/")?);
-                std::fs::create_dir_all(to.parent().context("a library has a directory")?)?;
-                std::fs::copy(&p, &to).with_context(|| format!("copy {}", p.display()))?;
+    match arch {
+        Arch::X86_64 => {
+            let busybox = Path::new("/bin/busybox");
+            if !busybox.exists() {
+                bail!("/bin/busybox is missing: `cargo xtask setup` installs busybox-static");
             }
+            std::fs::copy(busybox, tree.join("bin/busybox"))?;
+            let bwrap = Path::new("/usr/bin/bwrap");
+            std::fs::copy(bwrap, tree.join("usr/bin/bwrap"))
+                .context("/usr/bin/bwrap (cargo xtask setup installs bubblewrap)")?;
+            // The libraries the dynamic programs link, at the paths ldd names.
+            for program in [aet, bwrap] {
+                let ldd = Command::new("ldd").arg(program).output().context("ldd")?;
+                for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+                    let path = line
+                        .split_whitespace()
+                        .find(|w| w.starts_with('/'))
+                        .map(PathBuf::from);
+                    if let Some(p) = path {
+                        let to = tree.join(p.strip_prefix("/")?);
+                        std::fs::create_dir_all(to.parent().context("a library has a directory")?)?;
+                        std::fs::copy(&p, &to).with_context(|| format!("copy {}", p.display()))?;
+                    }
+                }
+            }
+        }
+        Arch::Arm64 => {
+            // Debian's arm64 packages: ldd cannot read another architecture's programs, so
+            // every library of the packages goes in.
+            let user = arm64_userland(dir)?;
+            std::fs::copy(user.join("bin/busybox"), tree.join("bin/busybox"))?;
+            std::fs::copy(user.join("usr/bin/bwrap"), tree.join("usr/bin/bwrap"))?;
+            copy_libraries(&user, &tree)?;
         }
     }
     std::fs::write(tree.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n")?;
@@ -196,7 +294,7 @@ pub(super) fn initramfs_base(dir: &Path, aet: &Path, conform: &Path) -> anyhow::
     std::fs::write(&init, INIT)?;
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755))?;
-    let cpio = dir.join("initramfs.cpio.gz");
+    let cpio = dir.join(format!("initramfs-{}.cpio.gz", arch.deb()));
     sh(Command::new("sh").arg("-c").arg(format!(
         "cd '{}' && find . | cpio --quiet -o -H newc | gzip -1 > '{}'",
         tree.display(),
@@ -208,6 +306,7 @@ pub(super) fn initramfs_base(dir: &Path, aet: &Path, conform: &Path) -> anyhow::
 /// Boots `vmlinuz` with the initramfs and judges what it printed.
 pub(super) fn boot(
     aet: &Path,
+    arch: Arch,
     kdir: &Path,
     vmlinuz: &Path,
     initramfs: &Path,
@@ -215,30 +314,39 @@ pub(super) fn boot(
     let out = kdir.join("out");
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out)?;
-    let mut child = Command::new("qemu-system-x86_64")
+    let (qemu, machine, console, package): (_, &[&str], _, _) = match arch {
+        Arch::X86_64 => (
+            "qemu-system-x86_64",
+            &["-cpu", "max"],
+            "ttyS0",
+            "qemu-system-x86",
+        ),
+        // An ARMv8.0 core: `max` adds pointer authentication, SVE and MTE, which TCG emulates
+        // slowly and the checks do not need.
+        Arch::Arm64 => (
+            "qemu-system-aarch64",
+            &["-machine", "virt", "-cpu", "cortex-a57"],
+            "ttyAMA0",
+            "qemu-system-arm",
+        ),
+    };
+    let mut child = Command::new(qemu)
         // One host thread for both vCPUs: with a thread per vCPU, QEMU 7.2's TCG let a vCPU run
         // code another had just patched (the kernel's int3-based text patching of static keys),
         // and the guest died with "Oops: int3" in 1 boot of 4 or 5 (at boot in
         // sched_clock_cpu, or in trace_syscall_exit as aet's programs detached). The two vCPUs
         // still interleave (the load check's preemption is the same); boots take about 1.7
         // times as long (6.12: 36 -> 60 s, sid: 45 -> 79 s).
-        .args([
-            "-accel",
-            "tcg,thread=single",
-            "-cpu",
-            "max",
-            "-m",
-            "2048",
-            "-smp",
-            "2",
-        ])
+        .args(["-accel", "tcg,thread=single"])
+        .args(machine)
+        .args(["-m", "2048", "-smp", "2"])
         .arg("-kernel")
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initramfs)
         .args([
             "-append",
-            "console=ttyS0 quiet loglevel=1 panic=-1",
+            &format!("console={console} quiet loglevel=1 panic=-1"),
             "-nographic",
             "-no-reboot",
         ])
@@ -246,14 +354,18 @@ pub(super) fn boot(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .context("qemu-system-x86_64 (cargo xtask setup installs qemu-system-x86)")?;
+        .with_context(|| format!("{qemu} (cargo xtask setup installs {package})"))?;
     let stdout = child.stdout.take().context("qemu's stdout")?;
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = std::io::Read::read_to_string(&mut { stdout }, &mut s);
         s
     });
-    let limit = Duration::from_secs(150);
+    // Emulating another architecture is slower (TCG translates every instruction).
+    let limit = Duration::from_secs(match arch {
+        Arch::X86_64 => 150,
+        Arch::Arm64 => 480,
+    });
     let started = Instant::now();
     while child.try_wait()?.is_none() {
         if started.elapsed() > limit {

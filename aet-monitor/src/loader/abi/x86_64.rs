@@ -1,10 +1,8 @@
-//! This architecture's syscall ABI: the syscalls recorded through `raw_syscalls:sys_exit`, by number, for this architecture:
-//! `(native number, aet syscall)` and `(compat number, aet syscall)`. Syscall numbers are the
-//! architecture's ABI (fixed forever, from `asm/unistd_64.h` and `asm/unistd_32.h`), not kernel
-//! struct layouts.
-#![cfg(target_arch = "x86_64")]
+//! x86_64: native numbers from `asm/unistd_64.h`, compat (i386) from `asm/unistd_32.h`.
 
 use aet_common::Syscall::{self, *};
+
+use super::{Compat, Reg};
 
 pub const NATIVE: &[(i64, Syscall)] = &[
     (2, Open),
@@ -252,11 +250,28 @@ pub const COMPAT: &[(i64, Syscall)] = &[
     (357, Bpf),
 ];
 /// `pt_regs` members holding the syscall number and arguments 0..5 (native, then compat).
-pub const REGS_NR: &str = "orig_ax";
-pub const REGS_ARGS: [&str; 6] = ["di", "si", "dx", "r10", "r8", "r9"];
-pub const REGS_ARGS_COMPAT: [&str; 6] = ["bx", "cx", "dx", "si", "di", "bp"];
+pub const REGS_NR: Reg = Reg("orig_ax", 0);
+pub const REGS_ARGS: [Reg; 6] = [
+    Reg("di", 0),
+    Reg("si", 0),
+    Reg("dx", 0),
+    Reg("r10", 0),
+    Reg("r8", 0),
+    Reg("r9", 0),
+];
+pub const REGS_ARGS_COMPAT: [Reg; 6] = [
+    Reg("bx", 0),
+    Reg("cx", 0),
+    Reg("dx", 0),
+    Reg("si", 0),
+    Reg("di", 0),
+    Reg("bp", 0),
+];
 /// `THREAD_SIZE` (arch/x86/include/asm/page_64_types.h: 16 KiB without KASAN): the saved user
 /// registers end there, from the task's stack base.
 pub const THREAD_SIZE: u32 = 16 << 10;
-/// `TS_COMPAT` in `thread_info.status` (arch/x86/include/asm/thread_info.h).
-pub const TS_COMPAT: u32 = 0x0002;
+/// A compat syscall: `TS_COMPAT` in `thread_info.status` (arch/x86/include/asm/thread_info.h).
+pub const COMPAT_MARK: Compat = Compat::Task {
+    member: "thread_info.status",
+    mask: 0x0002,
+};
