@@ -278,6 +278,30 @@ impl Task {
         (self.ugid as u32, (self.ugid >> 32) as u32)
     }
 
+    /// The task's saved user registers: `bpf_task_pt_regs` (5.15+).
+    #[cfg(not(feature = "legacy"))]
+    #[inline(always)]
+    pub(crate) fn regs(&self) -> KPtr {
+        // SAFETY: helper taking the trusted BTF task pointer it was given by the kernel.
+        KPtr(
+            unsafe { generated::bpf_task_pt_regs(KPtr::current_task_trusted().0 as *mut _) }
+                as *const u8,
+        )
+    }
+
+    /// The task's saved user registers where the kernel has no `bpf_task_pt_regs`: at the top
+    /// of the task's kernel stack, as the kernel's own `task_pt_regs` finds them.
+    #[cfg(feature = "legacy")]
+    #[inline(always)]
+    pub(crate) fn regs(&self) -> KPtr {
+        let o = offsets();
+        let stack: u64 = self.ptr.read(cfg(&o.task_stack));
+        if stack == 0 {
+            return KPtr(core::ptr::null());
+        }
+        KPtr((stack + cfg(&o.stack_regs) as u64) as *const u8)
+    }
+
     /// Is the task in a compat (32-bit) syscall? `regs`: its saved user registers, where the
     /// architecture marks it there (aarch64), else unused.
     #[inline(always)]

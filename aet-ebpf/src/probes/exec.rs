@@ -246,7 +246,7 @@ pub(crate) fn sched_process_exec(ctx: TracePointContext) -> u32 {
         h.flags |= flags::UNPAIRED;
     }
     let regs = if cfg(&CONFIG.compat_in_regs) != 0 {
-        super::syscall::task_regs(&task)
+        task.regs()
     } else {
         KPtr(core::ptr::null())
     };

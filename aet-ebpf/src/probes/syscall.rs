@@ -34,7 +34,6 @@ use super::{
     payload,
 };
 use crate::{
-    kernel::KPtr,
     maps::{FDMASK, FILEIO, SYSCALLS, cfg, count, offsets},
     record::{
         USER, capture_str, claim, fill_header, header, scratch, section_first_byte, send,
@@ -70,29 +69,6 @@ const SYS_EXIT_RET: usize = 2;
 #[cfg(feature = "legacy")]
 const SYS_EXIT_ID: usize = 1;
 
-/// The current task's saved user registers: `bpf_task_pt_regs` (5.15+).
-#[cfg(not(feature = "legacy"))]
-#[inline(always)]
-pub(crate) fn task_regs(_task: &Task) -> KPtr {
-    // SAFETY: helper taking the trusted BTF task pointer it was given by the kernel.
-    KPtr(unsafe {
-        aya_ebpf::helpers::generated::bpf_task_pt_regs(KPtr::current_task_trusted().0 as *mut _)
-    } as *const u8)
-}
-
-/// The current task's saved user registers where the kernel has no `bpf_task_pt_regs`: at the
-/// top of the task's kernel stack, as the kernel's own `task_pt_regs` finds them.
-#[cfg(feature = "legacy")]
-#[inline(always)]
-pub(crate) fn task_regs(task: &Task) -> KPtr {
-    let o = offsets();
-    let stack: u64 = task.ptr.read(cfg(&o.task_stack));
-    if stack == 0 {
-        return KPtr(core::ptr::null());
-    }
-    KPtr((stack + cfg(&o.stack_regs) as u64) as *const u8)
-}
-
 /// `struct open_how` (uapi, stable).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -113,7 +89,7 @@ pub(crate) fn sys_exit(ctx: TracePointContext) -> u32 {
     // plain address, which would take a fault-tolerant copy: the dearest helper, on every
     // syscall of the machine).
     let mut task = Task::current();
-    let regs = task_regs(&task);
+    let regs = task.regs();
     if regs.is_null() {
         return 0;
     }
