@@ -60,6 +60,17 @@ const APT_PACKAGES: &[(&str, &str, Purpose)] = &[
     // `cargo xtask kernels`: Debian's kernels booted under QEMU with an initramfs of busybox.
     ("qemu-system-x86_64", "qemu-system-x86", Purpose::Test),
     ("qemu-system-aarch64", "qemu-system-arm", Purpose::Test),
+    // The arm64 VMs' 32-bit (AArch32) workload, static.
+    (
+        "arm-linux-gnueabihf-gcc",
+        "gcc-arm-linux-gnueabihf",
+        Purpose::Test,
+    ),
+    (
+        "/usr/arm-linux-gnueabihf/lib/libc.a",
+        "libc6-dev-armhf-cross",
+        Purpose::Test,
+    ),
     ("cpio", "cpio", Purpose::Test),
     // aet for arm64, built here: Debian's cross toolchain and arm64's libseccomp (multiarch).
     (

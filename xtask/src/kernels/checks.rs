@@ -56,6 +56,13 @@ if [ -d "$out/standalone" ] && command -v bwrap >/dev/null; then
   echo "AET-KERNEL exit isolated $?"
   sed 's/^/AET-KERNEL log isolated /' "$out/isolated.log"
 fi
+if [ -d "$out/standalone" ] && [ -x "${conform}32" ]; then
+  # A 32-bit program (AArch32 on arm64): its syscalls come through the compat ABI.
+  mkdir -p "$base/compat"
+  "$aet" run --standalone --out "$out/compat" -- "${conform}32" "$base/compat" >"$out/compat.log" 2>&1
+  echo "AET-KERNEL exit compat $?"
+  sed 's/^/AET-KERNEL log compat /' "$out/compat.log"
+fi
 if [ -d "$out/standalone" ]; then
   bd="$base/barrier"; mkdir -p "$bd"; echo yes >"$bd/allowed.txt"; echo no >"$bd/denied.txt"
   printf '[allow]\nread = ["/bin", "/lib", "/lib64", "/usr", "/etc", "/proc", "/dev", "%s/allowed.txt"]\nwrite = ["/dev", "/tmp"]\n' "$bd" >"$out/barrier.toml"
@@ -207,7 +214,76 @@ pub(super) fn judge(aet: &Path, text: &str, out: &Path, base: &Path) -> Outcome 
     under_load(aet, &exits, &log_of, out, base, &mut check);
     isolated(aet, &exits, &log_of("isolated"), out, base, &mut check);
     barrier(aet, &exits, &log_of("barrier"), out, base, &mut check);
+    if exits.contains_key("compat") {
+        compat(aet, &exits, &log_of("compat"), out, base, &mut check);
+    }
     o
+}
+
+/// The 32-bit program's run (arm64's VMs: AArch32 through the compat ABI): it ends 0, and its
+/// open by dirfd, its `stat` and its exec are rows marked compat (flag 64), with their paths and
+/// argv.
+fn compat(
+    aet: &Path,
+    exits: &BTreeMap<String, String>,
+    log: &str,
+    out: &Path,
+    base: &Path,
+    check: &mut impl FnMut(&str, Result<(), String>),
+) {
+    let d = base.join("compat").display().to_string();
+    let code = exits.get("compat").cloned().unwrap_or_default();
+    check(
+        "compat: the 32-bit program's run ends 0",
+        if code == "0" {
+            Ok(())
+        } else {
+            Err(format!("exit {code}: {}", tail(log, 12)))
+        },
+    );
+    let run = out.join("compat");
+    for (name, cond, marked) in [
+        (
+            "compat: the exec of the 32-bit program",
+            "kind = 'exec' AND ret = 0 AND path = '/bin/conform32'".to_owned(),
+            true,
+        ),
+        (
+            "compat: open by dirfd",
+            format!(
+                "kind = 'open' AND dirfd >= 0 AND path = 'compat.txt' \
+                 AND resolved_path = '{d}/compat.txt' AND ret >= 0"
+            ),
+            true,
+        ),
+        (
+            "compat: stat",
+            format!("kind = 'stat' AND resolved_path = '{d}/compat.txt'"),
+            true,
+        ),
+        (
+            "compat: its exec of a 64-bit program, with argv",
+            "kind = 'exec' AND ret = 0 AND CAST(argv AS VARCHAR) LIKE '%compat-argv-marker%'"
+                .to_owned(),
+            false,
+        ),
+    ] {
+        let op = if marked { "<>" } else { "=" };
+        let sql = format!(
+            "SELECT COUNT(*) AS n FROM events WHERE {cond} AND (CAST(capture AS BIGINT) & 64) {op} 0"
+        );
+        check(
+            name,
+            match query(aet, &sql, &run) {
+                Ok(n) if n.first().is_some_and(|&n| n > 0) => Ok(()),
+                Ok(_) => Err(format!(
+                    "no row {} compat where {cond}",
+                    if marked { "marked" } else { "unmarked" }
+                )),
+                Err(e) => Err(e),
+            },
+        );
+    }
 }
 
 /// The runs made beside busy tasks ([`LOAD_RUNS`] of them, served by one daemon): each ends 0,

@@ -206,7 +206,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 build_conform(&dir, arch)?,
             ),
         };
-        let base = initramfs_base(&dir, arch, &guest_aet, &guest_conform)?;
+        // arm64's VMs run an AArch32 program too: the compat ABI.
+        let compat = match arch {
+            Arch::X86_64 => None,
+            Arch::Arm64 => Some(build_compat32(&dir)?),
+        };
+        let base = initramfs_base(&dir, arch, &guest_aet, &guest_conform, compat.as_deref())?;
         chains.push((arch, chosen, images, base));
     }
     let (aet, dir) = (&aet, &dir);
@@ -283,6 +288,17 @@ fn chain(
         results.push((format!("{} ({})", k.label, o.release), k.who.into(), o));
     }
     Ok(results)
+}
+
+/// The AArch32 workload (`tests/helpers/compat32.c`), static, for the arm64 VMs.
+fn build_compat32(dir: &Path) -> anyhow::Result<PathBuf> {
+    let out = dir.join("compat32");
+    sh(Command::new("arm-linux-gnueabihf-gcc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&out)
+        .arg(root().join("tests/helpers/compat32.c")))
+    .context("arm-linux-gnueabihf-gcc (cargo xtask setup installs gcc-arm-linux-gnueabihf)")?;
+    Ok(out)
 }
 
 /// The workload, static (it runs in the VMs' initramfs).

@@ -235,6 +235,7 @@ pub(super) fn initramfs_base(
     arch: Arch,
     aet: &Path,
     conform: &Path,
+    compat32: Option<&Path>,
 ) -> anyhow::Result<PathBuf> {
     let tree = dir.join(match arch {
         Arch::X86_64 => "initramfs",
@@ -252,6 +253,9 @@ pub(super) fn initramfs_base(
         .arg(tree.join("bin/aet"))
         .arg(aet))?;
     std::fs::copy(conform, tree.join("bin/conform"))?;
+    if let Some(c) = compat32 {
+        std::fs::copy(c, tree.join("bin/conform32"))?;
+    }
     match arch {
         Arch::X86_64 => {
             let busybox = Path::new("/bin/busybox");
