@@ -5,6 +5,8 @@
 //!   the binary needs (maturin's auditwheel check; `auditwheel show` agrees);
 //! - `aet_VERSION-1_amd64.deb`: the binary, the preset policies, man pages, completions and the
 //!   socket-activated daemon's units (cargo-deb; `aet-user/Cargo.toml` `[package.metadata.deb]`);
+//! - both again for arm64 (`..._aarch64.whl`, `..._arm64.deb`), built here with Debian's cross
+//!   toolchain (`--arch` picks one);
 //! - `share/`: the man pages, completions and units the package was made from.
 //!
 //! Every file in the package has the commit's time (`SOURCE_DATE_EPOCH`), every entry of the
@@ -35,14 +37,22 @@ pub struct Args {
     /// Do not run `cargo xtask setup` first (for a caller that just ran it).
     #[arg(long, hide = true)]
     pub no_setup: bool,
+    /// Which architectures' packages: `amd64`, `arm64` or `all`.
+    #[arg(long, default_value = "all", value_parser = ["amd64", "arm64", "all"])]
+    pub arch: String,
 }
 
-/// What `dist` built.
+/// The cross target of arm64's packages.
+const ARM64: &str = "aarch64-unknown-linux-gnu";
+
+/// What `dist` built: this machine's architecture's packages (which `--install-test` installs),
+/// and every file it made.
 pub struct Artefacts {
     pub wheel: PathBuf,
     pub deb: PathBuf,
     /// The `aet` binary both carry.
     pub aet: PathBuf,
+    pub all: Vec<PathBuf>,
 }
 
 /// The workspace's version (`[workspace.package]`), which the binary, the wheel and the package
@@ -92,59 +102,88 @@ pub fn dist(args: &Args) -> anyhow::Result<Artefacts> {
     }
     std::fs::create_dir_all(&out)?;
 
-    // The wheel first: maturin builds the release binary (`cargo build --release` of aet-user's
-    // bin, the same build `cargo xtask build` makes and the package then takes).
-    println!("== the wheel (maturin)");
-    // Not SOURCE_DATE_EPOCH: zstd-sys's build script tracks it, and setting it here would rebuild
-    // the tree from zstd-sys up twice (13 min each on 2 cores: once for maturin, once more for
-    // the build after it). Without it maturin stamps every entry 1980-01-01, as reproducible.
-    forget_repaired()?;
-    let mut maturin = Command::new("python3");
-    crate::setup::with_cache(&mut maturin)
-        .env("PATH", crate::setup::path_with_cargo_bin())
-        .env_remove("SOURCE_DATE_EPOCH")
-        .args(["-m", "maturin", "build", "--release", "--locked", "--out"])
-        .arg(&out);
-    let built = sh(maturin.current_dir(root().join("python")));
-    forget_repaired()?;
-    built?;
+    let arches: &[&str] = match args.arch.as_str() {
+        "amd64" => &["amd64"],
+        "arm64" => &["arm64"],
+        _ => &["amd64", "arm64"],
+    };
+    for arch in arches {
+        // The wheel first: maturin builds the release binary (`cargo build --release` of
+        // aet-user's bin, the same build `cargo xtask build` makes and the package then takes).
+        println!("== the wheel for {arch} (maturin)");
+        // Not SOURCE_DATE_EPOCH: zstd-sys's build script tracks it, and setting it here would
+        // rebuild the tree from zstd-sys up twice (13 min each on 2 cores: once for maturin,
+        // once more for the build after it). Without it maturin stamps every entry 1980-01-01,
+        // as reproducible.
+        forget_repaired()?;
+        let mut maturin = Command::new("python3");
+        crate::setup::with_cache(&mut maturin)
+            .env("PATH", crate::setup::path_with_cargo_bin())
+            .env_remove("SOURCE_DATE_EPOCH")
+            .args(["-m", "maturin", "build", "--release", "--locked", "--out"])
+            .arg(&out);
+        if *arch == "arm64" {
+            maturin.args(["--target", ARM64]);
+        }
+        let built = sh(maturin.current_dir(root().join("python")));
+        forget_repaired()?;
+        built?;
+    }
+    // This machine's binary makes the man pages and completions (the same for both).
     let aet = crate::build()?;
     let share = out.join("share");
     generated(&aet, &share, &epoch)?;
-
-    println!("== the Debian package (cargo-deb)");
-    sh(cargo()
-        .env("SOURCE_DATE_EPOCH", &epoch)
-        .args([
+    for arch in arches {
+        println!("== the Debian package for {arch} (cargo-deb)");
+        let mut deb = cargo();
+        deb.env("SOURCE_DATE_EPOCH", &epoch).args([
             "deb",
             "--package",
             "aet-user",
             "--no-build",
             "--locked",
-            "--output",
-        ])
-        .arg(&out))?;
+        ]);
+        if *arch == "arm64" {
+            crate::build_for(ARM64, &[])?;
+            deb.args(["--target", ARM64]);
+        }
+        sh(deb.arg("--output").arg(&out))?;
+    }
 
-    let find = |ext: &str| -> anyhow::Result<PathBuf> {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(&out)?
+    let all: Vec<PathBuf> = {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&out)?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .filter(|p| p.extension().is_some_and(|e| e == "whl" || e == "deb"))
             .collect();
-        ensure!(
-            found.len() == 1,
-            "{}: {} .{ext} files, expected one",
-            out.display(),
-            found.len()
-        );
-        Ok(found.remove(0))
+        v.sort();
+        v
+    };
+    ensure!(
+        all.len() == 2 * arches.len(),
+        "{}: {} packages, expected {}",
+        out.display(),
+        all.len(),
+        2 * arches.len()
+    );
+    let find = |ends: &str| -> anyhow::Result<PathBuf> {
+        all.iter()
+            .find(|p| p.to_string_lossy().ends_with(ends))
+            .cloned()
+            .with_context(|| format!("{}: no *{ends}", out.display()))
+    };
+    let (wheel, deb) = if arches.contains(&"amd64") {
+        (find("_x86_64.whl")?, find("_amd64.deb")?)
+    } else {
+        (find("_aarch64.whl")?, find("_arm64.deb")?)
     };
     let artefacts = Artefacts {
-        wheel: find("whl")?,
-        deb: find("deb")?,
+        wheel,
+        deb,
         aet,
+        all,
     };
     println!("== built");
-    for p in [&artefacts.wheel, &artefacts.deb] {
+    for p in &artefacts.all {
         let size = std::fs::metadata(p)?.len();
         println!(
             "{:>8.1} MiB  {}",
@@ -159,8 +198,7 @@ pub fn dist(args: &Args) -> anyhow::Result<Artefacts> {
 pub fn reproducible(args: &Args) -> anyhow::Result<Artefacts> {
     let sums = |a: &Artefacts| -> anyhow::Result<String> {
         let out = Command::new("sha256sum")
-            .arg(&a.wheel)
-            .arg(&a.deb)
+            .args(&a.all)
             .output()
             .context("sha256sum")?;
         ensure!(out.status.success(), "sha256sum: {}", out.status);
@@ -189,14 +227,21 @@ fn forget_repaired() -> anyhow::Result<()> {
     let Ok(meta) = std::fs::metadata(&copy) else {
         return Ok(());
     };
-    let deps = root().join("target/release/deps");
-    for entry in std::fs::read_dir(&deps).with_context(|| deps.display().to_string())? {
-        let path = entry?.path();
-        if let Ok(m) = std::fs::symlink_metadata(&path)
-            && m.ino() == meta.ino()
-            && m.dev() == meta.dev()
-        {
-            std::fs::remove_file(&path).with_context(|| path.display().to_string())?;
+    for deps in [
+        root().join("target/release/deps"),
+        root().join("target").join(ARM64).join("release/deps"),
+    ] {
+        let Ok(rd) = std::fs::read_dir(&deps) else {
+            continue;
+        };
+        for entry in rd {
+            let path = entry?.path();
+            if let Ok(m) = std::fs::symlink_metadata(&path)
+                && m.ino() == meta.ino()
+                && m.dev() == meta.dev()
+            {
+                std::fs::remove_file(&path).with_context(|| path.display().to_string())?;
+            }
         }
     }
     std::fs::remove_file(&copy).with_context(|| copy.display().to_string())
