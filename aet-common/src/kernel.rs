@@ -42,6 +42,46 @@ pub mod uapi {
     pub const O_TMPFILE: u32 = O_TMPFILE_BIT | O_DIRECTORY;
     /// What `creat(path, mode)` is: `open(path, O_CREAT | O_WRONLY | O_TRUNC, mode)`.
     pub const CREAT_FLAGS: u32 = O_CREAT | O_WRONLY | O_TRUNC;
+
+    /// `open(2)` flags as arm and arm64 number them where they differ from the values above
+    /// (`arch/arm64/include/uapi/asm/fcntl.h`): `O_DIRECTORY`, `O_NOFOLLOW`, `O_DIRECT`,
+    /// `O_LARGEFILE`.
+    const ARM_DIRECTORY: u32 = 0o40000;
+    const ARM_NOFOLLOW: u32 = 0o100000;
+    const ARM_DIRECT: u32 = 0o200000;
+    const ARM_LARGEFILE: u32 = 0o400000;
+    /// x86_64's `O_DIRECT` and `O_LARGEFILE` (the other two are above).
+    const O_DIRECT: u32 = 0o40000;
+    const O_LARGEFILE: u32 = 0o100000;
+
+    /// arm's open flags in the numbering above, the one the ledger holds whatever machine
+    /// recorded it (so one policy and one audit read every ledger alike).
+    pub const fn open_flags_from_arm(f: u32) -> u32 {
+        let moved = ARM_DIRECTORY | ARM_NOFOLLOW | ARM_DIRECT | ARM_LARGEFILE;
+        let mut out = f & !moved;
+        if f & ARM_DIRECTORY != 0 {
+            out |= O_DIRECTORY;
+        }
+        if f & ARM_NOFOLLOW != 0 {
+            out |= O_NOFOLLOW;
+        }
+        if f & ARM_DIRECT != 0 {
+            out |= O_DIRECT;
+        }
+        if f & ARM_LARGEFILE != 0 {
+            out |= O_LARGEFILE;
+        }
+        out
+    }
+
+    /// This machine's open flags in the ledger's numbering.
+    pub const fn open_flags_from_native(f: u32) -> u32 {
+        if cfg!(target_arch = "aarch64") {
+            open_flags_from_arm(f)
+        } else {
+            f
+        }
+    }
     /// `mmap(2)` protections and flags.
     pub const PROT_READ: u32 = 1;
     pub const PROT_WRITE: u32 = 2;
@@ -64,4 +104,25 @@ pub mod uapi {
     pub const S_IFREG: u16 = 0o100000;
     pub const S_IFDIR: u16 = 0o040000;
     pub const S_IFSOCK: u16 = 0o140000;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uapi::*;
+
+    /// arm's four moved flags land on x86_64's, every other bit stays.
+    #[test]
+    fn arm_open_flags_in_the_ledger_s_numbering() {
+        assert_eq!(open_flags_from_arm(0o40000), O_DIRECTORY);
+        assert_eq!(open_flags_from_arm(0o100000), O_NOFOLLOW);
+        assert_eq!(open_flags_from_arm(0o200000), 0o40000);
+        assert_eq!(open_flags_from_arm(0o400000), 0o100000);
+        let same = O_CREAT | O_TRUNC | O_RDWR | O_PATH | O_TMPFILE_BIT | O_APPEND;
+        assert_eq!(open_flags_from_arm(same), same);
+        // AArch32's glibc opens a directory with O_LARGEFILE too.
+        assert_eq!(
+            open_flags_from_arm(0o40000 | 0o400000),
+            O_DIRECTORY | 0o100000
+        );
+    }
 }

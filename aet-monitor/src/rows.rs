@@ -664,7 +664,10 @@ impl RowMaker {
         if shape.fd >= 0 || ev.kind == EventKind::List {
             row.fd = Some(h.fd);
         }
-        if shape.flags >= 0 || ev.kind == EventKind::Open || is_exec || ev.kind == EventKind::Mmap {
+        if ev.kind == EventKind::Open {
+            // The ledger's numbering, whatever architecture recorded it.
+            row.flags = Some(aet_common::uapi::open_flags_from_native(h.open_flags));
+        } else if shape.flags >= 0 || is_exec || ev.kind == EventKind::Mmap {
             row.flags = Some(h.open_flags);
         }
         match ev.kind {

@@ -595,8 +595,15 @@ pub fn stage_main(dir: Option<&Path>, command: &[OsString]) -> i32 {
 fn close_io_uring() -> Result<String, String> {
     use libseccomp::{ScmpAction, ScmpArch, ScmpFilterContext, ScmpSyscall};
     let mut f = ScmpFilterContext::new(ScmpAction::Allow).map_err(|e| e.to_string())?;
-    if ScmpArch::native() == ScmpArch::X8664 {
-        f.add_arch(ScmpArch::X86).map_err(|e| e.to_string())?;
+    // The compat ABI too (a 32-bit program's syscalls would otherwise meet the filter's
+    // default for an architecture it does not name, which kills them).
+    let compat = match ScmpArch::native() {
+        ScmpArch::X8664 => Some(ScmpArch::X86),
+        ScmpArch::Aarch64 => Some(ScmpArch::Arm),
+        _ => None,
+    };
+    if let Some(arch) = compat {
+        f.add_arch(arch).map_err(|e| e.to_string())?;
     }
     for name in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
         let sc = ScmpSyscall::from_name(name).map_err(|e| format!("{name}: {e}"))?;

@@ -82,6 +82,11 @@ const CHECKS: &[(&str, &str)] = &[
          AND resolved_from = 'object'",
     ),
     (
+        "a directory opened O_DIRECTORY (x86_64's number, 0o200000, on every architecture)",
+        "kind = 'open' AND path = 'dir' AND resolved_path = '{d}/dir' AND ret >= 0 \
+         AND (CAST(flags AS BIGINT) & 65536) <> 0 AND (CAST(flags AS BIGINT) & 16384) = 0",
+    ),
+    (
         "open through a symlink",
         "kind = 'open' AND path = '{d}/link' AND resolved_path = '{d}/dir/target.txt' \
          AND resolved_from = 'object'",
@@ -253,6 +258,14 @@ fn compat(
             format!(
                 "kind = 'open' AND dirfd >= 0 AND path = 'compat.txt' \
                  AND resolved_path = '{d}/compat.txt' AND ret >= 0"
+            ),
+            true,
+        ),
+        (
+            "compat: its directory opened O_DIRECTORY, in x86_64's numbers",
+            format!(
+                "kind = 'open' AND resolved_path = '{d}' AND ret >= 0 \
+                 AND (CAST(flags AS BIGINT) & 65536) <> 0 AND (CAST(flags AS BIGINT) & 16384) = 0"
             ),
             true,
         ),
