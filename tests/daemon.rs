@@ -6,85 +6,25 @@ use std::{
     fs,
     os::unix::{fs::PermissionsExt as _, net::UnixListener, process::CommandExt as _},
     path::{Path, PathBuf},
-    process::{Child, Command},
+    process::Command,
     time::{Duration, Instant},
 };
 
 use aet_tests::*;
-
-/// A daemon on a socket of its own, stopped (SIGTERM) when dropped.
-struct Daemon {
-    child: Option<Child>,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn start() -> Self {
-        Self::start_with(&[])
-    }
-
-    fn start_with(args: &[&str]) -> Self {
-        Self::start_env(args, &[])
-    }
-
-    fn start_env(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let socket = PathBuf::from(format!(
-            "/run/aet/daemon-test-{}-{}.sock",
-            std::process::id(),
-            unique()
-        ));
-        let mut child = aet()
-            .args(["daemon", "-q", "--socket"])
-            .arg(&socket)
-            .args(args)
-            .envs(env.iter().copied())
-            .spawn()
-            .expect("aet daemon");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !socket.exists() {
-            assert!(Instant::now() < deadline, "the daemon did not come up");
-            if let Some(st) = child.try_wait().unwrap() {
-                panic!("aet daemon exited: {st}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            child: Some(child),
-            socket,
-        }
-    }
-
-    /// `aet ARGS` using this daemon (as a user's aet would: `AET_DAEMON=auto`).
-    fn aet(&self) -> Command {
-        let mut c = aet();
-        c.env("AET_SOCKET", &self.socket).env("AET_DAEMON", "auto");
-        c
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // SAFETY: a signal to our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let _ = c.wait();
-        }
-    }
-}
 
 /// Runs a command as uid/gid 1000 (no capabilities left once the ids change).
 fn as_user(cmd: &mut Command) -> &mut Command {
     cmd.uid(1000).gid(1000)
 }
 
-/// `aet monitor --daemon` of the caller's own process, run as uid 1000.
+/// `aet monitor --daemon` of the caller's own process, run as uid 1000 (from a copy of the
+/// binary that uid can reach, wherever the checkout lies).
 fn monitor_as_user(d: &Daemon, out: &Path) -> std::process::Output {
+    let (_keep, bin) = aet_for_any_uid();
     as_user(
-        d.aet()
+        Command::new(bin)
+            .env("AET_SOCKET", &d.socket)
+            .env("AET_DAEMON", "auto")
             .args([
                 "monitor",
                 "--daemon",

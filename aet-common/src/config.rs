@@ -137,10 +137,14 @@ pub struct Config {
     /// 1: socket payloads are not captured (the benchmark's baseline for what their capture
     /// costs: `AET_DEBUG_NO_PAYLOAD`).
     pub no_payload: u32,
+    /// 1: the record-building classic tracepoint programs mark each run on their CPU for their
+    /// witnesses (`witness`), attached where the kernel counts a classic program's skipped runs
+    /// nowhere (before 6.7).
+    pub witness: u32,
 }
 
 const _: () = assert!(size_of::<Offsets>() == 328);
-const _: () = assert!(size_of::<Config>() == 376);
+const _: () = assert!(size_of::<Config>() == 380);
 
 /// Offsets in the records of the classic tracepoints the programs attach to, read from each
 /// one's `format` file at load (they differ between kernels). The programs run there with

@@ -42,10 +42,15 @@ pub mod counter {
     /// A syscall of the run could not be handed from `sys_exit` to its family's program (the
     /// tail call failed: an empty slot of the program array): the event is lost.
     pub const DISPATCH_FAILED: u32 = 14;
+    /// The kernel skipped a record-building program for an event of the run (a classic
+    /// tracepoint's program is skipped while anything on its CPU holds the kernel's BPF mark:
+    /// another BPF user's `bpf()` map call preempted there), seen by that program's witness on
+    /// a kernel that counts such a skip nowhere (before 6.7): the event is lost.
+    pub const PROGRAM_SKIPPED: u32 = 15;
     /// Number of counters.
-    pub const COUNT: u32 = 15;
+    pub const COUNT: u32 = 16;
     /// Counters that mean an event or part of one never reached userspace.
-    pub const LOSSES: [u32; 7] = [
+    pub const LOSSES: [u32; 8] = [
         RINGBUF_FULL,
         INFLIGHT_FULL,
         TRACKED_FULL,
@@ -53,6 +58,7 @@ pub mod counter {
         QUOTA_FULL,
         FD_UNRECORDED,
         DISPATCH_FAILED,
+        PROGRAM_SKIPPED,
     ];
     /// Names, by index, as they appear in the ledger metadata.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -71,7 +77,29 @@ pub mod counter {
         "bpf_calls",
         "payload_unrecorded",
         "dispatch_failed",
+        "program_skipped",
     ];
+}
+
+/// The record-building classic tracepoint programs that have a witness: a raw tracepoint
+/// program on the same tracepoint, attached after it, which the kernel runs even when it
+/// skips the classic one (a raw tracepoint's program is skipped only for itself running on
+/// that CPU, never for the kernel's BPF mark). The classic program marks its CPU's entry
+/// (`WITNESS_MARKS`, by these indices) with the task it ran for; a witness that finds no mark
+/// of its task knows the classic program was skipped for this event.
+pub mod witness {
+    /// `raw_syscalls:sys_exit` (`sys_exit`).
+    pub const SYS_EXIT: u32 = 0;
+    /// `task:task_newtask`.
+    pub const NEWTASK: u32 = 1;
+    /// `sched:sched_process_exec`.
+    pub const EXEC: u32 = 2;
+    /// `sched:sched_process_exit`.
+    pub const EXIT: u32 = 3;
+    /// io_uring's submission.
+    pub const IO_URING: u32 = 4;
+    /// Number of entries.
+    pub const COUNT: u32 = 5;
 }
 
 /// The programs `sys_exit` hands a syscall to, by their index in its program array (`EXITS`;

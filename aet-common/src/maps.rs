@@ -15,6 +15,7 @@ pub const SYSCALLS: &str = "SYSCALLS";
 pub const SCRATCH: &str = "SCRATCH";
 pub const WALKCTX: &str = "WALKCTX";
 pub const EXITS: &str = "EXITS";
+pub const WITNESS_MARKS: &str = "WITNESS_MARKS";
 
 /// Every map userspace opens or sizes by name.
 pub const ALL: &[&str] = &[
@@ -31,4 +32,5 @@ pub const ALL: &[&str] = &[
     SCRATCH,
     WALKCTX,
     EXITS,
+    WITNESS_MARKS,
 ];

@@ -137,6 +137,12 @@ pub(crate) static SCRATCH: Array<Scratch> = Array::with_max_entries(1, 0);
 #[map]
 pub(crate) static PREEMPTIONS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
+/// Per CPU, by `aet_common::witness` index: the task (`pid_tgid`) a classic tracepoint program
+/// last ran for, for its witness to take (`probes::witness`).
+#[map]
+pub(crate) static WITNESS_MARKS: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(aet_common::witness::COUNT, 0);
+
 /// Per-CPU counters by run, indexed by `slot * counter::COUNT + counter`.
 #[map]
 pub(crate) static COUNTERS: PerCpuArray<u64> =

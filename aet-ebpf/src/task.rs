@@ -362,6 +362,23 @@ impl Task {
             None => false,
         }
     }
+
+    /// [`Task::in_scope`] from the scope maps alone, leaving this CPU's memo as it is: for a
+    /// program that may run preemptibly (a raw tracepoint's, on PREEMPT_RT and 7.x), where a
+    /// write of the per-CPU memo could interleave with another task's program on the CPU.
+    #[inline(always)]
+    pub(crate) fn in_scope_unmemoized(&mut self) -> bool {
+        let Some(index) = SCOPE_INDEX.get(0) else {
+            return false;
+        };
+        match look_up_run(self, index) {
+            Some(slot) => {
+                self.run = slot;
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// The `struct file` behind an fd, as a BTF pointer.

@@ -3,9 +3,9 @@
 //! that aet dies, even by SIGKILL, the pipe closes and the guard kills the run's cgroup (or every
 //! cgroup the daemon listed), so a command never goes on unmonitored.
 
-use std::{io, path::Path, time::Duration};
+use std::{io, path::Path};
 
-use crate::cgroup;
+use crate::{cgroup, leftovers};
 
 /// A watchdog process for a run's cgroup. `aet run` starts it before the command and holds the
 /// write end of its stdin; if `aet run` dies (even by SIGKILL) the pipe closes and the guard kills
@@ -20,11 +20,15 @@ impl Guard {
     /// Starts `aet SUBCOMMAND ARG` (this same binary) with a pipe on its stdin that only this
     /// process holds.
     fn spawn(subcommand: &str, arg: &Path) -> io::Result<Self> {
+        use std::os::unix::process::CommandExt as _;
         let mut child = std::process::Command::new("/proc/self/exe")
             .arg(subcommand)
             .arg(arg)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
+            // A process group of its own: a harness that kills the whole group of the aet it
+            // guards (`killpg`, a shell's job control) does not take the guard with it.
+            .process_group(0)
             .spawn()?;
         let stdin = child.stdin.take();
         Ok(Self { stdin, child })
@@ -53,37 +57,26 @@ impl Guard {
     }
 }
 
-/// The guard process: waits for its stdin to close, then kills and removes the cgroup if it is
-/// still there.
+/// The guard process: waits for its stdin to close, then kills and removes the cgroup (with
+/// any below it) if it is still there, and the control socket of the aet it guarded (its parent:
+/// named by that aet's pid, which is read before the wait).
 pub fn guard_main(cgroup: &Path) -> io::Result<()> {
+    let guarded = nix::unistd::getppid().as_raw() as u32;
     wait_for_stdin_close()?;
+    leftovers::remove_control_sockets(Path::new(leftovers::RUNTIME_DIR), guarded);
     if !cgroup.exists() {
         return Ok(());
     }
     if cgroup::populated(cgroup).map_err(io::Error::other)? {
         let pids = cgroup::procs(cgroup).map_err(io::Error::other)?;
-        // Thawed first: a run aet froze is never left frozen, whatever happens next.
-        cgroup::thaw(cgroup);
-        std::fs::write(cgroup.join("cgroup.kill"), b"1")?;
         eprintln!(
             "aet: guard: aet run ended without finishing its run; killed {} process(es) left in {}",
             pids.len(),
             cgroup.display()
         );
-        for _ in 0..500 {
-            if !cgroup::populated(cgroup).map_err(io::Error::other)? {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
     }
-    for _ in 0..100 {
-        if std::fs::remove_dir(cgroup).is_ok() || !cgroup.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Ok(())
+    // Thawed first, then killed: a run aet froze is never left frozen, whatever happens next.
+    leftovers::remove_cgroup_tree(cgroup)
 }
 
 /// The thaw guard: waits for its stdin to close, then thaws every cgroup a marker in `dir` names

@@ -4,6 +4,7 @@ pub mod bpffs;
 pub mod btf;
 pub mod cgroup;
 pub mod guard;
+pub mod leftovers;
 pub mod mountinfo;
 pub mod procfs;
 pub mod tracefs;
@@ -28,6 +29,7 @@ mod floors {
     /// below them all).
     const FLOORS: &[&[&str]] = &[
         &["bpffs", "btf", "cgroup", "mountinfo", "procfs", "tracefs"],
+        &["leftovers"],
         &["guard"],
     ];
 

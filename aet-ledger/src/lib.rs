@@ -34,6 +34,7 @@ pub mod reader;
 pub mod recover;
 pub mod rows;
 pub mod run_dir;
+pub mod safe_open;
 pub mod schema;
 pub mod summary;
 pub mod util;

@@ -72,6 +72,8 @@ meta_keys! {
     /// `fileio_full` (byte accounting could not track an open file), `quota_full` (the run's
     /// share of the ring was full), `fd_unrecorded` (an fd arrived that no `fd` row records),
     /// `dispatch_failed` (a syscall `sys_exit` could not hand to its family's program),
+    /// `program_skipped` (a record-building program the kernel skipped for an event of the run,
+    /// seen by its witness on a kernel that counts such skips nowhere, before 6.7),
     /// `preempted` (a program was preempted mid-record and another task's program took the
     /// CPU's scratch buffer: the record was dropped, or may be mixed if it was taken while being
     /// copied out; a raw tracepoint's program on a kernel that runs them preemptibly, 7.x: aet's

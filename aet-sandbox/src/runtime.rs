@@ -2,8 +2,9 @@
 
 use std::{io, path::Path};
 
-/// Where aet keeps the sandbox's host-side files (the empty mask file, report directories).
-pub const RUNTIME_DIR: &str = "/run/aet";
+/// Where aet keeps the sandbox's host-side files (the empty mask file, report directories), and
+/// runs their control sockets.
+pub const RUNTIME_DIR: &str = aet_kernel::leftovers::RUNTIME_DIR;
 
 /// [`RUNTIME_DIR`], created if it is missing (`/run` is emptied at boot): a directory owned by
 /// root that no one else can write, or an error naming what is wrong with it.

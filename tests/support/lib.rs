@@ -9,9 +9,9 @@ use std::{
     ffi::OsStr,
     os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::{Child, Command, Output},
     sync::Mutex,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 pub use aet_ledger::rows::LedgerRow;
@@ -37,6 +37,83 @@ pub fn daemon_mode() -> bool {
 /// A command running `aet`.
 pub fn aet() -> Command {
     Command::new(aet_bin())
+}
+
+/// A copy of the `aet` binary that any uid can run, for a test that drops privileges: the one
+/// under test may sit in a checkout no other uid can reach (root's own home is 0700), and a
+/// spawn that fails there would be a `Permission denied` of the test's making, not of aet's.
+/// Kept in a directory of its own (0755), removed when the returned guard is dropped.
+pub fn aet_for_any_uid() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempdir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("aet");
+    std::fs::copy(aet_bin(), &bin).expect("copy the aet binary");
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, bin)
+}
+
+/// A daemon on a socket of its own, stopped (SIGTERM) when dropped.
+pub struct Daemon {
+    child: Option<Child>,
+    pub socket: PathBuf,
+}
+
+impl Daemon {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(args: &[&str]) -> Self {
+        Self::start_env(args, &[])
+    }
+
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let socket = PathBuf::from(format!(
+            "/run/aet/daemon-test-{}-{}.sock",
+            std::process::id(),
+            unique()
+        ));
+        let mut child = aet()
+            .args(["daemon", "-q", "--socket"])
+            .arg(&socket)
+            .args(args)
+            .envs(env.iter().copied())
+            .spawn()
+            .expect("aet daemon");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "the daemon did not come up");
+            if let Some(st) = child.try_wait().unwrap() {
+                panic!("aet daemon exited: {st}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child: Some(child),
+            socket,
+        }
+    }
+
+    /// `aet ARGS` using this daemon (as a user's aet would: `AET_DAEMON=auto`).
+    pub fn aet(&self) -> Command {
+        let mut c = aet();
+        c.env("AET_SOCKET", &self.socket).env("AET_DAEMON", "auto");
+        c
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: a signal to our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
 }
 
 /// The workspace root.

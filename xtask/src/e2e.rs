@@ -27,7 +27,7 @@ use crate::{cargo, daemon, manifest_names, root};
 /// side and the ledger are the same code either way, and the standalone start (a second of
 /// verification per run) would be most of the suite's time.
 const STANDALONE_TESTS: &[&str] = &[
-    "monitor", "attach", "overload", "faults", "daemon", "kernels",
+    "monitor", "attach", "overload", "faults", "daemon", "kernels", "churn",
 ];
 
 /// Files that run with nothing beside them: what they provoke needs the machine's CPUs (the

@@ -7,6 +7,7 @@ use core::ffi::c_void;
 
 use aet_common::{
     ARGV_CAP, DATA_LIMIT, EventKind, Inflight, Syscall, counter, flags, section, uapi::AT_FDCWD,
+    witness,
 };
 use aya_ebpf::{
     EbpfContext as _,
@@ -15,7 +16,7 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 
-use super::{args::Args, fileio::fileio_flush, sched::record_field};
+use super::{args::Args, fileio::fileio_flush, sched::record_field, witness::mark};
 use crate::{
     kernel::KPtr,
     loops,
@@ -210,6 +211,7 @@ pub(crate) fn record_exec(args: &Args, mut task: Task, syscall: u16, ret: i64) {
 /// interpreter).
 #[tracepoint(category = "sched", name = "sched_process_exec")]
 pub(crate) fn sched_process_exec(ctx: TracePointContext) -> u32 {
+    mark(witness::EXEC);
     let mut task = Task::current();
     let f = &CONFIG.fields;
     let old_pid = record_field::<i32>(&ctx, &f.exec_old_pid) as u32;

@@ -1,10 +1,10 @@
 //! io_uring: a request submitted through it (its open and statx paths, the kernel's copy). Its
 //! results and any data it moves are not recorded, so userspace marks such a run incomplete.
 
-use aet_common::{EventKind, Syscall, counter, section};
+use aet_common::{EventKind, Syscall, counter, section, witness};
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 
-use super::sched::record_field;
+use super::{sched::record_field, witness::mark};
 use crate::{
     kernel::kread,
     maps::{CONFIG, cfg, count, offsets},
@@ -20,6 +20,7 @@ const IORING_OP_OPENAT2: u8 = 28;
 /// their results and any reads are not, so userspace marks a run that used io_uring incomplete.
 #[tracepoint(category = "io_uring", name = "io_uring_submit_req")]
 pub(crate) fn io_uring_submit_req(ctx: TracePointContext) -> u32 {
+    mark(witness::IO_URING);
     let mut task = Task::current();
     if !task.in_scope() {
         return 0;

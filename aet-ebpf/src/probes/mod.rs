@@ -9,3 +9,4 @@ pub(crate) mod net;
 pub(crate) mod payload;
 pub(crate) mod sched;
 pub(crate) mod syscall;
+pub(crate) mod witness;

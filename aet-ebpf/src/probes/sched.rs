@@ -2,14 +2,14 @@
 //! that leaves the run's cgroup is still followed); new processes and process ends are recorded;
 //! a task of a run moved to a cgroup outside the run's is counted (`scope_left`).
 
-use aet_common::{EventKind, Syscall, counter, kfunc, runs::MAX_CGROUP_LEVEL};
+use aet_common::{EventKind, Syscall, counter, kfunc, runs::MAX_CGROUP_LEVEL, witness};
 use aya_ebpf::{
     EbpfContext as _,
     macros::{raw_tracepoint, tracepoint},
     programs::{RawTracePointContext, TracePointContext},
 };
 
-use super::fileio::fileio_flush;
+use super::{fileio::fileio_flush, witness::mark};
 use crate::{
     kernel::{kread, rdonly_cast},
     maps::{CONFIG, INFLIGHT, NO_RUN, SCOPE_CGROUPS, TRACKED, cfg, count, offsets},
@@ -30,6 +30,7 @@ pub(crate) fn record_field<T: Copy + Default>(ctx: &TracePointContext, offset: &
 /// is in scope it joins the tracked set; a new process (not a thread) is recorded.
 #[tracepoint(category = "task", name = "task_newtask")]
 pub(crate) fn task_newtask(ctx: TracePointContext) -> u32 {
+    mark(witness::NEWTASK);
     let mut task = Task::current();
     if !task.in_scope() {
         return 0;
@@ -64,6 +65,7 @@ pub(crate) fn task_newtask(ctx: TracePointContext) -> u32 {
 /// with its wait status, after the byte accounting of the files it still had open.
 #[tracepoint(category = "sched", name = "sched_process_exit")]
 pub(crate) fn sched_process_exit(ctx: TracePointContext) -> u32 {
+    mark(witness::EXIT);
     let mut task = Task::current();
     let (tid, tgid) = (task.tid, task.tgid);
     if !task.in_scope() {
@@ -148,8 +150,10 @@ pub(crate) fn cgroup_attach_task(ctx: RawTracePointContext) -> i32 {
             }
         }
         None => {
+            // Not through the per-CPU memo: a raw tracepoint's program may be preempted
+            // (PREEMPT_RT, 7.x), and the memo is the classic programs'.
             let mut mover = Task::current();
-            if mover.in_scope() {
+            if mover.in_scope_unmemoized() {
                 count(mover.run, counter::SCOPE_LEFT);
             }
         }

@@ -16,6 +16,7 @@ use aet_common::{
     EventKind, SHAPES, SYSCALL_COUNT, Shape, Syscall, counter, exits, fd_origin, fileio, flags, io,
     obj, section, shape,
     uapi::{AT_FDCWD, CREAT_FLAGS, MAP_ANONYMOUS, PROT_EXEC},
+    witness,
 };
 use aya_ebpf::{
     EbpfContext as _,
@@ -32,8 +33,10 @@ use super::{
     handover::exit_received,
     net::record_net,
     payload,
+    witness::mark,
 };
 use crate::{
+    kernel::KPtr,
     maps::{FDMASK, FILEIO, SYSCALLS, cfg, count, offsets},
     record::{
         USER, capture_str, claim, fill_header, header, scratch, section_first_byte, send,
@@ -82,6 +85,7 @@ pub(crate) struct OpenHow {
 // Inlined into the program aya's macro wraps it in (a call and a return less on every syscall).
 #[inline(always)]
 pub(crate) fn sys_exit(ctx: TracePointContext) -> u32 {
+    mark(witness::SYS_EXIT);
     // SAFETY: direct read of the tracepoint's record, inside its fixed size (see SYS_EXIT_RET).
     let ret: i64 = unsafe { *(ctx.as_ptr() as *const i64).add(SYS_EXIT_RET) };
     let o = offsets();
@@ -109,33 +113,9 @@ pub(crate) fn sys_exit(ctx: TracePointContext) -> u32 {
             return 0;
         }
     }
-    if nr < 0 || nr >= aet_common::SYSCALL_TABLE_SIZE as i64 {
-        return 0;
-    }
-    let Some(&entry) = SYSCALLS.get(nr as u32) else {
+    let Some((syscall, shape, compat)) = recorded_syscall(&task, regs, nr) else {
         return 0;
     };
-    if entry == 0 {
-        return 0;
-    }
-    let compat = task.compat(regs);
-    let syscall = if compat { entry >> 8 } else { entry & 0xff };
-    if syscall == 0 || syscall as usize >= SYSCALL_COUNT {
-        return 0;
-    }
-    // The index is masked in the register that indexes the table (black_box keeps the mask the
-    // check above makes redundant): a verifier before 6.13 does not carry a check made on
-    // `syscall - 1` (what the compiler folds the two comparisons into) over to `syscall` (6.12),
-    // and 6.1 loses a check made before a spill.
-    let shape = SHAPES[(core::hint::black_box(syscall) as usize) % SYSCALL_COUNT];
-    if matches!(shape.io, io::CLOSE | io::CLOSE_RANGE | io::DUP | io::FCNTL)
-        // SAFETY: read only.
-        && unsafe { FDMASK.get(task.tgid) }.is_none_or(|m| *m == 0)
-    {
-        // Closing or duplicating fds of a process with no accounted fd: nothing to do (the
-        // cheapest exit for the most frequent syscall of all).
-        return 0;
-    }
     if !task.in_scope() {
         return 0;
     }
@@ -172,6 +152,39 @@ pub(crate) fn sys_exit(ctx: TracePointContext) -> u32 {
     state.syscall = syscall;
     hand_on(&ctx, task.run, family);
     0
+}
+
+/// The syscall `nr` as aet numbers it, its shape and whether it is a compat one, if `sys_exit`
+/// records it (for the run of a task in scope): what `sys_exit` and its witness decide before
+/// the scope is looked up.
+#[inline(always)]
+pub(crate) fn recorded_syscall(task: &Task, regs: KPtr, nr: i64) -> Option<(u16, Shape, bool)> {
+    if nr < 0 || nr >= aet_common::SYSCALL_TABLE_SIZE as i64 {
+        return None;
+    }
+    let &entry = SYSCALLS.get(nr as u32)?;
+    if entry == 0 {
+        return None;
+    }
+    let compat = task.compat(regs);
+    let syscall = if compat { entry >> 8 } else { entry & 0xff };
+    if syscall == 0 || syscall as usize >= SYSCALL_COUNT {
+        return None;
+    }
+    // The index is masked in the register that indexes the table (black_box keeps the mask the
+    // check above makes redundant): a verifier before 6.13 does not carry a check made on
+    // `syscall - 1` (what the compiler folds the two comparisons into) over to `syscall` (6.12),
+    // and 6.1 loses a check made before a spill.
+    let shape = SHAPES[(core::hint::black_box(syscall) as usize) % SYSCALL_COUNT];
+    if matches!(shape.io, io::CLOSE | io::CLOSE_RANGE | io::DUP | io::FCNTL)
+        // SAFETY: read only.
+        && unsafe { FDMASK.get(task.tgid) }.is_none_or(|m| *m == 0)
+    {
+        // Closing or duplicating fds of a process with no accounted fd: nothing to do (the
+        // cheapest exit for the most frequent syscall of all).
+        return None;
+    }
+    Some((syscall, shape, compat))
 }
 
 /// Tail-calls the program at `index` of [`EXITS`]; returns only when the call failed (an empty

@@ -154,6 +154,16 @@ pub fn serve(mut opts: DaemonOptions) -> Result<(), DaemonError> {
     };
     let _ = std::fs::remove_file(&refused_at);
     let loaded = begun.elapsed();
+    // What runs whose aet was killed left behind (their cgroups, their control sockets): an
+    // earlier daemon's clients, or standalone runs.
+    let swept = aet_kernel::leftovers::sweep(Path::new(aet_kernel::leftovers::RUNTIME_DIR));
+    if !opts.quiet && (!swept.cgroups.is_empty() || !swept.sockets.is_empty()) {
+        eprintln!(
+            "aet: daemon: removed what dead runs left: {} cgroup(s), {} control socket(s)",
+            swept.cgroups.len(),
+            swept.sockets.len()
+        );
+    }
     let state = state_dir(&socket);
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).map_err(io)?;
@@ -333,11 +343,11 @@ fn signal_hook_lite() -> Result<Signals, DaemonError> {
     Ok(Signals(set))
 }
 
-/// The uid of a connection's peer.
-fn peer_uid(conn: &UnixStream) -> Option<u32> {
+/// The uid and pid of a connection's peer.
+fn peer(conn: &UnixStream) -> Option<(u32, u32)> {
     nix::sys::socket::getsockopt(conn, nix::sys::socket::sockopt::PeerCredentials)
         .ok()
-        .map(|c| c.uid())
+        .map(|c| (c.uid(), c.pid() as u32))
 }
 
 fn send(conn: &mut UnixStream, r: &Response) -> std::io::Result<()> {
@@ -348,7 +358,8 @@ fn send(conn: &mut UnixStream, r: &Response) -> std::io::Result<()> {
 
 /// One client: at most one run, whose lifetime is the connection's.
 fn serve_connection(d: &Daemon, mut conn: UnixStream) {
-    let uid = peer_uid(&conn);
+    let peer = peer(&conn);
+    let uid = peer.map(|(u, _)| u);
     if uid != Some(0) {
         let _ = send(
             &mut conn,
@@ -392,6 +403,23 @@ fn serve_connection(d: &Daemon, mut conn: UnixStream) {
         });
         let _ = d.monitor.stop_run(slot, MetaMap::new(), r);
         end_run(d, slot, owned.as_deref());
+        // Nothing of it is left behind: what still runs in its cgroup is killed and the cgroup
+        // removed (its client's guard does the same; whichever comes first), and so is the
+        // client's control socket.
+        if let Some(cg) = &owned
+            && let Err(e) = aet_kernel::leftovers::remove_cgroup_tree(cg)
+        {
+            eprintln!(
+                "aet: daemon: the cgroup {} of a run whose client went away: {e}",
+                cg.display()
+            );
+        }
+        if let Some((_, pid)) = peer {
+            aet_kernel::leftovers::remove_control_sockets(
+                Path::new(aet_kernel::leftovers::RUNTIME_DIR),
+                pid,
+            );
+        }
     }
 }
 

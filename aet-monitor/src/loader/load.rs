@@ -68,7 +68,7 @@ pub(super) fn load_all(
                             let p: &mut TracePoint = (&mut *prog).try_into().map_err(fail)?;
                             p.load().map_err(fail)?;
                         }
-                        Attach::RawTracePoint(_) => {
+                        Attach::RawTracePoint(_) | Attach::Witness(..) => {
                             let p: &mut RawTracePoint = (&mut *prog).try_into().map_err(fail)?;
                             p.load().map_err(fail)?;
                         }

@@ -180,18 +180,27 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 "eBPF programs",
                 true,
                 format!(
-                    "{} programs loaded, {} attached, the rest reached from sys_exit by tail calls (ring buffer, tracepoints, raw tracepoints, program array, {}); kernel reads through {}",
+                    "{} programs loaded, {} attached, the rest reached from sys_exit by tail calls (ring buffer, tracepoints, raw tracepoints, program array, {}); kernel reads through {}; {}",
                     loader::PROGRAMS.len(),
                     loader::PROGRAMS
                         .iter()
-                        .filter(|(_, a)| !matches!(a, Attach::Exit(_)))
+                        .filter(|(_, a)| match a {
+                            Attach::Exit(_) => false,
+                            Attach::Witness(..) => l.witnessed(),
+                            _ => true,
+                        })
                         .count(),
                     if l.variant() == aet_monitor::loader::features::Variant::Legacy {
                         "bounded loops"
                     } else {
                         "bpf_loop"
                     },
-                    l.variant().describe()
+                    l.variant().describe(),
+                    if l.witnessed() {
+                        "each record-building tracepoint program has a witness (this kernel counts none of their skipped runs: a skip is counted by the witness)"
+                    } else {
+                        "the kernel counts the programs' skipped runs (no witnesses)"
+                    }
                 ),
             ));
             for p in l.loaded() {

@@ -475,6 +475,42 @@ mod docs {
         );
     }
 
+    /// An option `aet run` (or `aet sandbox run`) does not know is an error naming it, never
+    /// the command: a misspelt `--sandbox` or `--policy` must not run the agent unsandboxed or
+    /// unjudged. What follows the command's first word is the command's, dashes and all.
+    #[test]
+    fn an_unknown_option_before_the_command_is_an_error_naming_it() {
+        use clap::Parser as _;
+        for (words, unknown) in [
+            (
+                &["aet", "run", "--bogus", "--out", "R", "--", "true"][..],
+                "--bogus",
+            ),
+            (
+                &["aet", "run", "--sandbx", "s.toml", "--out", "R", "true"],
+                "--sandbx",
+            ),
+            (
+                &["aet", "sandbox", "run", "s.toml", "--polcy", "p", "true"],
+                "--polcy",
+            ),
+        ] {
+            let e = super::Cli::try_parse_from(words).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::UnknownArgument,
+                "{words:?}"
+            );
+            assert!(e.to_string().contains(unknown), "{e}");
+        }
+        for words in [
+            &["aet", "run", "--out", "R", "sh", "-c", "echo --out"][..],
+            &["aet", "run", "--out", "R", "--", "-weird", "--flag"],
+        ] {
+            super::Cli::try_parse_from(words).unwrap_or_else(|e| panic!("{words:?}: {e}"));
+        }
+    }
+
     /// `docs/cli.md` is the reference clap makes, and its exit-code table is [`super::Exit`]'s.
     #[test]
     fn the_cli_docs_match_the_code() {

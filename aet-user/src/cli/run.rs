@@ -121,7 +121,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR", requires = "policy")]
     pub transcripts: Option<PathBuf>,
     /// The command and its arguments.
-    #[arg(required = true, value_name = "COMMAND", allow_hyphen_values = true)]
+    #[arg(required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 

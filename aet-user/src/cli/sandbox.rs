@@ -43,7 +43,7 @@ pub enum Command {
         #[arg(long, value_name = "TEXT")]
         env_prefix: Option<String>,
         /// The command, appended after the arguments.
-        #[arg(value_name = "COMMAND", allow_hyphen_values = true)]
+        #[arg(value_name = "COMMAND")]
         command: Vec<OsString>,
     },
     /// Run a command in the sandbox (verified from inside first). Exits with the command's
@@ -62,7 +62,7 @@ pub enum Command {
         #[arg(long, short)]
         quiet: bool,
         /// The command and its arguments.
-        #[arg(required = true, value_name = "COMMAND", allow_hyphen_values = true)]
+        #[arg(required = true, value_name = "COMMAND")]
         command: Vec<OsString>,
     },
     /// Probe paths from inside the sandbox, as the agent would: stat, open for reading, open for

@@ -36,13 +36,21 @@ if [ -d "$out/standalone" ]; then
   (while :; do :; done) & s1=$!
   (while :; do :; done) & s2=$!
   (while :; do ls / >/dev/null; done) & s3=$!
+  # Another BPF user on the host (the boots with `aet.hammer` on their command line): two
+  # processes making bpf() map calls on a map of their own.
+  hammer=""
+  if grep -q 'aet[.]hammer' /proc/cmdline 2>/dev/null && [ -x /bin/bpfhammer ]; then
+    /bin/bpfhammer >/dev/null 2>&1 & hammer="$!"
+    /bin/bpfhammer >/dev/null 2>&1 & hammer="$hammer $!"
+    echo "AET-KERNEL hammer on"
+  fi
   pids=""
   for n in 1 2 3 4 5 6; do
     "$aet" run --out "$out/load-$n" -- sh -c "r=0; while [ \$r -lt 12 ]; do cat $lw/f* >/dev/null; r=\$((r+1)); done; ls -R /sys/kernel/mm >/dev/null 2>&1; true" >"$out/load-$n.log" 2>&1 &
     pids="$pids $!"
   done
   n=1; for p in $pids; do wait $p; echo "AET-KERNEL exit load-$n $?"; n=$((n+1)); done
-  kill $s1 $s2 $s3 2>/dev/null
+  kill $s1 $s2 $s3 $hammer 2>/dev/null
   "$aet" daemon stop >/dev/null 2>&1
   for n in 1 2 3 4 5 6; do sed "s/^/AET-KERNEL log load-$n /" "$out/load-$n.log"; done
 fi
@@ -140,6 +148,19 @@ pub(super) struct Outcome {
     pub(super) seconds: f64,
     /// The checks a first boot failed, when a second one was made.
     pub(super) flaked: Vec<String>,
+    /// The guest kernel oopsed or panicked, or the VM died before it shipped its runs.
+    pub(super) oops: bool,
+    /// Another BPF user made map calls beside the load check (`aet.hammer`).
+    pub(super) hammer: bool,
+}
+
+/// How many checks a kernel of `arch` runs (the arm64 VMs add the AArch32 program's): a kernel
+/// that ran fewer has not been checked.
+pub(super) fn expected(arch: super::Arch) -> usize {
+    match arch {
+        super::Arch::X86_64 => 52,
+        super::Arch::Arm64 => 58,
+    }
 }
 
 /// Reads what the script printed and checks the runs it left in `out`.
@@ -156,6 +177,7 @@ pub(super) fn judge(aet: &Path, text: &str, out: &Path, base: &Path) -> Outcome 
         let (key, value) = rest.split_once(' ').unwrap_or((rest, ""));
         match key {
             "release" => o.release = value.into(),
+            "hammer" => o.hammer = true,
             "build" => o.build = value.into(),
             "exit" => {
                 if let Some((run, code)) = value.split_once(' ') {
@@ -216,7 +238,7 @@ pub(super) fn judge(aet: &Path, text: &str, out: &Path, base: &Path) -> Outcome 
             check(&format!("{run}: {name}"), result);
         }
     }
-    under_load(aet, &exits, &log_of, out, base, &mut check);
+    under_load(aet, o.hammer, &exits, &log_of, out, base, &mut check);
     isolated(aet, &exits, &log_of("isolated"), out, base, &mut check);
     barrier(aet, &exits, &log_of("barrier"), out, base, &mut check);
     if exits.contains_key("compat") {
@@ -300,9 +322,12 @@ fn compat(
 }
 
 /// The runs made beside busy tasks ([`LOAD_RUNS`] of them, served by one daemon): each ends 0,
-/// complete with nothing lost, and holds every one of its workload's opens (12 × 80).
+/// complete with nothing lost, and holds every one of its workload's opens (12 × 80). Beside
+/// another BPF user (`hammer`), a run may instead be incomplete with its loss counted (the
+/// kernel skipped aet's programs for its events): never complete with an open missing.
 fn under_load(
     aet: &Path,
+    hammer: bool,
     exits: &BTreeMap<String, String>,
     log_of: &impl Fn(&str) -> String,
     out: &Path,
@@ -319,8 +344,15 @@ fn under_load(
              THEN 1 ELSE 0 END) AS opens, COUNT(*) AS n FROM events"
         );
         let status = "SELECT CAST(complete AS INT) AS c, CAST(lost AS BIGINT) AS l FROM runs";
+        let name = match hammer {
+            false => format!("{LOAD_CHECK}{run}: ends 0, complete, nothing lost, all 960 opens"),
+            true => format!(
+                "{LOAD_CHECK}beside another BPF user, {run}: ends 0, complete with all 960 opens \
+                 or incomplete with its loss counted"
+            ),
+        };
         check(
-            &format!("{LOAD_CHECK}{run}: ends 0, complete, nothing lost, all 960 opens"),
+            &name,
             if code != "0" {
                 Err(format!("exit {code}: {}", tail(&log_of(&run), 12)))
             } else {
@@ -331,6 +363,7 @@ fn under_load(
                         "complete, lost: {:?}, yet opens of the workload, rows: {r:?}: a silent loss",
                         &s[..2]
                     )),
+                    (Ok(s), Ok(_)) if hammer && s[0] == 0 && s[1] > 0 => Ok(()),
                     (Ok(s), Ok(r)) => Err(format!(
                         "complete, lost: {:?}; opens of the workload, rows: {r:?}",
                         &s[..2]

@@ -28,7 +28,8 @@ use crate::{root, sh};
 #[derive(clap::Args)]
 pub struct Args {
     /// Only these kernels, by label, comma-separated (`native`, `5.10`, `6.1`, `6.12`, `sid`,
-    /// `arm64-6.1`, `arm64-6.12`, `arm64-sid`; `x86_64` or `arm64` for all of one architecture).
+    /// `6.1-full+bpf`, `arm64-6.1`, `arm64-6.12`, `arm64-sid`; `x86_64` or `arm64`
+    /// for all of one architecture).
     #[arg(long)]
     pub only: Option<String>,
     /// The aet binary to test (default: build it).
@@ -79,9 +80,15 @@ impl Arch {
     }
 }
 
-/// One of Debian's kernels.
-struct Kernel {
+/// One of Debian's kernels, booted one way.
+pub(crate) struct Kernel {
     label: &'static str,
+    /// The label of the kernel line whose image it boots (its cache under `target/kernels/`).
+    image: &'static str,
+    /// Added to the kernel's command line: a preemption mode (`preempt=full`), `aet.hammer`
+    /// (the conformance script then runs two processes making `bpf()` map calls beside its load
+    /// check: another BPF user on the host).
+    append: &'static str,
     arch: Arch,
     /// Who runs a kernel of this line.
     who: &'static str,
@@ -93,6 +100,8 @@ struct Kernel {
 const KERNELS: &[Kernel] = &[
     Kernel {
         label: "5.10",
+        image: "5.10",
+        append: "",
         arch: Arch::X86_64,
         who: "Debian 11 (the class of Amazon Linux 2, Ubuntu 22.04's 5.15)",
         suite: "bullseye",
@@ -100,6 +109,8 @@ const KERNELS: &[Kernel] = &[
     },
     Kernel {
         label: "6.1",
+        image: "6.1",
+        append: "",
         arch: Arch::X86_64,
         who: "Debian 12, Amazon Linux 2023, GKE COS",
         suite: "bookworm",
@@ -107,6 +118,8 @@ const KERNELS: &[Kernel] = &[
     },
     Kernel {
         label: "6.12",
+        image: "6.12",
+        append: "",
         arch: Arch::X86_64,
         who: "Debian 13",
         suite: "trixie",
@@ -114,13 +127,26 @@ const KERNELS: &[Kernel] = &[
     },
     Kernel {
         label: "sid",
+        image: "sid",
+        append: "",
         arch: Arch::X86_64,
         who: "Debian sid (7.x)",
         suite: "sid",
         package: r"^linux-binary-unsigned-[0-9.]+\+deb14-cloud-amd64$",
     },
     Kernel {
+        label: "6.1-full+bpf",
+        image: "6.1",
+        append: "preempt=full aet.hammer",
+        arch: Arch::X86_64,
+        who: "6.1 preempting kernel code (RHEL 9's kernel-rt, Ubuntu's lowlatency, any `preempt=full`) beside another BPF user",
+        suite: "bookworm",
+        package: r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
+    },
+    Kernel {
         label: "arm64-6.1",
+        image: "arm64-6.1",
+        append: "",
         arch: Arch::Arm64,
         who: "Debian 12 on Graviton and Ampere, Amazon Linux 2023 arm64",
         suite: "bookworm",
@@ -128,6 +154,8 @@ const KERNELS: &[Kernel] = &[
     },
     Kernel {
         label: "arm64-6.12",
+        image: "arm64-6.12",
+        append: "",
         arch: Arch::Arm64,
         who: "Debian 13 arm64",
         suite: "trixie",
@@ -135,6 +163,8 @@ const KERNELS: &[Kernel] = &[
     },
     Kernel {
         label: "arm64-sid",
+        image: "arm64-sid",
+        append: "",
         arch: Arch::Arm64,
         who: "Debian sid arm64 (7.x)",
         suite: "sid",
@@ -148,6 +178,12 @@ const KERNELS: &[Kernel] = &[
 pub const MARGIN: u64 = 250_000;
 
 impl Outcome {
+    /// Whether the VM ran the script through and its kernel did not oops: a boot that did not
+    /// is made once more.
+    fn came_up(&self) -> bool {
+        !self.release.is_empty() && !self.oops
+    }
+
     fn failures(&self) -> Vec<String> {
         self.checks
             .iter()
@@ -179,6 +215,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let t = Instant::now();
         let mut o = native(&aet, &conform, &dir.join("native"))?;
         o.seconds = t.elapsed().as_secs_f64();
+        let expected = checks::expected(Arch::X86_64);
+        if o.checks.len() != expected {
+            o.checks.push((
+                format!("the kernel ran every check ({expected})"),
+                Err(format!("{} checks ran", o.checks.len())),
+            ));
+        }
         let label = format!("this machine ({})", o.release);
         results.push((label, "the development machine, CI".into(), o));
     }
@@ -211,7 +254,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             Arch::X86_64 => None,
             Arch::Arm64 => Some(build_compat32(&dir)?),
         };
-        let base = initramfs_base(&dir, arch, &guest_aet, &guest_conform, compat.as_deref())?;
+        // Another BPF user, for the boots that run one beside the load check (x86_64's).
+        let hammer = match arch {
+            Arch::X86_64 => Some(build_helper(&dir, arch, "bpfhammer")?),
+            Arch::Arm64 => None,
+        };
+        let base = initramfs_base(
+            &dir,
+            arch,
+            &guest_aet,
+            &guest_conform,
+            compat.as_deref(),
+            hammer.as_deref(),
+        )?;
         chains.push((arch, chosen, images, base));
     }
     let (aet, dir) = (&aet, &dir);
@@ -263,16 +318,16 @@ fn chain(
     let mut results = Vec::new();
     for (k, vmlinuz) in chosen.iter().zip(images) {
         let t = Instant::now();
-        let mut o = boot(aet, arch, &dir.join(k.label), vmlinuz, base)?;
-        // One more boot when a check failed (a VM under TCG on a busy machine is slow in ways a
-        // kernel is not); the first boot's failures stay in the report, its table says the
-        // kernel passed only on a second boot.
+        let mut o = boot(aet, arch, &dir.join(k.label), vmlinuz, base, k.append)?;
+        // One more boot only for a boot that did not come up (no output from the script, or a VM
+        // that never ended: TCG on a busy machine is slow in ways a kernel is not). A failed
+        // check of a boot that ran fails the matrix; the first boot's failures stay in the
+        // report, its table says the kernel passed only on a second boot.
         let first = o.failures();
-        if !first.is_empty() {
+        if !o.came_up() {
             println!(
-                "== kernels: {} failed {} checks; booting it once more:\n  {}",
+                "== kernels: {} did not come up; booting it once more:\n  {}",
                 k.label,
-                first.len(),
                 first.join("\n  ")
             );
             // The first boot's files (its runs, the daemon's log) stay for a look.
@@ -280,8 +335,15 @@ fn chain(
             let kept = dir.join(k.label).join("out.first-boot");
             let _ = std::fs::remove_dir_all(&kept);
             let _ = std::fs::rename(&out, &kept);
-            o = boot(aet, arch, &dir.join(k.label), vmlinuz, base)?;
+            o = boot(aet, arch, &dir.join(k.label), vmlinuz, base, k.append)?;
             o.flaked = first;
+        }
+        let expected = checks::expected(arch);
+        if o.came_up() && o.checks.len() != expected {
+            o.checks.push((
+                format!("the kernel ran every check ({expected})"),
+                Err(format!("{} checks ran", o.checks.len())),
+            ));
         }
         o.seconds = t.elapsed().as_secs_f64();
         println!("== kernels: {} done in {:.0} s", k.label, o.seconds);
@@ -303,14 +365,19 @@ fn build_compat32(dir: &Path) -> anyhow::Result<PathBuf> {
 
 /// The workload, static (it runs in the VMs' initramfs).
 fn build_conform(dir: &Path, arch: Arch) -> anyhow::Result<PathBuf> {
+    build_helper(dir, arch, "conform")
+}
+
+/// `tests/helpers/NAME.c`, static, for `arch`.
+fn build_helper(dir: &Path, arch: Arch, name: &str) -> anyhow::Result<PathBuf> {
     let out = dir.join(match arch {
-        Arch::X86_64 => "conform".to_owned(),
-        Arch::Arm64 => "conform-arm64".to_owned(),
+        Arch::X86_64 => name.to_owned(),
+        Arch::Arm64 => format!("{name}-arm64"),
     });
     sh(Command::new(arch.tool("gcc"))
         .args(["-static", "-O2", "-o"])
         .arg(&out)
-        .arg(root().join("tests/helpers/conform.c")))?;
+        .arg(root().join(format!("tests/helpers/{name}.c"))))?;
     Ok(out)
 }
 

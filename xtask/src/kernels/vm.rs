@@ -85,7 +85,7 @@ pub(super) fn fetch(dir: &Path, kernels: &[&Kernel]) -> anyhow::Result<Vec<PathB
     let mut updated = apt_dir.join("lists/.arm64").exists();
     let mut images = Vec::new();
     for k in kernels {
-        let kdir = dir.join(k.label);
+        let kdir = dir.join(k.image);
         let image = kdir.join("vmlinuz");
         if image.exists() {
             images.push(image);
@@ -236,6 +236,7 @@ pub(super) fn initramfs_base(
     aet: &Path,
     conform: &Path,
     compat32: Option<&Path>,
+    hammer: Option<&Path>,
 ) -> anyhow::Result<PathBuf> {
     let tree = dir.join(match arch {
         Arch::X86_64 => "initramfs",
@@ -253,6 +254,9 @@ pub(super) fn initramfs_base(
         .arg(tree.join("bin/aet"))
         .arg(aet))?;
     std::fs::copy(conform, tree.join("bin/conform"))?;
+    if let Some(h) = hammer {
+        std::fs::copy(h, tree.join("bin/bpfhammer"))?;
+    }
     if let Some(c) = compat32 {
         std::fs::copy(c, tree.join("bin/conform32"))?;
     }
@@ -314,6 +318,7 @@ pub(super) fn boot(
     kdir: &Path,
     vmlinuz: &Path,
     initramfs: &Path,
+    append: &str,
 ) -> anyhow::Result<Outcome> {
     let out = kdir.join("out");
     let _ = std::fs::remove_dir_all(&out);
@@ -350,7 +355,7 @@ pub(super) fn boot(
         .arg(initramfs)
         .args([
             "-append",
-            &format!("console={console} quiet loglevel=1 panic=-1"),
+            &format!("console={console} quiet loglevel=1 panic=-1 {append}"),
             "-nographic",
             "-no-reboot",
         ])
@@ -369,7 +374,12 @@ pub(super) fn boot(
     let limit = Duration::from_secs(match arch {
         Arch::X86_64 => 150,
         Arch::Arm64 => 480,
-    });
+    }) + if append.contains("aet.hammer") {
+        // Two more processes busy on two vCPUs through the load check.
+        Duration::from_secs(150)
+    } else {
+        Duration::ZERO
+    };
     let started = Instant::now();
     while child.try_wait()?.is_none() {
         if started.elapsed() > limit {
@@ -398,9 +408,15 @@ pub(super) fn boot(
             "the VM ships its runs back".into(),
             Err(format!("{e}: {}", tail(&text, 10))),
         ));
+        o.oops = true;
         return Ok(o);
     }
-    Ok(judge(aet, &text, &out, Path::new("/tmp/aet-conform")))
+    let mut o = judge(aet, &text, &out, Path::new("/tmp/aet-conform"));
+    // The guest kernel's own oops or panic (TCG's, or the kernel's): the boot is made again.
+    o.oops |= ["Oops:", "Kernel panic", "BUG: "]
+        .iter()
+        .any(|m| text.contains(m));
+    Ok(o)
 }
 
 /// Unpacks the runs the VM printed (a base64 tar.gz between markers) into `out`.
