@@ -47,7 +47,15 @@ mod tests {
     /// The floors of this crate's modules, from the bottom up (the crate docs say the same).
     const FLOORS: &[&[&str]] = &[
         &[
-            "util", "version", "ipc", "decode", "run_dir", "access", "hosts", "decoys",
+            "util",
+            "version",
+            "ipc",
+            "decode",
+            "run_dir",
+            "access",
+            "hosts",
+            "decoys",
+            "safe_open",
         ],
         &["ppath", "columns"],
         &["barrier", "incomplete", "watch", "schema"],

@@ -66,6 +66,10 @@ pub fn open_regular(path: &Path) -> Result<File, NotOpened> {
     let file = File::from(fd);
     let m = file.metadata().map_err(NotOpened::Io)?;
     let ty = m.file_type();
+    // O_PATH | O_NOFOLLOW names a symlink at the last component itself.
+    if ty.is_symlink() {
+        return Err(NotOpened::Symlink);
+    }
     if !ty.is_file() {
         use std::os::unix::fs::FileTypeExt as _;
         return Err(NotOpened::NotRegular(if ty.is_dir() {
@@ -76,8 +80,6 @@ pub fn open_regular(path: &Path) -> Result<File, NotOpened> {
             "a device"
         } else if ty.is_socket() {
             "a socket"
-        } else if ty.is_symlink() {
-            "a symlink"
         } else {
             "unknown"
         }));
