@@ -143,6 +143,19 @@ pub(crate) static PREEMPTIONS: PerCpuArray<u64> = PerCpuArray::with_max_entries(
 pub(crate) static WITNESS_MARKS: PerCpuArray<u64> =
     PerCpuArray::with_max_entries(aet_common::witness::COUNT, 0);
 
+/// Marks this CPU's entry `which` of [`WITNESS_MARKS`] with the current task: its classic
+/// program ran for this event (only where witnesses are attached: `CONFIG.witness`).
+#[inline(always)]
+pub(crate) fn mark(which: u32) {
+    if cfg(&CONFIG.witness) == 0 {
+        return;
+    }
+    if let Some(p) = WITNESS_MARKS.get_ptr_mut(which) {
+        // SAFETY: this CPU's entry; helper without preconditions.
+        unsafe { *p = aya_ebpf::helpers::generated::bpf_get_current_pid_tgid() };
+    }
+}
+
 /// Per-CPU counters by run, indexed by `slot * counter::COUNT + counter`.
 #[map]
 pub(crate) static COUNTERS: PerCpuArray<u64> =

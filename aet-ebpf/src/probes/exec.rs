@@ -16,11 +16,11 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 
-use super::{args::Args, fileio::fileio_flush, sched::record_field, witness::mark};
+use super::{args::Args, fileio::fileio_flush, sched::record_field};
 use crate::{
     kernel::KPtr,
     loops,
-    maps::{CONFIG, INFLIGHT, cfg, count, offsets},
+    maps::{CONFIG, INFLIGHT, cfg, count, mark, offsets},
     record::{
         KERNEL, USER, capture_str, claim, fill_proc_header, header, scratch, section_first_byte,
         section_start, send,

@@ -4,10 +4,10 @@
 use aet_common::{EventKind, Syscall, counter, section, witness};
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 
-use super::{sched::record_field, witness::mark};
+use super::sched::record_field;
 use crate::{
     kernel::kread,
-    maps::{CONFIG, cfg, count, offsets},
+    maps::{CONFIG, cfg, count, mark, offsets},
     record::{KERNEL, capture_str, claim, fill_header, header, scratch, send},
     task::Task,
 };

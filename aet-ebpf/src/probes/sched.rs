@@ -9,10 +9,10 @@ use aya_ebpf::{
     programs::{RawTracePointContext, TracePointContext},
 };
 
-use super::{fileio::fileio_flush, witness::mark};
+use super::fileio::fileio_flush;
 use crate::{
     kernel::{kread, rdonly_cast},
-    maps::{CONFIG, INFLIGHT, NO_RUN, SCOPE_CGROUPS, TRACKED, cfg, count, offsets},
+    maps::{CONFIG, INFLIGHT, NO_RUN, SCOPE_CGROUPS, TRACKED, cfg, count, mark, offsets},
     record::{claim, fill_proc_header, header, scratch, send},
     task::Task,
 };

@@ -33,11 +33,10 @@ use super::{
     handover::exit_received,
     net::record_net,
     payload,
-    witness::mark,
 };
 use crate::{
     kernel::KPtr,
-    maps::{FDMASK, FILEIO, SYSCALLS, cfg, count, offsets},
+    maps::{FDMASK, FILEIO, SYSCALLS, cfg, count, mark, offsets},
     record::{
         USER, capture_str, claim, fill_header, header, scratch, section_first_byte, send,
         stat_names,

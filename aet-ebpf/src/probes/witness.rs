@@ -14,7 +14,7 @@
 //! Before 6.7 the kernel calls a tracepoint's probes one after the other with preemption off:
 //! the classic program and its witness run back to back on one CPU for one task. The classic
 //! program marks its CPU's entry of [`WITNESS_MARKS`] with the task (`pid_tgid`) as it starts;
-//! the witness takes the mark (leaving 0). A witness that does not find its own task there knows
+//! the witness takes the mark (leaving 0; `maps::mark` is the classic programs' side). A witness that does not find its own task there knows
 //! the classic program was skipped for this event, and if the event is one the classic program
 //! would have recorded for a run, it counts a lost event for that run (`program_skipped`): the
 //! run is never called complete without it. It also keeps the tracked set right where the
@@ -27,22 +27,9 @@ use aya_ebpf::{helpers::generated, macros::raw_tracepoint, programs::RawTracePoi
 use super::syscall::recorded_syscall;
 use crate::{
     kernel::rdonly_cast,
-    maps::{CONFIG, INFLIGHT, TRACKED, WITNESS_MARKS, cfg, count, offsets},
+    maps::{INFLIGHT, TRACKED, WITNESS_MARKS, cfg, count, offsets},
     task::Task,
 };
-
-/// Marks this CPU's entry `which` with the current task: its classic program ran for this event
-/// (only where witnesses are attached: `CONFIG.witness`).
-#[inline(always)]
-pub(crate) fn mark(which: u32) {
-    if cfg(&CONFIG.witness) == 0 {
-        return;
-    }
-    if let Some(p) = WITNESS_MARKS.get_ptr_mut(which) {
-        // SAFETY: this CPU's entry; helper without preconditions.
-        unsafe { *p = generated::bpf_get_current_pid_tgid() };
-    }
-}
 
 /// Whether the classic program `which` ran for the current task's event (its mark is there),
 /// taking the mark. A mark that cannot be read is a skip: the witness then counts a loss rather
