@@ -85,12 +85,6 @@ fn killed_clients_leave_nothing_behind_and_every_run_says_what_it_is() {
     let d = Daemon::start();
     let t = Tree::new();
     t.dirs(&["ws"]);
-    fs::write(
-        t.p("spec.toml"),
-        format!("workspace = {:?}\nnetwork = \"none\"\n", t.s("ws")),
-    )
-    .unwrap();
-    let spec = t.s("spec.toml");
     let ws = t.s("ws");
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -116,9 +110,19 @@ fn killed_clients_leave_nothing_behind_and_every_run_says_what_it_is() {
                     let out = t.p(&format!("run-{i}"));
                     let mut cmd = d.aet();
                     cmd.arg("run").arg("-q").arg("--out").arg(&out);
-                    if agent {
-                        cmd.args(["--sandbox", &spec, "--identity"]);
-                    }
+                    // An agent run has a workspace of its own: the identity hands it to the
+                    // run's agent uid for the run.
+                    let ws = if agent {
+                        let own = t.p(&format!("ws-{i}"));
+                        fs::create_dir(&own).unwrap();
+                        let spec = t.p(&format!("spec-{i}.toml"));
+                        fs::write(&spec, format!("workspace = {own:?}\nnetwork = \"none\"\n"))
+                            .unwrap();
+                        cmd.arg("--sandbox").arg(&spec).arg("--identity");
+                        own.display().to_string()
+                    } else {
+                        ws.clone()
+                    };
                     let started = format!("{ws}/started-{i}");
                     let script = if killed {
                         format!("echo x > {started}; exec sleep 60")

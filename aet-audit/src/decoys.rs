@@ -15,9 +15,10 @@
 //!   their path and only if regular files (`aet_ledger::safe_open`): a link the agent left
 //!   to `/dev` or to a root-only file is not followed by the audit. A file renamed after it was
 //!   written (`sed -i`, `patch`, any atomic writer) is read back at its new name. A written file
-//!   that is there but could not be read back (a symlink on its path, not a regular file, too
-//!   large) is listed with why and is a **warning** (`decoys.unread`): a token may be in it,
-//!   so the run goes to review. A file since removed is listed, and is not a finding.
+//!   that is there but could not be read back (a symlink on its path, too large) is listed with
+//!   why and is a **warning** (`decoys.unread`): a token may be in it, so the run goes to
+//!   review. A file since removed is listed, and is not a finding; a device, FIFO or socket at
+//!   the name keeps nothing to read back and is skipped.
 //! - A listing of a decoy's directory, or a `stat` of it, is not a finding.
 //! - A git ref decoy's files are the objects of its "future" commit. Reading its trees or files
 //!   (`git show`, `git diff HEAD origin/main`, `git log --all --stat`, a checkout) is a cheat like
@@ -440,6 +441,9 @@ impl Tracker {
                 Ok(f) => f,
                 // Renamed away: its content is read back at its new name.
                 Err(NotOpened::Gone) if self.moved.contains(&at) => continue,
+                // A device, a FIFO, a socket (a shell's /dev/null, a pipe): nothing is kept
+                // there to be read back.
+                Err(NotOpened::NotRegular(_)) => continue,
                 // Removed: what it held is nowhere to be read (listed, not a risk).
                 Err(NotOpened::Gone) => {
                     not(format!("cannot be read back: {}", NotOpened::Gone), false);

@@ -37,19 +37,23 @@ impl Phases {
 /// Loads (verifies) every program, each on a thread of its own: the kernel verifies them in
 /// parallel, so the start takes about as long as the largest program (`sys_exit`) instead of the
 /// sum of all of them.
+/// The witnesses are loaded only where they are attached (`witnessed`): each loaded program is
+/// an fd of aet's, and the table a command starts with is sized to aet's highest fd.
 pub(super) fn load_all(
     ebpf: &mut aya::Ebpf,
     variant: features::Variant,
+    witnessed: bool,
 ) -> Result<Vec<Loaded>, LoadError> {
+    let wanted = |a: &Attach| witnessed || !matches!(a, Attach::Witness(..));
     let mut programs: Vec<(&'static str, Attach, &mut aya::programs::Program)> = Vec::new();
     for (name, prog) in ebpf.programs_mut() {
-        if let Some(&(name, attach)) = PROGRAMS.iter().find(|(n, _)| *n == name) {
+        if let Some(&(name, attach)) = PROGRAMS.iter().find(|(n, a)| *n == name && wanted(a)) {
             programs.push((name, attach, prog));
         }
     }
     programs.sort_by_key(|(name, ..)| PROGRAMS.iter().position(|(n, _)| n == name));
-    for &(name, _) in PROGRAMS {
-        if !programs.iter().any(|(n, ..)| *n == name) {
+    for &(name, a) in PROGRAMS {
+        if wanted(&a) && !programs.iter().any(|(n, ..)| *n == name) {
             return Err(LoadError::MissingProgram(name));
         }
     }

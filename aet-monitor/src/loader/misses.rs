@@ -96,6 +96,10 @@ impl Programs {
                 // Tail-called: the kernel checks (and counts) the caller, `sys_exit`.
                 continue;
             }
+            if matches!(attach, Attach::Witness(..)) && !self.witnessed {
+                // Not loaded on this kernel.
+                continue;
+            }
             let fail = |source| LoadError::Program {
                 name,
                 action: "read the skipped runs of",

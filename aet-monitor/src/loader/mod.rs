@@ -441,7 +441,7 @@ impl Programs {
         let mut exits = take_map(&mut ebpf, aet_common::maps::EXITS, ProgramArray::try_from)?;
 
         phase.done("the maps filled");
-        let loaded = load_all(&mut ebpf, variant)?;
+        let loaded = load_all(&mut ebpf, variant, witnessed)?;
         phase.done("the programs loaded (verified)");
         // The families' programs go in sys_exit's array before anything is attached: a tail
         // call into an empty slot is a lost event.

@@ -181,7 +181,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                 true,
                 format!(
                     "{} programs loaded, {} attached, the rest reached from sys_exit by tail calls (ring buffer, tracepoints, raw tracepoints, program array, {}); kernel reads through {}; {}",
-                    loader::PROGRAMS.len(),
+                    l.loaded().len(),
                     loader::PROGRAMS
                         .iter()
                         .filter(|(_, a)| match a {
@@ -197,7 +197,7 @@ pub fn run(a: Args) -> anyhow::Result<u8> {
                     },
                     l.variant().describe(),
                     if l.witnessed() {
-                        "each record-building tracepoint program has a witness (this kernel counts none of their skipped runs: a skip is counted by the witness)"
+                        "each record-building tracepoint program has a witness that counts, as a lost event of its run, what the kernel skipped it for (kernels before 6.7 count none of it)"
                     } else {
                         "the kernel counts the programs' skipped runs (no witnesses)"
                     }
