@@ -58,12 +58,17 @@ impl Guard {
 }
 
 /// The guard process: waits for its stdin to close, then kills and removes the cgroup (with
-/// any below it) if it is still there, and the control socket of the aet it guarded (its parent:
-/// named by that aet's pid, which is read before the wait).
+/// any below it) if it is still there, and the control socket of the aet it guarded (the pid in
+/// the run cgroup's name, `run-PID-NS`: never the parent's pid, which after an early death of
+/// that aet is whichever process adopted the guard).
 pub fn guard_main(cgroup: &Path) -> io::Result<()> {
-    let guarded = nix::unistd::getppid().as_raw() as u32;
+    let guarded = cgroup
+        .file_name()
+        .and_then(|n| leftovers::run_pid(&n.to_string_lossy()));
     wait_for_stdin_close()?;
-    leftovers::remove_control_sockets(Path::new(leftovers::RUNTIME_DIR), guarded);
+    if let Some(pid) = guarded {
+        leftovers::remove_control_sockets(Path::new(leftovers::RUNTIME_DIR), pid);
+    }
     if !cgroup.exists() {
         return Ok(());
     }

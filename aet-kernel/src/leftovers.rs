@@ -28,6 +28,11 @@ fn pid_in(name: &str, prefix: &str) -> Option<u32> {
     name.strip_prefix(prefix)?.split('-').next()?.parse().ok()
 }
 
+/// The pid of the `aet run` whose run cgroup is named `name` (`run-PID-NS`).
+pub fn run_pid(name: &str) -> Option<u32> {
+    pid_in(name, "run-")
+}
+
 fn running(pid: u32) -> bool {
     Path::new("/proc").join(pid.to_string()).exists()
 }
@@ -120,7 +125,7 @@ pub fn sweep(runtime: &Path) -> Swept {
         for e in entries.flatten() {
             let name = e.file_name();
             let name = name.to_string_lossy();
-            if let Some(pid) = pid_in(&name, "run-")
+            if let Some(pid) = run_pid(&name)
                 && !running(pid)
                 && e.file_type().is_ok_and(|t| t.is_dir())
                 && remove_cgroup_tree(&e.path()).is_ok()
@@ -152,7 +157,7 @@ mod tests {
     #[test]
     fn names_give_their_pid() {
         assert_eq!(pid_in("control-123-456.sock", "control-"), Some(123));
-        assert_eq!(pid_in("run-77-1700000000", "run-"), Some(77));
+        assert_eq!(run_pid("run-77-1700000000"), Some(77));
         assert_eq!(pid_in("daemon-1-2.sock", "control-"), None);
         assert_eq!(pid_in("run-x-1", "run-"), None);
     }
