@@ -383,12 +383,52 @@ pub(super) fn scan_row(e: &mut Scanner<'_>, w: &mut Walk, c: &BatchCols<'_>, i: 
 fn program(e: &mut Scanner<'_>, row: &RowRef<'_>) {
     let RowRef { c, i, .. } = *row;
     let error = c.sha256_error.is_valid(i).then(|| c.sha256_error.value(i));
+    // A program that ran (a successful exec, a file mapped executable) with neither a hash nor
+    // why in its row (a ledger from before hashes, schema 6 and older) is as one whose hash
+    // could not be taken: never in `[allow] programs`. A failed exec ran nothing.
+    let ran = row.ok
+        && match row.kind {
+            Some(EventKind::Exec) => true,
+            Some(EventKind::Mmap) => {
+                c.prot.is_valid(i)
+                    && c.prot.value(i) & aet_common::uapi::PROT_EXEC != 0
+                    && row.resolved.or(row.raw).is_some()
+            }
+            _ => false,
+        };
+    let error = match (row.sha256(), error) {
+        (None, None) if ran => Some(&b"no hash in the record"[..]),
+        (None, None) => return,
+        (_, e) => e,
+    };
     let key = match row.sha256() {
         Some(hex) => [crate::policy::programs::PREFIX, hex].concat(),
-        None if error.is_some() => crate::policy::programs::UNKNOWN.to_vec(),
-        None => return,
+        None => crate::policy::programs::UNKNOWN.to_vec(),
     };
     let path = row.resolved.or(row.raw).unwrap_or_default();
+    // A program the policy's content rules cannot judge: a warning (the run goes to review),
+    // one finding for the run, each row counted.
+    if row.sha256().is_none() && e.policy.judges_programs() {
+        match e.unhashed {
+            Some(f) => e.findings[f].count += 1,
+            None => {
+                let why = String::from_utf8_lossy(error.unwrap_or_default()).into_owned();
+                let mut f = e.finding(
+                    crate::finding::Class::Warning,
+                    "programs.unhashed".into(),
+                    crate::finding::Outcome::Hit,
+                    "ran a program whose content is not known",
+                    String::from_utf8_lossy(path).into_owned(),
+                    row,
+                );
+                f.access = std::borrow::Cow::Owned(format!(
+                    "ran a program whose content is not known ({why})"
+                ));
+                e.unhashed = Some(e.findings.len());
+                e.findings.push(f);
+            }
+        }
+    }
     let comm = String::from_utf8_lossy(c.comm.value(i)).into_owned();
     e.programs.add(
         row.sha256(),

@@ -110,6 +110,14 @@ fn build_report(
     for r in std::mem::take(&mut scan.watch_reasons) {
         reasons.push(r);
     }
+    // A ledger from before program hashes, judged by a policy that names programs by content:
+    // none of its programs can be judged.
+    if policy.judges_programs()
+        && let Some(v) = m.schema_version.as_deref()
+        && v.parse::<u32>().is_ok_and(|v| v < 7)
+    {
+        reasons.push(aet_ledger::metadata::Incomplete::ProgramsUnhashed { schema: v.into() });
+    }
     let complete = reasons.is_empty();
 
     let transcripts =

@@ -92,6 +92,8 @@ pub(super) struct Scanner<'p> {
     /// Every exec and what each process touched, for the transcript's claims.
     pub(super) seen: crate::claims::Seen,
     pub(super) programs: crate::programs::Programs,
+    /// The `programs.unhashed` warning, once a program row without a hash was met.
+    pub(super) unhashed: Option<usize>,
 }
 
 impl<'p> Scanner<'p> {
@@ -118,6 +120,7 @@ impl<'p> Scanner<'p> {
             upstream: Vec::new(),
             seen: crate::claims::Seen::default(),
             programs: crate::programs::Programs::default(),
+            unhashed: None,
         }
     }
 

@@ -694,3 +694,70 @@ fn a_container_runtime_re_executing_itself_is_still_the_runtime_and_its_next_exe
     );
     assert!(report.counts.runtime_rows >= 4, "{:?}", report.counts);
 }
+
+/// A policy that judges programs by content cannot judge a program that ran without a hash:
+/// a warning (`programs.unhashed`), and outside `[allow] programs`; a failed exec ran nothing and
+/// is not one. A ledger of a schema without hashes is inconclusive under such a policy.
+#[test]
+fn a_program_without_a_hash_is_a_warning_under_a_content_policy() {
+    let hash = "c79bf44242829108e323378531f4ac839513ca1fba45efd6583643526e1e9fd2";
+    let policy =
+        format!("[allow]\nread = [\"/\"]\nwrite = [\"/task/out\"]\nprograms = [\"{hash}\"]\n");
+    let mut run = Run::new();
+    run.rows[0].sha256 = Some(hash.into());
+    run.spawn(AGENT, 101, "/task/tool", &["/task/tool"]);
+    // A failed exec of the shell's PATH search: no hash, and nothing ran.
+    run.spawn(AGENT, 102, "/usr/local/bin/tool", &["tool"]);
+    run.rows.last_mut().unwrap().set_ret(-2);
+    let (report, _) = audit(&run, &policy);
+    let unhashed: Vec<_> = report
+        .warnings
+        .iter()
+        .filter(|f| f.rule == "programs.unhashed")
+        .collect();
+    assert_eq!(unhashed.len(), 1, "{:#?}", report.warnings);
+    assert_eq!(
+        unhashed[0].count, 1,
+        "only the exec that ran: {:#?}",
+        unhashed[0]
+    );
+    assert!(
+        unhashed[0].path.contains("/task/tool"),
+        "{:#?}",
+        unhashed[0]
+    );
+    assert!(
+        report
+            .out_of_scope
+            .iter()
+            .any(|f| f.path.contains("sha256:unknown")),
+        "{:#?}",
+        report.out_of_scope
+    );
+    assert_eq!(report.verdict, Verdict::Flagged);
+    // Without a content policy nothing is said of it.
+    let (plain, _) = audit(&run, POLICY);
+    assert!(
+        !plain.warnings.iter().any(|f| f.rule == "programs.unhashed"),
+        "{:#?}",
+        plain.warnings
+    );
+    // A schema-6 ledger (no hashes at all) under the content policy: inconclusive.
+    let mut old = Run::new();
+    old.meta.set(meta::SCHEMA_VERSION, "6");
+    let (report, _) = audit(&old, &policy);
+    assert_eq!(
+        report.verdict,
+        Verdict::Inconclusive,
+        "{:?}",
+        report.incomplete_reasons
+    );
+    assert!(
+        report
+            .incomplete_reasons
+            .iter()
+            .any(|r| r.contains("schema 6") && r.contains("hash")),
+        "{:?}",
+        report.incomplete_reasons
+    );
+}

@@ -77,6 +77,9 @@ pub enum Incomplete {
     /// The policy watches files the run did not fingerprint before and after the agent's phase
     /// (the audit, from `aet.watch`).
     NotFingerprinted { why: String },
+    /// The policy judges programs by their content, and the ledger is of a schema that records
+    /// no program's hash (6 and older): every program the run ran is unjudged (the audit).
+    ProgramsUnhashed { schema: String },
     /// A reason this build does not know (from a newer aet).
     #[serde(other)]
     Unknown,
@@ -173,6 +176,10 @@ impl Incomplete {
             Self::NotFingerprinted { why } => {
                 format!("the policy watches files whose change the run cannot be judged on: {why}")
             }
+            Self::ProgramsUnhashed { schema } => format!(
+                "the policy judges programs by their content, and this ledger (schema {schema}) \
+                 records no program's hash: no program the run ran could be judged"
+            ),
             Self::Unknown => "a reason this version of aet does not know".into(),
         }
     }
@@ -201,6 +208,7 @@ impl Incomplete {
             Self::NamesUnrecorded { .. } => "names_unrecorded",
             Self::ChangedOutside { .. } => "changed_outside",
             Self::NotFingerprinted { .. } => "not_fingerprinted",
+            Self::ProgramsUnhashed { .. } => "programs_unhashed",
             Self::Unknown => "unknown",
         }
     }
@@ -269,6 +277,7 @@ impl Incomplete {
                       policy with these watches)"
                     .into(),
             },
+            Self::ProgramsUnhashed { schema: "6".into() },
         ]
     }
 

@@ -438,6 +438,7 @@ mod tests {
             "names_unrecorded",
             "changed_outside",
             "not_fingerprinted",
+            "programs_unhashed",
         ];
         assert_eq!(codes, all.into_iter().collect());
     }

@@ -36,6 +36,9 @@ pub enum NotOpened {
     /// The path is not absolute.
     #[error("not an absolute path")]
     Relative,
+    /// Another file is at the name now.
+    #[error("another file is there now (inode {ino} on device {dev})")]
+    Other { dev: u64, ino: u64 },
     #[error("{0}")]
     Io(io::Error),
 }
@@ -50,20 +53,61 @@ struct OpenHow {
 
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
 
 /// Opens the regular file at absolute `path` for reading, following no symlink on the way (see
 /// the module's text). A FIFO, a device, a socket or a directory is never opened for reading.
 pub fn open_regular(path: &Path) -> Result<File, NotOpened> {
-    let bytes = path.as_os_str().as_bytes();
-    if !bytes.starts_with(b"/") {
+    open_regular_under(Path::new("/"), path)
+}
+
+/// [`open_regular`] of a `path` under `root`, a directory the caller chose (a transcript
+/// directory named on the command line): `root` is taken as it is, symlinks and all; below it
+/// no symlink is followed and nothing leads out of it. A `path` not under `root` is not opened.
+pub fn open_regular_under(root: &Path, path: &Path) -> Result<File, NotOpened> {
+    if !path.as_os_str().as_bytes().starts_with(b"/") {
         return Err(NotOpened::Relative);
     }
-    let fd = match openat2_path(path) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => walk_path(path),
+    let rel = path
+        .strip_prefix(root)
+        .map_err(|_| NotOpened::Io(io::Error::from_raw_os_error(libc::EXDEV)))?;
+    let at = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(root)
+        .map(OwnedFd::from)
+        .map_err(classify)?;
+    let fd = match openat2_beneath(&at, rel) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => walk_from(at, rel),
         r => r,
     }
     .map_err(classify)?;
-    let file = File::from(fd);
+    regular(File::from(fd))
+}
+
+/// Opens the regular file at `path` for reading only if it is the file `(dev, ino)` (one a
+/// listing or the record named): whatever the path leads through now (symlinks, and magic
+/// links such as `/proc/PID/exe`, are followed), the open that names the file reaches no driver
+/// (`O_PATH`), and a file that is not that one is never read.
+pub fn open_identified(path: &Path, dev: u64, ino: u64) -> Result<File, NotOpened> {
+    use std::os::unix::fs::MetadataExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(classify)?;
+    let m = f.metadata().map_err(NotOpened::Io)?;
+    if (m.dev(), m.ino()) != (dev, ino) {
+        return Err(NotOpened::Other {
+            dev: m.dev(),
+            ino: m.ino(),
+        });
+    }
+    regular(f)
+}
+
+/// Reopens an `O_PATH` descriptor for reading if it names a regular file.
+fn regular(file: File) -> Result<File, NotOpened> {
     let m = file.metadata().map_err(NotOpened::Io)?;
     let ty = m.file_type();
     // O_PATH | O_NOFOLLOW names a symlink at the last component itself.
@@ -102,21 +146,21 @@ fn classify(e: io::Error) -> NotOpened {
     }
 }
 
-/// `openat2(AT_FDCWD, path, O_PATH | O_NOFOLLOW | O_CLOEXEC, RESOLVE_NO_SYMLINKS |
+/// `openat2(at, rel, O_PATH | O_NOFOLLOW | O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 /// RESOLVE_NO_MAGICLINKS)`.
-fn openat2_path(path: &Path) -> io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes())
+fn openat2_beneath(at: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
+    let c = CString::new(rel.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let how = OpenHow {
         flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
         mode: 0,
-        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
     };
     // SAFETY: `c` and `how` outlive the call; the kernel reads `size_of::<OpenHow>()` bytes.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_openat2,
-            libc::AT_FDCWD,
+            at.as_raw_fd(),
             c.as_ptr(),
             &how as *const OpenHow,
             std::mem::size_of::<OpenHow>(),
@@ -129,11 +173,10 @@ fn openat2_path(path: &Path) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// The same without `openat2` (before 5.6): from `/`, each directory opened with
+/// The same without `openat2` (before 5.6): from `at`, each directory opened with
 /// `O_PATH | O_NOFOLLOW | O_DIRECTORY`, the last component with `O_PATH | O_NOFOLLOW`.
-fn walk_path(path: &Path) -> io::Result<OwnedFd> {
-    let mut at = File::open("/").map(OwnedFd::from)?;
-    let parts: Vec<&[u8]> = path
+fn walk_from(mut at: OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
+    let parts: Vec<&[u8]> = rel
         .as_os_str()
         .as_bytes()
         .split(|&b| b == b'/')
@@ -195,7 +238,12 @@ mod tests {
     fn both(p: &Path) -> [Result<File, NotOpened>; 2] {
         [
             open_regular(p),
-            walk_path(p).map_err(classify).and_then(|fd| {
+            walk_from(
+                File::open("/").unwrap().into(),
+                p.strip_prefix("/").unwrap(),
+            )
+            .map_err(classify)
+            .and_then(|fd| {
                 let f = File::from(fd);
                 match f.metadata() {
                     Ok(m) if m.is_file() => Ok(f),
@@ -258,5 +306,58 @@ mod tests {
             open_regular(Path::new("relative")),
             Err(NotOpened::Relative)
         ));
+    }
+
+    #[test]
+    fn under_a_root_its_own_symlinks_are_taken_and_none_below_it() {
+        use std::os::unix::fs::symlink;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("real/sub")).unwrap();
+        std::fs::write(d.path().join("real/sub/t.jsonl"), "{}").unwrap();
+        symlink(d.path().join("real"), d.path().join("root")).unwrap();
+        let root = d.path().join("root");
+        let mut s = String::new();
+        open_regular_under(&root, &root.join("sub/t.jsonl"))
+            .unwrap()
+            .read_to_string(&mut s)
+            .unwrap();
+        assert_eq!(s, "{}");
+        symlink("/dev", d.path().join("real/dev")).unwrap();
+        symlink("/etc", d.path().join("real/etc")).unwrap();
+        for p in ["dev/null", "etc/passwd"] {
+            let r = open_regular_under(&root, &root.join(p));
+            assert!(matches!(r, Err(NotOpened::Symlink)), "{p}: {r:?}");
+        }
+        // Not under the root: never opened.
+        let r = open_regular_under(&root, Path::new("/etc/passwd"));
+        assert!(matches!(r, Err(NotOpened::Io(_))), "{r:?}");
+        let r = open_regular_under(&root, &root.join("sub/../../real/sub/t.jsonl"));
+        assert!(r.is_err(), "{r:?}");
+    }
+
+    #[test]
+    fn an_identified_file_is_read_and_another_at_its_name_is_not() {
+        use std::os::unix::fs::MetadataExt as _;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("dir")).unwrap();
+        let f = d.path().join("dir/f");
+        std::fs::write(&f, "x").unwrap();
+        let m = std::fs::metadata(&f).unwrap();
+        let mut s = String::new();
+        open_identified(&f, m.dev(), m.ino())
+            .unwrap()
+            .read_to_string(&mut s)
+            .unwrap();
+        assert_eq!(s, "x");
+        // The directory swapped for a symlink to /dev: /dev/null is named, never opened for
+        // reading, and is not the file listed.
+        std::fs::rename(d.path().join("dir"), d.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink("/dev", d.path().join("dir")).unwrap();
+        let null = d.path().join("dir/null");
+        let r = open_identified(&null, m.dev(), m.ino());
+        assert!(matches!(r, Err(NotOpened::Other { .. })), "{r:?}");
+        let n = std::fs::metadata("/dev/null").unwrap();
+        let r = open_identified(&null, n.dev(), n.ino());
+        assert!(matches!(r, Err(NotOpened::NotRegular("a device"))), "{r:?}");
     }
 }

@@ -10,7 +10,7 @@ use std::{
     collections::HashMap,
     sync::{
         Arc, Condvar, Mutex, MutexGuard,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -103,7 +103,12 @@ impl RowFields for OpenFlags {
 
 /// What the monitor's threads (its consumer, and the callers of [`super::Monitor`]) share.
 pub(super) struct Shared {
-    pub(super) sinks: Mutex<HashMap<u32, Sink>>,
+    /// The runs' sinks. A fair lock: the consumer, which holds it while it drains, hands it to
+    /// a waiting request (a run's health check, start, stop) between two records; a drain of a
+    /// backlog held it for 10 s under load on 7.2, and every run's health check gave up.
+    pub(super) sinks: parking_lot::Mutex<HashMap<u32, Sink>>,
+    /// Records the consumer has routed: a drain wait gives up only when this stops moving.
+    pub(super) routed: AtomicU64,
     pub(super) stop: AtomicBool,
     /// Passes of the consumer that ended with the ring empty.
     pub(super) emptied: Mutex<u64>,
@@ -120,7 +125,8 @@ impl Shared {
     /// source is empty (a replay, a test).
     pub(super) fn new(sinks: HashMap<u32, Sink>, stop: bool) -> Self {
         Self {
-            sinks: Mutex::new(sinks),
+            sinks: parking_lot::Mutex::new(sinks),
+            routed: AtomicU64::new(0),
             stop: AtomicBool::new(stop),
             emptied: Mutex::new(0),
             emptied_cv: Condvar::new(),
@@ -130,14 +136,16 @@ impl Shared {
         }
     }
 
-    pub(super) fn lock_sinks(&self) -> MutexGuard<'_, HashMap<u32, Sink>> {
-        self.sinks.lock().unwrap_or_else(|p| p.into_inner())
+    pub(super) fn lock_sinks(&self) -> parking_lot::MutexGuard<'_, HashMap<u32, Sink>> {
+        self.sinks.lock()
     }
 
     /// Waits until the consumer has emptied the ring after now: every record the programs made
-    /// before this call has then been routed.
+    /// before this call has then been routed. `false` when the consumer ended, or routed
+    /// nothing for `timeout` (a consumer working through a backlog is waited for).
     pub(super) fn drain_wait(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let mut deadline = Instant::now() + timeout;
+        let mut routed = self.routed.load(Ordering::Acquire);
         let mut n = self.emptied.lock().unwrap_or_else(|p| p.into_inner());
         // Two passes: the one running now may have started before the call.
         let want = *n + 2;
@@ -145,6 +153,11 @@ impl Shared {
             self.wake_consumer();
             if self.consumer_done.load(Ordering::Acquire) {
                 return false;
+            }
+            let now_routed = self.routed.load(Ordering::Acquire);
+            if now_routed != routed {
+                routed = now_routed;
+                deadline = Instant::now() + timeout;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -233,6 +246,20 @@ pub(super) const CONSUMER_NICE: libc::c_int = -10;
 /// before its share is full.
 pub(super) const ACCOUNT_EVERY: usize = 256;
 
+/// How long the consumer may hold the runs at once before the monitor says so.
+const SLOW_HOLD: Duration = Duration::from_secs(2);
+
+/// Says so when the consumer held the runs (and every request for them waited) for
+/// [`SLOW_HOLD`] or more.
+fn slow_hold(since: Instant, records: usize) {
+    if since.elapsed() >= SLOW_HOLD {
+        eprintln!(
+            "aet: the consumer held the runs for {:.1} s ({records} records into its drain)",
+            since.elapsed().as_secs_f64()
+        );
+    }
+}
+
 /// Flushes every ledger's rows so far to its file.
 fn flush_all(sinks: &mut HashMap<u32, Sink>) {
     for sink in sinks.values_mut() {
@@ -288,9 +315,10 @@ pub(super) fn consume(
         let stopping = shared.stop.load(Ordering::Acquire);
         let mut n = 0usize;
         let emptied;
+        let mut held = Instant::now();
         {
             let mut sinks = shared.lock_sinks();
-            let any_freezer = sinks.values().any(|s| s.freezer.active());
+            let mut any_freezer = sinks.values().any(|s| s.freezer.active());
             emptied = source.drain(&mut |bytes| {
                 n += 1;
                 since += 1;
@@ -308,7 +336,18 @@ pub(super) fn consume(
                         flush_all(&mut sinks);
                         last_flush = Instant::now();
                     }
+                    shared
+                        .routed
+                        .fetch_add(ACCOUNT_EVERY as u64, Ordering::Release);
+                    any_freezer = sinks.values().any(|s| s.freezer.active());
                 }
+                // A request waiting for the runs is let through between two records (a run may
+                // have started or ended meanwhile: every record looks its run up); without a
+                // waiter this is one atomic load. A record can take milliseconds (a program's
+                // first hash): 256 of them held the runs for 3.7 s under load on 7.2.
+                slow_hold(held, n);
+                parking_lot::MutexGuard::bump(&mut sinks);
+                held = Instant::now();
                 let cost = runs::ring_cost(bytes.len() as u64);
                 match decode::decode(bytes) {
                     // A record of a run no longer served (made as it ended) has no sink: its
@@ -354,7 +393,12 @@ pub(super) fn consume(
                 flush_all(&mut sinks);
                 last_flush = Instant::now();
             }
+            parking_lot::MutexGuard::unlock_fair(sinks);
         }
+        if n > 0 {
+            shared.routed.fetch_add(1, Ordering::Release);
+        }
+        slow_hold(held, n);
         if emptied {
             let mut e = shared.emptied.lock().unwrap_or_else(|p| p.into_inner());
             *e += 1;
@@ -449,7 +493,7 @@ mod tests {
             &mut kernel,
         );
         let mut told = kernel.0;
-        let mut sinks = shared.sinks.into_inner().unwrap();
+        let mut sinks = shared.sinks.into_inner();
         let s0 = sinks.remove(&0).unwrap();
         let s1 = sinks.remove(&1).unwrap();
         assert_eq!((s0.writer.rows(), s1.writer.rows()), (2, 1));

@@ -92,7 +92,7 @@ pub fn hash(
         if let Some(h) = lock().get(&(dev, ino, ctime(&m), m.len())) {
             return Ok(h.clone());
         }
-        if let Ok(f) = open_regular(Path::new(&link))
+        if let Ok(f) = aet_ledger::safe_open::open_identified(Path::new(&link), dev, ino)
             && let Ok(m) = f.metadata()
             && m.dev() == dev
             && m.ino() == ino
@@ -106,30 +106,19 @@ pub fn hash(
         return Err("the process had ended and the row names no path".into());
     };
     let p = Path::new(OsStr::from_bytes(path));
-    // The agent controls what its path holds now: only the same regular file is opened (a FIFO
-    // or a device put there would block or act on being opened by root).
-    match std::fs::metadata(p) {
-        Ok(m) if m.is_file() && m.dev() == dev && m.ino() == ino => {}
-        Ok(m) => {
-            return Err(format!(
-                "the process had ended and {} is another file now (inode {} on {}, not {ino} on \
-                 {dev})",
-                p.display(),
-                m.ino(),
-                m.dev()
-            )
-            .into());
-        }
-        Err(e) => {
-            return Err(format!(
-                "the process had ended and its file cannot be opened at {}: {e}",
-                p.display()
-            )
-            .into());
-        }
-    }
-    let f = match open_regular(p) {
+    // The agent controls what its path holds now, and every directory on the way: the path is
+    // opened only as far as naming a file (`O_PATH`, which reaches no driver), and only the
+    // same regular file is read.
+    let f = match aet_ledger::safe_open::open_identified(p, dev, ino) {
         Ok(f) => f,
+        Err(aet_ledger::safe_open::NotOpened::Other { dev: d, ino: i }) => {
+            return Err(format!(
+                "the process had ended and {} is another file now (inode {i} on {d}, not {ino} \
+                 on {dev})",
+                p.display(),
+            )
+            .into());
+        }
         Err(e) => {
             return Err(format!(
                 "the process had ended and its file cannot be opened at {}: {e}",
@@ -163,20 +152,6 @@ pub fn hash(
         .into());
     }
     hashed(f, (dev, ino, ct, m.len()))
-}
-
-/// Opens `p` for reading without blocking on a FIFO or taking a terminal, and only if it is a
-/// regular file.
-fn open_regular(p: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(p)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    Ok(f)
 }
 
 fn ctime(m: &std::fs::Metadata) -> i64 {

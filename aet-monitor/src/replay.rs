@@ -132,7 +132,7 @@ pub fn replay(dump: &Path, ledger: &Path) -> Result<Replay, MonitorError> {
         (Duration::ZERO, Duration::ZERO),
         &mut Nothing,
     );
-    let mut sinks = shared.sinks.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut sinks = shared.sinks.into_inner();
     let mut sink = sinks.remove(&0).expect("the replayed run");
     for row in sink.maker.unanswered() {
         sink.append(&row);

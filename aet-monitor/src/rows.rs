@@ -15,6 +15,9 @@ use aet_ledger::{
     writer::Row,
 };
 
+/// Why a program row has no hash when the record lacks its file's device and inode.
+pub const NO_IDENTITY: &str = "the file's device and inode are not in the record";
+
 /// The kernel's boot-time clock now (what `bpf_ktime_get_boot_ns()` reads).
 fn boot_now() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
@@ -622,7 +625,8 @@ impl RowMaker {
         self.program(row, ev);
     }
 
-    /// A successful exec's program, or a file mapped executable: its content's hash.
+    /// A successful exec's program, or a file mapped executable: its content's hash (or why
+    /// there is none: [`NO_IDENTITY`] when the row lacks the file's identity).
     fn program(&mut self, row: &mut Row<'_>, ev: &RawEvent<'_>) {
         use crate::programs::Held;
         let h = &ev.header;
@@ -641,6 +645,8 @@ impl RowMaker {
             _ => return,
         };
         let (Some(dev), Some(ino)) = (row.dev, row.ino) else {
+            // Said, not left blank: a policy that judges programs by content cannot judge it.
+            row.sha256_error = Some(NO_IDENTITY.into());
             return;
         };
         let path = row.host_path.as_deref().or(row.resolved_path.as_deref());

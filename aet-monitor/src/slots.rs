@@ -295,11 +295,21 @@ impl Monitor {
         }
         // A program invocation that started before the scope went may still be writing: wait
         // until every one of them has returned (unless no task of the run is left to run one).
+        let t = std::time::Instant::now();
         if !self.quiescent(slot, &tracked) {
             aet_kernel::wait_for_running_programs();
         }
+        let programs_done = t.elapsed();
         if !self.shared.drain_wait(Duration::from_secs(10)) {
             reasons.push(Incomplete::ConsumerStopped);
+        }
+        if t.elapsed() >= Duration::from_secs(2) {
+            eprintln!(
+                "aet: run slot {slot} stopping: {:.1} s for running programs to return, {:.1} s \
+                 for the consumer to read the ring empty",
+                programs_done.as_secs_f64(),
+                (t.elapsed() - programs_done).as_secs_f64()
+            );
         }
         let mut sink = self
             .shared

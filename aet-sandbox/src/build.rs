@@ -392,6 +392,17 @@ impl View {
         }
     }
 
+    /// Whether a spec grant binds the host's own directory above `p` at its own place: the host's
+    /// `p` is in the view through it.
+    fn granted_whole(&self, p: &Path) -> bool {
+        self.grants.iter().any(|m| {
+            m.rank > 0
+                && p != m.dst.as_path()
+                && p.starts_with(&m.dst)
+                && matches!(&m.op, Op::RoBind(src) | Op::Bind(src) if src == &m.dst)
+        })
+    }
+
     /// The spec's grants: tmpfs, read-only and writable binds, each with its check.
     fn spec_grants(&mut self, spec: &SandboxSpec) -> Result<(), BuildError> {
         for e in spec.entries() {
@@ -439,6 +450,9 @@ impl View {
         self.push("/usr".into(), Op::RoBind("/usr".into()), 0);
         for top in BASE_TOP {
             let p = Path::new(top);
+            if self.granted_whole(p) {
+                continue;
+            }
             match fs::symlink_metadata(p) {
                 Ok(m) if m.file_type().is_symlink() => {
                     if let Ok(t) = fs::read_link(p) {
@@ -456,6 +470,11 @@ impl View {
         self.push("/etc".into(), Op::Dir, 0);
         for f in BASE_ETC {
             let p = Path::new("/etc").join(f);
+            // A spec that grants the host's `/etc` (or `/`) shows these files already: a link
+            // made over one (`/etc/localtime`) would fail in bwrap (it exists there).
+            if self.granted_whole(&p) {
+                continue;
+            }
             match fs::symlink_metadata(&p) {
                 Ok(m) if m.file_type().is_symlink() => {
                     if let Ok(t) = fs::read_link(&p) {

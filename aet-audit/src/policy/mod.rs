@@ -419,6 +419,18 @@ fn never_matches(target: Target, access: &[Access]) -> Option<String> {
 const NEVER: &str = r"[^\s\S]";
 
 impl Policy {
+    /// Whether the policy judges programs by their content (`[allow] programs`, or a rule
+    /// naming a hash), here or in a later phase's policy: then a program row without a hash is
+    /// one it cannot judge.
+    pub fn judges_programs(&self) -> bool {
+        self.allow.as_ref().is_some_and(|a| a.programs.is_some())
+            || self
+                .rules
+                .iter()
+                .any(|r| r.target == Target::Program || r.sha256.is_some())
+            || self.phases.values().any(Policy::judges_programs)
+    }
+
     /// The protected files' identities now (those that exist), for a run to record at its start.
     pub fn protected_identities(
         &self,

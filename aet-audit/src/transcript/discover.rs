@@ -39,7 +39,7 @@ pub fn in_run(run: &Path) -> Result<Option<(PathBuf, Read)>, String> {
                     .is_some_and(|n| AET_FILES.iter().any(|a| n == *a))
         })
         .collect();
-    match read_files(candidates, None) {
+    match read_files(run, candidates, None) {
         // The other files of a run directory were never said to be transcripts: not listed as
         // left out.
         Ok(mut r) if !r.files.is_empty() => {

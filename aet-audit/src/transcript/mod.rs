@@ -362,17 +362,38 @@ impl Read {
 /// without, each file in the format its content shows. A file no format recognises is left out
 /// and listed; when no file at all is recognised, that is an error naming them.
 pub fn read(dir: &Path, format: Option<&dyn TranscriptFormat>) -> Result<Read, String> {
-    read_files(files(dir)?, format)
+    let root = if dir.is_dir() {
+        dir.to_owned()
+    } else {
+        // One file named: it is taken as it is (a symlink named on the command line too).
+        if !dir.exists() {
+            return Err(format!("{}: no such file or directory", dir.display()));
+        }
+        let real = fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let parent = real.parent().unwrap_or(Path::new("/")).to_owned();
+        return read_files(&parent, vec![real], format);
+    };
+    read_files(&root, files(dir)?, format)
 }
 
-/// [`read`] of the files given.
+/// [`read`] of the files given, each under `root`: a transcript directory may be the agent's
+/// home, which the agent could change while aet reads it, so nothing below `root` is reached
+/// through a symlink and only a regular file is opened (never a FIFO or a device).
 pub(crate) fn read_files(
+    root: &Path,
     files: Vec<PathBuf>,
     format: Option<&dyn TranscriptFormat>,
 ) -> Result<Read, String> {
+    use std::io::Read as _;
     let mut out = Read::default();
+    let root = std::path::absolute(root).map_err(|e| format!("{}: {e}", root.display()))?;
     for f in files {
-        let data = fs::read(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let abs = std::path::absolute(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let mut data = Vec::new();
+        aet_ledger::safe_open::open_regular_under(&root, &abs)
+            .map_err(|e| e.to_string())
+            .and_then(|mut h| h.read_to_end(&mut data).map_err(|e| e.to_string()))
+            .map_err(|e| format!("{}: {e}", f.display()))?;
         let Some(fmt) = format.or_else(|| detect(&f, &data)) else {
             out.unrecognized.push(f);
             continue;
@@ -590,6 +611,28 @@ pub fn names_path(word: &str, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory of the listing swapped for a symlink before it is read (to a root-only tree,
+    /// to `/dev`): what it leads to is never read, and the error names the file.
+    #[test]
+    fn a_transcript_reached_through_a_symlink_below_the_directory_is_not_read() {
+        let home = tempfile::tempdir().unwrap();
+        let secret = tempfile::tempdir().unwrap();
+        let line = r#"{"type":"assistant","message":{"role":"assistant","content":[]}}"#;
+        std::fs::write(secret.path().join("s.jsonl"), line).unwrap();
+        std::os::unix::fs::symlink(secret.path(), home.path().join("projects")).unwrap();
+        let f = home.path().join("projects/s.jsonl");
+        let e = read_files(home.path(), vec![f.clone()], None).unwrap_err();
+        assert!(
+            e.contains(&f.display().to_string()) && e.contains("symlink"),
+            "{e}"
+        );
+        // A FIFO named on its own is refused, not waited on.
+        let fifo = home.path().join("t.jsonl");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = read(&fifo, None).unwrap_err();
+        assert!(e.contains("FIFO"), "{e}");
+    }
 
     #[test]
     fn rfc3339_times() {

@@ -50,8 +50,24 @@ pub fn read_repo(repo: &Path) -> Result<Tracked, String> {
             meta.len()
         ));
     }
-    let bytes = std::fs::read(&index).map_err(|e| format!("{}: {e}", index.display()))?;
-    let config = std::fs::read_to_string(git.join("config")).unwrap_or_default();
+    // The repository may be the agent's: what is at these names is read only if it is the
+    // regular file looked at (the index) or a regular file reached without a symlink (the
+    // configuration); a FIFO or a device put there is never opened.
+    let mut bytes = Vec::new();
+    {
+        use std::{io::Read as _, os::unix::fs::MetadataExt as _};
+        crate::safe_open::open_identified(&index, meta.dev(), meta.ino())
+            .map_err(|e| format!("{}: {e}", index.display()))?
+            .take(MAX_INDEX_BYTES)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("{}: {e}", index.display()))?;
+    }
+    let mut config = String::new();
+    let abs = std::path::absolute(repo).unwrap_or_else(|_| repo.to_owned());
+    if let Ok(f) = crate::safe_open::open_regular_under(&abs, &abs.join(".git/config")) {
+        use std::io::Read as _;
+        let _ = f.take(1 << 20).read_to_string(&mut config);
+    }
     parse(&bytes, object_len(&config)).map_err(|e| format!("{}: {e}", index.display()))
 }
 

@@ -14,10 +14,7 @@
 use std::{
     collections::BTreeMap,
     io::Read as _,
-    os::unix::{
-        ffi::OsStrExt as _,
-        fs::{MetadataExt as _, OpenOptionsExt as _},
-    },
+    os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
     path::{Path, PathBuf},
     time::Instant,
 };
@@ -363,23 +360,22 @@ impl Walker<'_> {
     }
 }
 
-/// Hashes a regular file opened without following a symlink or blocking, checked to be the
-/// entry that was looked at.
+/// Hashes the regular file listed at `path` as `(dev, ino)`: a directory on the way swapped for
+/// a symlink since (to `/dev`, to a root-only tree) leads the open to nothing it reads, and no
+/// device or FIFO put at the name is opened (see [`crate::safe_open::open_identified`]).
 fn hash_file(path: &Path, dev: u64, ino: u64) -> Result<(String, u64), String> {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| format!("cannot hash {}: {e}", path.display()))?;
-    let m = f
-        .metadata()
-        .map_err(|e| format!("cannot hash {}: {e}", path.display()))?;
-    if (m.dev(), m.ino()) != (dev, ino) || !m.is_file() {
-        return Err(format!(
-            "{} changed while it was being fingerprinted",
-            path.display()
-        ));
-    }
+    let mut f = match crate::safe_open::open_identified(path, dev, ino) {
+        Ok(f) => f,
+        Err(
+            crate::safe_open::NotOpened::Other { .. } | crate::safe_open::NotOpened::NotRegular(_),
+        ) => {
+            return Err(format!(
+                "{} changed while it was being fingerprinted",
+                path.display()
+            ));
+        }
+        Err(e) => return Err(format!("cannot hash {}: {e}", path.display())),
+    };
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut n = 0u64;

@@ -64,6 +64,26 @@ pub enum Request {
     Leave,
 }
 
+impl Request {
+    /// The request's name, for the daemon's log.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Hello { .. } => "hello",
+            Self::Start { .. } => "start",
+            Self::Track { .. } => "track",
+            Self::Untrack { .. } => "untrack",
+            Self::Tracked => "tracked",
+            Self::Phase { .. } => "phase",
+            Self::Proxy { .. } => "proxy",
+            Self::Progress => "progress",
+            Self::Health => "health",
+            Self::Stop { .. } => "stop",
+            Self::Status => "status",
+            Self::Leave => "leave",
+        }
+    }
+}
+
 /// A response.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]

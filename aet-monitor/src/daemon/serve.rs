@@ -356,6 +356,9 @@ fn send(conn: &mut UnixStream, r: &Response) -> std::io::Result<()> {
     conn.write_all(line.as_bytes())
 }
 
+/// How long an answer may take before the daemon's log says so.
+const SLOW_ANSWER: Duration = Duration::from_secs(2);
+
 /// One client: at most one run, whose lifetime is the connection's.
 fn serve_connection(d: &Daemon, mut conn: UnixStream) {
     let peer = peer(&conn);
@@ -385,7 +388,23 @@ fn serve_connection(d: &Daemon, mut conn: UnixStream) {
             Err(e) => Response::Error {
                 message: format!("bad request: {e}"),
             },
-            Ok(req) => handle(d, req, &mut run),
+            Ok(req) => {
+                let kind = req.kind();
+                let t = std::time::Instant::now();
+                let r = handle(d, req, &mut run);
+                // A slow answer is said in the daemon's log: a run gives up on a health check
+                // after 10 s, and this is where to look for why.
+                if t.elapsed() >= SLOW_ANSWER {
+                    eprintln!(
+                        "aet: daemon: a {kind} request took {:.1} s{}",
+                        t.elapsed().as_secs_f64(),
+                        run.as_ref()
+                            .map(|(slot, _)| format!(" (run slot {slot})"))
+                            .unwrap_or_default()
+                    );
+                }
+                r
+            }
         };
         let stopped = matches!(response, Response::Stopped { .. });
         if send(&mut conn, &response).is_err() {

@@ -128,3 +128,24 @@ fn seed_example_builds_the_golden_argv() {
         "the seed's bwrap command line changed; if that is intended, run `cargo xtask docs`"
     );
 }
+
+/// `allow = ["/etc"]` is a valid spec: the base layer's own `/etc` files are not made again over
+/// the host's `/etc` the grant shows (a link over `/etc/localtime` failed in bwrap: it exists).
+#[test]
+fn a_granted_etc_takes_the_place_of_the_base_layer_s_etc_files() {
+    let d = tempfile::tempdir().unwrap();
+    fs::create_dir_all(d.path().join("ws")).unwrap();
+    let mut sp = spec(&d.path().join("ws"));
+    sp.allow = vec!["/etc".into()];
+    let b = build(&sp, &opts()).unwrap();
+    pos(&b.args, &["--ro-bind", "/etc", "/etc"]);
+    let under_etc: Vec<_> = b
+        .args
+        .iter()
+        .filter(|a| Path::new(a).starts_with("/etc") && Path::new(a) != Path::new("/etc"))
+        .collect();
+    assert!(under_etc.is_empty(), "{under_etc:?} in {:?}", b.args);
+    // Without the grant, the base layer's files are there.
+    let b = build(&spec(&d.path().join("ws")), &opts()).unwrap();
+    pos(&b.args, &["--ro-bind", "/etc/passwd", "/etc/passwd"]);
+}

@@ -34,6 +34,12 @@ pub struct Client {
     gone: Arc<AtomicBool>,
     /// Set while the conversation is ending, so that a hang-up then is not a death.
     closing: Arc<AtomicBool>,
+    /// Answers still to come to requests given up on (the daemon did not answer in time):
+    /// each is read and dropped before the next request's, which would otherwise be taken
+    /// for it.
+    owed: usize,
+    /// The part of an answer read before a wait ended (the rest follows it).
+    partial: Vec<u8>,
     /// The daemon's ring buffer size and most runs, from its greeting.
     pub ringbuf_bytes: u32,
     pub max_runs: u32,
@@ -77,6 +83,8 @@ impl Client {
             reader,
             gone: Arc::new(AtomicBool::new(false)),
             closing: Arc::new(AtomicBool::new(false)),
+            owed: 0,
+            partial: Vec::new(),
             ringbuf_bytes: 0,
             max_runs: 0,
             pid: 0,
@@ -176,13 +184,27 @@ impl Client {
             return Err(io(e));
         }
         // Read in short waits, looking at the daemon between them: a stopped daemon is named
-        // at once, a silent one once the limit has passed.
+        // at once, a silent one once the limit has passed. The answers owed to requests given
+        // up on come first, in order: each is dropped.
         let _ = self.stream.set_read_timeout(Some(POLL));
         let started = std::time::Instant::now();
-        let mut answer = String::new();
-        let n = loop {
-            match self.reader.read_line(&mut answer) {
-                Ok(n) => break n,
+        let answer = loop {
+            match self.reader.read_until(b'\n', &mut self.partial) {
+                Ok(0) => {
+                    self.gone.store(true, Ordering::Release);
+                    return Err(DaemonError::Gone {
+                        socket: self.socket.clone(),
+                    });
+                }
+                Ok(_) if self.partial.last() != Some(&b'\n') => {}
+                Ok(_) => {
+                    let line = std::mem::take(&mut self.partial);
+                    if self.owed > 0 {
+                        self.owed -= 1;
+                        continue;
+                    }
+                    break line;
+                }
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -197,6 +219,8 @@ impl Client {
                         None
                     };
                     if let Some(why) = why {
+                        // Its answer may still come: the next request skips it.
+                        self.owed += 1;
                         return Err(DaemonError::Unresponsive {
                             socket: self.socket.clone(),
                             pid: self.pid,
@@ -208,12 +232,7 @@ impl Client {
                 Err(e) => return Err(io(e)),
             }
         };
-        if n == 0 {
-            self.gone.store(true, Ordering::Release);
-            return Err(DaemonError::Gone {
-                socket: self.socket.clone(),
-            });
-        }
+        let answer = String::from_utf8_lossy(&answer);
         match aet_monitor::daemon::protocol::decode::<Response>(&answer) {
             Ok(Response::Error { message }) => Err(DaemonError::Refused {
                 socket: self.socket.clone(),
@@ -294,5 +313,65 @@ impl Drop for Client {
     fn drop(&mut self) {
         self.closing.store(true, Ordering::Release);
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{io::Write as _, os::unix::net::UnixListener};
+
+    use super::*;
+
+    fn line(r: &Response) -> Vec<u8> {
+        let mut l = serde_json::to_string(r).unwrap();
+        l.push('\n');
+        l.into_bytes()
+    }
+
+    /// A daemon that answers a request after the client gave up on it (in two pieces, the
+    /// first before the limit): the next request gets its own answer, never the late one.
+    #[test]
+    fn a_late_answer_is_not_taken_for_the_next_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("aet.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let daemon = std::thread::spawn(move || {
+            let (mut out, _) = listener.accept().unwrap();
+            let mut lines = BufReader::new(out.try_clone().unwrap()).lines();
+            lines.next().unwrap().unwrap();
+            out.write_all(&line(&Response::Hello {
+                version: VERSION,
+                build: BUILD_ID.into(),
+                pid: std::process::id(),
+                ringbuf_bytes: 1 << 20,
+                max_runs: 4,
+                started: "manual".into(),
+            }))
+            .unwrap();
+            lines.next().unwrap().unwrap();
+            let late = line(&Response::Health {
+                write_error: Some("late".into()),
+            });
+            out.write_all(&late[..5]).unwrap();
+            std::thread::sleep(Duration::from_millis(1700));
+            out.write_all(&late[5..]).unwrap();
+            lines.next().unwrap().unwrap();
+            out.write_all(&line(&Response::Done)).unwrap();
+        });
+        let mut c = Client::connect(&socket)
+            .unwrap()
+            .expect("the daemon listens");
+        let e = c
+            .call_within(&Request::Health, Duration::from_secs(1))
+            .unwrap_err();
+        assert!(
+            matches!(e, DaemonError::Unresponsive { .. }),
+            "{e} (expected: did not answer)"
+        );
+        match c.call(&Request::Tracked).unwrap() {
+            Response::Done => {}
+            other => panic!("the late answer was taken for the next: {other:?}"),
+        }
+        daemon.join().unwrap();
     }
 }

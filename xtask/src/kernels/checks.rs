@@ -52,6 +52,8 @@ if [ -d "$out/standalone" ]; then
   kill $s1 $s2 $s3 $hammer 2>/dev/null
   "$aet" daemon stop >/dev/null 2>&1
   for n in 1 2 3 4 5 6; do sed "s/^/AET-KERNEL log load-$n /" "$out/load-$n.log"; done
+  # What the daemon serving them said (a slow answer, a warning).
+  sed 's/^/AET-KERNEL log load-daemon /' /run/aet/aet.sock.log 2>/dev/null
 fi
 if [ -d "$out/standalone" ] && command -v bwrap >/dev/null; then
   ws="$base/isolated"; secret="$base/secret"
@@ -353,7 +355,11 @@ fn under_load(
         check(
             &name,
             if code != "0" {
-                Err(format!("exit {code}: {}", tail(&log_of(&run), 12)))
+                Err(format!(
+                    "exit {code}: {}; its daemon's log: {}",
+                    tail(&log_of(&run), 12),
+                    tail(&log_of("load-daemon"), 8)
+                ))
             } else {
                 match (query(aet, status, &dir), query(aet, &sql, &dir)) {
                     (Ok(s), Ok(r)) if s[..2] == [1, 0] && r.first() == Some(&960) => Ok(()),
