@@ -82,7 +82,7 @@ pub fn open_regular_under(root: &Path, path: &Path) -> Result<File, NotOpened> {
         r => r,
     }
     .map_err(classify)?;
-    regular(File::from(fd))
+    regular(File::from(fd), path)
 }
 
 /// Opens the regular file at `path` for reading only if it is the file `(dev, ino)` (one a
@@ -103,11 +103,12 @@ pub fn open_identified(path: &Path, dev: u64, ino: u64) -> Result<File, NotOpene
             ino: m.ino(),
         });
     }
-    regular(f)
+    regular(f, path)
 }
 
-/// Reopens an `O_PATH` descriptor for reading if it names a regular file.
-fn regular(file: File) -> Result<File, NotOpened> {
+/// Reopens an `O_PATH` descriptor (of `path`) for reading if it names a regular file.
+fn regular(file: File, path: &Path) -> Result<File, NotOpened> {
+    use std::os::unix::fs::MetadataExt as _;
     let m = file.metadata().map_err(NotOpened::Io)?;
     let ty = m.file_type();
     // O_PATH | O_NOFOLLOW names a symlink at the last component itself.
@@ -128,12 +129,37 @@ fn regular(file: File) -> Result<File, NotOpened> {
             "unknown"
         }));
     }
+    let read = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(p)
+    };
     // The O_PATH descriptor names the file that was checked; reopened through it, the same file.
-    std::fs::OpenOptions::new()
+    let fd_link = format!("/proc/self/fd/{}", file.as_raw_fd());
+    match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
-        .map_err(NotOpened::Io)
+        .open(&fd_link)
+    {
+        Ok(f) => Ok(f),
+        // No /proc of this process in this view (a container's mount namespace entered with
+        // setns, whose /proc is the container's): the file is opened by its name, with the
+        // same flags, and read only if it is the file checked. Only a swap in between could
+        // make that open reach something else, which the check then refuses.
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !Path::new("/proc/self/fd").exists() => {
+            let f = read(path).map_err(classify)?;
+            let again = f.metadata().map_err(NotOpened::Io)?;
+            if (again.dev(), again.ino()) != (m.dev(), m.ino()) {
+                return Err(NotOpened::Other {
+                    dev: again.dev(),
+                    ino: again.ino(),
+                });
+            }
+            Ok(f)
+        }
+        Err(e) => Err(NotOpened::Io(e)),
+    }
 }
 
 fn classify(e: io::Error) -> NotOpened {
