@@ -44,6 +44,8 @@ pub struct Seen {
     pub execs: Vec<ExecSeen>,
     /// By pid: distinct paths touched (counted up to a bound), and a sample.
     pub touched: HashMap<u32, (u64, Vec<String>)>,
+    /// By pid: when it last touched something (a row of `touched`'s kinds).
+    pub last_touch: HashMap<u32, i64>,
 }
 
 impl Seen {
@@ -97,6 +99,8 @@ impl Seen {
             }
             e.1.push(text);
             e.0 += 1;
+            let t = self.last_touch.entry(pid).or_insert(i64::MIN);
+            *t = (*t).max(c.ts.value(i));
         }
     }
 }
@@ -406,6 +410,28 @@ pub fn compare(calls: &[ToolCall], seen: &Seen, procs: &[Proc]) -> Claims {
         memo.insert(pid, v);
         v
     }
+    // How a listed process is shown: its ancestry and what it touched.
+    let unaccounted = |p: &Proc, first_ts_ns: i64| {
+        let mut ancestry = Vec::new();
+        let mut cur = by_pid.get(&p.ppid);
+        while let Some(a) = cur {
+            if ancestry.len() >= 32 {
+                break;
+            }
+            ancestry.push(format!("{} {}", a.pid, a.comm));
+            cur = (a.ppid != a.pid).then(|| by_pid.get(&a.ppid)).flatten();
+        }
+        let (touched, sample) = seen.touched.get(&p.pid).cloned().unwrap_or_default();
+        Unaccounted {
+            pid: p.pid,
+            exe: p.exe.clone(),
+            argv: p.argv.clone(),
+            ancestry,
+            touched,
+            sample,
+            first_ts_ns,
+        }
+    };
     for p in procs
         .iter()
         .filter(|p| !p.setup && first_exec.contains_key(&p.pid))
@@ -417,25 +443,53 @@ pub fn compare(calls: &[ToolCall], seen: &Seen, procs: &[Proc]) -> Claims {
             out.unaccounted_more += 1;
             continue;
         }
-        let mut ancestry = Vec::new();
-        let mut cur = by_pid.get(&p.ppid);
-        while let Some(a) = cur {
-            if ancestry.len() >= 32 {
-                break;
+        out.unaccounted.push(unaccounted(
+            p,
+            first_exec.get(&p.pid).map_or(p.first_ts_ns, |e| e.ts_ns),
+        ));
+    }
+    // A process that never exec'd (a fork: a daemonised helper, a subshell) is its nearest
+    // exec'd ancestor's; when that ancestor is accounted for by calls with times and the fork
+    // still touched files after the last of those calls ended, no call accounts for what it
+    // did then: listed too. (An ancestor no call accounts for is listed itself.)
+    for p in procs
+        .iter()
+        .filter(|p| !p.setup && !first_exec.contains_key(&p.pid))
+    {
+        let Some(&last) = seen.last_touch.get(&p.pid) else {
+            continue;
+        };
+        let mut anc = by_pid.get(&p.ppid);
+        let mut depth = 0;
+        let exec = loop {
+            let Some(a) = anc else { break None };
+            if let Some(e) = first_exec.get(&a.pid) {
+                break Some(*e);
             }
-            ancestry.push(format!("{} {}", a.pid, a.comm));
-            cur = (a.ppid != a.pid).then(|| by_pid.get(&a.ppid)).flatten();
+            depth += 1;
+            if depth >= 256 || a.ppid == a.pid {
+                break None;
+            }
+            anc = by_pid.get(&a.ppid);
+        };
+        let Some(e) = exec else { continue };
+        let ends: Vec<i64> = shell
+            .iter()
+            .filter_map(|(_, w)| **w)
+            .filter(|(a, b)| *a <= e.ts_ns && e.ts_ns <= *b)
+            .map(|(_, b)| b)
+            .collect();
+        let Some(end) = ends.into_iter().max() else {
+            continue;
+        };
+        if last <= end {
+            continue;
         }
-        let (touched, sample) = seen.touched.get(&p.pid).cloned().unwrap_or_default();
-        out.unaccounted.push(Unaccounted {
-            pid: p.pid,
-            exe: p.exe.clone(),
-            argv: p.argv.clone(),
-            ancestry,
-            touched,
-            sample,
-            first_ts_ns: first_exec.get(&p.pid).map_or(p.first_ts_ns, |e| e.ts_ns),
-        });
+        if out.unaccounted.len() >= LISTED {
+            out.unaccounted_more += 1;
+            continue;
+        }
+        out.unaccounted.push(unaccounted(p, p.first_ts_ns));
     }
     out
 }
@@ -530,6 +584,56 @@ pub fn findings(claims: &Claims, policy: &crate::policy::Policy) -> Vec<crate::f
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A call's `sh` forks a child that never execs and keeps touching files after the call
+    /// returned: listed; a fork that stayed within its call is not, nor one whose exec'd
+    /// ancestor no call accounts for (that ancestor is listed itself).
+    #[test]
+    fn a_fork_acting_after_its_call_returned_is_unaccounted() {
+        const S: i64 = 1_000_000_000;
+        let call = ToolCall {
+            kind: crate::transcript::Kind::Shell,
+            command: Some("sh -c 'work &'".into()),
+            started_ns: Some(100 * S),
+            ended_ns: Some(110 * S),
+            ..ToolCall::default()
+        };
+        let proc = |pid, ppid, comm: &str| Proc {
+            pid,
+            ppid,
+            comm: comm.into(),
+            first_ts_ns: 0,
+            ..Proc::default()
+        };
+        let procs = vec![
+            proc(10, 1, "agent"),
+            proc(20, 10, "sh"),
+            proc(21, 20, "sh"),
+            proc(22, 20, "sh"),
+            proc(30, 10, "agent"),
+        ];
+        let mut seen = Seen {
+            enabled: true,
+            ..Seen::default()
+        };
+        let exec = |pid, ts_ns, name: &str| ExecSeen {
+            pid,
+            ts_ns,
+            names: vec![name.into()],
+        };
+        seen.execs = vec![exec(10, S, "agent"), exec(20, 101 * S, "sh")];
+        // 21 worked a minute after the call ended; 22 within it; 30 (the agent's own fork,
+        // outside every call) late too, but its ancestor is listed for it.
+        seen.last_touch = [(21, 170 * S), (22, 105 * S), (30, 200 * S)].into();
+        seen.touched
+            .insert(21, (1, vec!["/task/answers.txt".into()]));
+        let claims = compare(&[call], &seen, &procs);
+        let listed: Vec<u32> = claims.unaccounted.iter().map(|u| u.pid).collect();
+        assert_eq!(listed, [10, 21], "{:#?}", claims.unaccounted);
+        let late = &claims.unaccounted[1];
+        assert_eq!(late.sample, ["/task/answers.txt"]);
+        assert_eq!(late.ancestry, ["20 sh", "10 agent"]);
+    }
 
     #[test]
     fn a_commands_programs_are_the_first_words_of_its_simple_commands() {
