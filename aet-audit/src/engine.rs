@@ -408,7 +408,7 @@ fn program(e: &mut Scanner<'_>, row: &RowRef<'_>) {
     let path = row.resolved.or(row.raw).unwrap_or_default();
     // A program the policy's content rules cannot judge: a warning (the run goes to review),
     // one finding for the run, each row counted.
-    if row.sha256().is_none() && e.policy.judges_programs() {
+    if row.sha256().is_none() && e.judges_programs {
         match e.unhashed {
             Some(f) => e.findings[f].count += 1,
             None => {

@@ -94,6 +94,8 @@ pub(super) struct Scanner<'p> {
     pub(super) programs: crate::programs::Programs,
     /// The `programs.unhashed` warning, once a program row without a hash was met.
     pub(super) unhashed: Option<usize>,
+    /// [`Policy::judges_programs`], taken once.
+    pub(super) judges_programs: bool,
 }
 
 impl<'p> Scanner<'p> {
@@ -121,6 +123,7 @@ impl<'p> Scanner<'p> {
             seen: crate::claims::Seen::default(),
             programs: crate::programs::Programs::default(),
             unhashed: None,
+            judges_programs: policy.judges_programs(),
         }
     }
 

@@ -107,7 +107,8 @@ pub(super) struct Shared {
     /// a waiting request (a run's health check, start, stop) between two records; a drain of a
     /// backlog held it for 10 s under load on 7.2, and every run's health check gave up.
     pub(super) sinks: parking_lot::Mutex<HashMap<u32, Sink>>,
-    /// Records the consumer has routed: a drain wait gives up only when this stops moving.
+    /// Moves whenever the consumer has routed records: a drain wait gives up only when it
+    /// stops moving.
     pub(super) routed: AtomicU64,
     pub(super) stop: AtomicBool,
     /// Passes of the consumer that ended with the ring empty.
@@ -141,9 +142,11 @@ impl Shared {
     }
 
     /// Waits until the consumer has emptied the ring after now: every record the programs made
-    /// before this call has then been routed. `false` when the consumer ended, or routed
-    /// nothing for `timeout` (a consumer working through a backlog is waited for).
+    /// before this call has then been routed. `false` when the consumer ended, routed nothing
+    /// for `timeout` (a consumer working through a backlog is waited for), or never found the
+    /// ring empty within [`DRAIN_MOST`] (other runs filling it as fast as it is read).
     pub(super) fn drain_wait(&self, timeout: Duration) -> bool {
+        let most = Instant::now() + DRAIN_MOST;
         let mut deadline = Instant::now() + timeout;
         let mut routed = self.routed.load(Ordering::Acquire);
         let mut n = self.emptied.lock().unwrap_or_else(|p| p.into_inner());
@@ -159,7 +162,7 @@ impl Shared {
                 routed = now_routed;
                 deadline = Instant::now() + timeout;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.min(most).saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
             }
@@ -246,15 +249,19 @@ pub(super) const CONSUMER_NICE: libc::c_int = -10;
 /// before its share is full.
 pub(super) const ACCOUNT_EVERY: usize = 256;
 
-/// How long the consumer may hold the runs at once before the monitor says so.
-const SLOW_HOLD: Duration = Duration::from_secs(2);
+/// The longest a drain wait lasts, progress or not: a stop answers well within a client's
+/// limit (60 s), its run incomplete (`consumer_stopped`) rather than its client gone.
+const DRAIN_MOST: Duration = Duration::from_secs(40);
 
-/// Says so when the consumer held the runs (and every request for them waited) for
-/// [`SLOW_HOLD`] or more.
-fn slow_hold(since: Instant, records: usize) {
-    if since.elapsed() >= SLOW_HOLD {
+/// How long [`ACCOUNT_EVERY`] records may take the consumer before the monitor says so.
+const SLOW_RECORDS: Duration = Duration::from_secs(2);
+
+/// Says so when the last [`ACCOUNT_EVERY`] records took [`SLOW_RECORDS`] or more: the runs'
+/// requests wait for the record being made, and a stop for the ring to be read.
+fn slow_records(since: Instant) {
+    if since.elapsed() >= SLOW_RECORDS {
         eprintln!(
-            "aet: the consumer held the runs for {:.1} s ({records} records into its drain)",
+            "aet: the consumer took {:.1} s over {ACCOUNT_EVERY} records",
             since.elapsed().as_secs_f64()
         );
     }
@@ -315,8 +322,8 @@ pub(super) fn consume(
         let stopping = shared.stop.load(Ordering::Acquire);
         let mut n = 0usize;
         let emptied;
-        let mut held = Instant::now();
         {
+            let mut chunk = Instant::now();
             let mut sinks = shared.lock_sinks();
             let mut any_freezer = sinks.values().any(|s| s.freezer.active());
             emptied = source.drain(&mut |bytes| {
@@ -340,14 +347,15 @@ pub(super) fn consume(
                         .routed
                         .fetch_add(ACCOUNT_EVERY as u64, Ordering::Release);
                     any_freezer = sinks.values().any(|s| s.freezer.active());
+                    slow_records(chunk);
+                    chunk = Instant::now();
                 }
                 // A request waiting for the runs is let through between two records (a run may
                 // have started or ended meanwhile: every record looks its run up); without a
-                // waiter this is one atomic load. A record can take milliseconds (a program's
-                // first hash): 256 of them held the runs for 3.7 s under load on 7.2.
-                slow_hold(held, n);
+                // waiter this is one atomic load, no clock read, no syscall. A record can take
+                // milliseconds (a program's first hash): 256 of them held the runs for 3.7 s
+                // under load on 7.2 when the lock was handed over only every 256.
                 parking_lot::MutexGuard::bump(&mut sinks);
-                held = Instant::now();
                 let cost = runs::ring_cost(bytes.len() as u64);
                 match decode::decode(bytes) {
                     // A record of a run no longer served (made as it ended) has no sink: its
@@ -398,7 +406,6 @@ pub(super) fn consume(
         if n > 0 {
             shared.routed.fetch_add(1, Ordering::Release);
         }
-        slow_hold(held, n);
         if emptied {
             let mut e = shared.emptied.lock().unwrap_or_else(|p| p.into_inner());
             *e += 1;

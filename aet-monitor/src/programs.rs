@@ -92,10 +92,9 @@ pub fn hash(
         if let Some(h) = lock().get(&(dev, ino, ctime(&m), m.len())) {
             return Ok(h.clone());
         }
+        // The file the stat named, or nothing (`open_identified` checks it is that file).
         if let Ok(f) = aet_ledger::safe_open::open_identified(Path::new(&link), dev, ino)
             && let Ok(m) = f.metadata()
-            && m.dev() == dev
-            && m.ino() == ino
             && unchanged(&m)
         {
             return hashed(f, (dev, ino, ctime(&m), m.len()));
@@ -130,15 +129,6 @@ pub fn hash(
     let m = f
         .metadata()
         .map_err(|e| -> Arc<str> { format!("{}: {e}", p.display()).into() })?;
-    if m.dev() != dev || m.ino() != ino {
-        return Err(format!(
-            "the process had ended and {} is another file now (inode {} on {}, not {ino} on {dev})",
-            p.display(),
-            m.ino(),
-            m.dev()
-        )
-        .into());
-    }
     let ct = ctime(&m);
     if !unchanged(&m) {
         return Err(format!(

@@ -646,7 +646,9 @@ impl RowMaker {
         };
         let (Some(dev), Some(ino)) = (row.dev, row.ino) else {
             // Said, not left blank: a policy that judges programs by content cannot judge it.
-            row.sha256_error = Some(NO_IDENTITY.into());
+            static WHY: std::sync::LazyLock<std::sync::Arc<str>> =
+                std::sync::LazyLock::new(|| NO_IDENTITY.into());
+            row.sha256_error = Some(WHY.clone());
             return;
         };
         let path = row.host_path.as_deref().or(row.resolved_path.as_deref());
